@@ -1,0 +1,20 @@
+"""rollout-cli: turn RL rollout sample dumps (slime `.pt`, JSONL, Parquet) into sharded
+train-data Parquet, and load it back onto the GPU."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "convert", "ConvertOptions", "open_dataset", "PackedBatch"]
+
+
+def __getattr__(name: str):
+    # keep `import rollout_cli` light: pyarrow-heavy and torch-heavy parts load on first use
+    if name in ("convert", "ConvertOptions"):
+        from . import convert as _c
+
+        return getattr(_c, name)
+    if name in ("open_dataset", "PackedBatch"):
+        from . import load as _l
+
+        return getattr(_l, name)
+    raise AttributeError(name)

@@ -1,0 +1,98 @@
+"""Error types, exit codes and source locations."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    INTERNAL = 1
+    USAGE = 2
+    INVALID_INPUT = 3
+    INTEGRITY = 4
+    OUTPUT_EXISTS = 5
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a sample came from: a JSONL line, a Parquet row or a `.pt` sample position (all 1-based
+    for lines, 0-based for rows and positions, as editors and dataframes count them)."""
+
+    file: str
+    kind: str = "file"  # "line" | "row" | "sample" | "file"
+    number: int | None = None
+
+    def __str__(self) -> str:
+        if self.number is None:
+            return self.file
+        return f"{self.file}:{self.kind} {self.number}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"file": self.file}
+        if self.number is not None:
+            d[self.kind] = self.number
+        return d
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation problem: where, which field, and expected vs got."""
+
+    location: Location
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = str(self.location)
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.location.to_dict()
+        d["field"] = self.field
+        d["reason"] = self.message
+        return d
+
+
+class RolloutCliError(Exception):
+    """A known failure; the CLI prints it without a traceback and exits with `exit_code`."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": type(self).__name__, "message": str(self), "exit_code": int(self.exit_code)}
+
+
+class UsageError(RolloutCliError):
+    exit_code = ExitCode.USAGE
+
+
+class InvalidInputError(RolloutCliError):
+    exit_code = ExitCode.INVALID_INPUT
+
+    def __init__(self, message: str, problems: list[Problem] | None = None):
+        super().__init__(message)
+        self.problems = list(problems or [])
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["problems"] = [p.to_dict() for p in self.problems]
+        return d
+
+
+class IntegrityError(RolloutCliError):
+    exit_code = ExitCode.INTEGRITY
+
+    def __init__(self, message: str, failures: list[dict[str, Any]] | None = None):
+        super().__init__(message)
+        self.failures = list(failures or [])
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["failures"] = self.failures
+        return d
+
+
+class OutputExistsError(RolloutCliError):
+    exit_code = ExitCode.OUTPUT_EXISTS

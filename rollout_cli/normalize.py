@@ -1,0 +1,414 @@
+"""Stage 2: validate and coerce sample dicts into columnar Arrow batches.
+
+Every problem names the file, line/row/position, the field, and expected vs got. A record that
+fails keeps a small summary (its explicit rollout id and group) so that ids are assigned over
+all parsed samples and a rejection never shifts a sibling's id.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from .errors import Location, Problem
+from .readers.base import RawChunk
+from .schema import INT32_MAX, STATUSES
+
+# id_state values
+ID_MISSING, ID_EXPLICIT, ID_INVALID = 0, 1, 2
+
+_STATUS_SET = frozenset(STATUSES)
+# Arrow list offsets are int32: keep every list column of one batch below this many values.
+_MAX_BATCH_VALUES = 1 << 30
+
+
+class _Bad(Exception):
+    def __init__(self, fld: str, message: str):
+        self.field = fld
+        self.message = message
+
+
+def _tname(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, np.ndarray):
+        return f"array of {v.dtype}"
+    return type(v).__name__
+
+
+def _got(v: Any) -> str:
+    r = repr(v)
+    return f"{_tname(v)} {r[:60] + '...' if len(r) > 60 else r}"
+
+
+def _is_int(v: Any) -> bool:
+    return (isinstance(v, int) and not isinstance(v, bool)) or isinstance(v, np.integer)
+
+
+def _opt_int(rec: dict, key: str) -> int | None:
+    v = rec.get(key)
+    if v is None:
+        return None
+    if not _is_int(v):
+        raise _Bad(key, f"expected an integer or null, got {_got(v)}")
+    v = int(v)
+    if not -(2**63) <= v < 2**63:
+        raise _Bad(key, f"expected a 64-bit integer, got {v}")
+    return v
+
+
+def _number(fld: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "iuf":
+            v = v.item()
+        else:
+            raise _Bad(fld, f"expected a number, got {_got(v)}")
+    f = float(v)
+    if not math.isfinite(f):
+        raise _Bad(fld, f"expected a finite number, got {v}")
+    return f
+
+
+def _int_array(fld: str, v: Any, lo: int, hi: int, *, allow_empty: bool = True) -> np.ndarray:
+    if not isinstance(v, (list, np.ndarray)):
+        raise _Bad(fld, f"expected a list of integers, got {_got(v)}")
+    if len(v) == 0:
+        if not allow_empty:
+            raise _Bad(fld, "expected a non-empty list of integers, got []")
+        return np.zeros(0, dtype=np.int64)
+    try:
+        a = np.asarray(v)
+    except (ValueError, OverflowError) as e:
+        raise _Bad(fld, f"expected a flat list of integers, got a ragged or oversized list ({e})") from None
+    if a.ndim != 1:
+        raise _Bad(fld, f"expected a flat list of integers, got {a.ndim}-D data")
+    if a.dtype.kind not in "iu":
+        bad = next((x for x in a.tolist() if not _is_int(x)), None) if a.dtype.kind == "O" else None
+        kind = {"f": "float", "b": "bool", "U": "string", "O": "mixed"}.get(a.dtype.kind, str(a.dtype))
+        raise _Bad(fld, f"expected integers, got {kind} values" + (f" (e.g. {_got(bad)})" if bad is not None else ""))
+    mn, mx = int(a.min()), int(a.max())
+    if mn < lo or mx > hi:
+        raise _Bad(fld, f"expected values in [{lo}, {hi}], got {mn if mn < lo else mx}")
+    return a
+
+
+def _float_array(fld: str, v: Any, n: int) -> np.ndarray:
+    if not isinstance(v, (list, np.ndarray)):
+        raise _Bad(fld, f"expected a list of numbers, got {_got(v)}")
+    if len(v) != n:
+        raise _Bad(fld, f"expected length {n} (response_length), got {len(v)}")
+    if n == 0:
+        return np.zeros(0, dtype=np.float32)
+    try:
+        a = np.asarray(v)
+    except (ValueError, OverflowError):
+        raise _Bad(fld, "expected a flat list of numbers, got ragged data") from None
+    if a.ndim != 1 or a.dtype.kind not in "iuf":
+        raise _Bad(fld, f"expected a flat list of numbers, got {'nested' if a.ndim != 1 else a.dtype.kind} data")
+    a = a.astype(np.float32)
+    if not np.isfinite(a).all():
+        bad = int(np.flatnonzero(~np.isfinite(a))[0])
+        raise _Bad(fld, f"expected finite numbers, got {a[bad]} at position {bad}")
+    return a
+
+
+def _json_text(fld: str, v: Any) -> str | None:
+    if v is None:
+        return None
+    try:
+        return orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    except TypeError as e:
+        raise _Bad(fld, f"expected JSON-serialisable data, got {e}") from None
+
+
+def _text(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    return orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+
+
+def select_reward(v: Any, reward_key: str | None, fld: str = "reward") -> float:
+    """slime's get_reward_value: the reward, or reward[reward_key]; always a finite number."""
+    if reward_key:
+        if not isinstance(v, dict):
+            raise _Bad(fld, f"expected a dict with key {reward_key!r} (--reward-key), got {_got(v)}")
+        if reward_key not in v:
+            raise _Bad(fld, f"expected key {reward_key!r} (--reward-key), got keys {sorted(map(str, v))}")
+        return _number(f"{fld}.{reward_key}", v[reward_key])
+    if isinstance(v, dict):
+        raise _Bad(fld, f"expected a number, got a dict with keys {sorted(map(str, v))}; pass --reward-key to pick one")
+    return _number(fld, v)
+
+
+@dataclass
+class _Row:
+    sample_index: int | None
+    group_index: int | None
+    tokens: np.ndarray
+    response_length: int
+    loss_mask: np.ndarray
+    reward_value: float
+    raw_reward: float
+    status: str
+    lp: np.ndarray | None
+    tlp: np.ndarray | None
+    tp_ids: np.ndarray | None
+    tp_off: np.ndarray | None
+    rexp: np.ndarray | None
+    round_number: int | None
+    source_name: str
+    train_metadata: str | None
+    mm: str | None
+    text: tuple | None
+
+
+def _validate(rec: dict, reward_key: str | None, keep_text: bool) -> _Row:
+    sample_index = _opt_int(rec, "index")
+    group_index = _opt_int(rec, "group_index")
+    if "tokens" not in rec:
+        raise _Bad("tokens", "missing")
+    tokens = _int_array("tokens", rec["tokens"], 0, INT32_MAX, allow_empty=False)
+    n_tok = len(tokens)
+    rl = rec.get("response_length")
+    if not _is_int(rl):
+        raise _Bad("response_length", f"expected an integer, got {_got(rl)}" if "response_length" in rec else "missing")
+    rl = int(rl)
+    if not 0 <= rl <= n_tok:
+        raise _Bad("response_length", f"expected 0 <= response_length <= len(tokens) = {n_tok}, got {rl}")
+    lm = rec.get("loss_mask")
+    if lm is None:
+        mask = np.ones(rl, dtype=np.uint8)
+    else:
+        if not isinstance(lm, (list, np.ndarray)):
+            raise _Bad("loss_mask", f"expected a list of 0/1 or null, got {_got(lm)}")
+        if len(lm) != rl:
+            raise _Bad("loss_mask", f"expected length {rl} (response_length), got {len(lm)}")
+        mask = _int_array("loss_mask", lm, 0, 1).astype(np.uint8) if rl else np.zeros(0, dtype=np.uint8)
+    rs = rec.get("remove_sample", False)
+    if not isinstance(rs, (bool, np.bool_)) and rs is not None:
+        raise _Bad("remove_sample", f"expected true/false, got {_got(rs)}")
+    if rs:
+        mask = np.zeros(rl, dtype=np.uint8)
+    if "status" not in rec:
+        raise _Bad("status", "missing")
+    status = rec["status"]
+    if not isinstance(status, str) or status not in _STATUS_SET:
+        raise _Bad("status", f"expected one of {', '.join(STATUSES)}, got {_got(status)}")
+    if "reward" not in rec:
+        raise _Bad("reward", "missing")
+    reward_value = select_reward(rec["reward"], reward_key)
+    md = rec.get("metadata")
+    if md is not None and not isinstance(md, dict):
+        raise _Bad("metadata", f"expected a dict or null, got {_got(md)}")
+    md = md or {}
+    if "raw_reward" in md:
+        rr = md["raw_reward"]
+        raw_reward = select_reward(rr, reward_key, "metadata.raw_reward") if isinstance(rr, dict) else _number("metadata.raw_reward", rr)
+    else:
+        raw_reward = reward_value
+    round_number = _opt_int(md, "round_number") if md.get("round_number") is not None else None
+    src = rec.get("source")
+    if isinstance(src, str) and src:
+        source_name = src
+    else:
+        sn = md.get("source_name")
+        source_name = sn if isinstance(sn, str) and sn else "unknown"
+    lp = rec.get("rollout_log_probs")
+    lp = None if lp is None else _float_array("rollout_log_probs", lp, rl)
+    tlp = rec.get("teacher_log_probs")
+    tlp = None if tlp is None else _float_array("teacher_log_probs", tlp, rl)
+    tp_ids, tp_off = rec.get("rollout_top_p_token_ids"), rec.get("rollout_top_p_token_offsets")
+    if (tp_ids is None) != (tp_off is None):
+        missing = "rollout_top_p_token_offsets" if tp_off is None else "rollout_top_p_token_ids"
+        raise _Bad(missing, "expected both top-p fields or neither, got only the other one")
+    if tp_ids is not None:
+        tp_ids = _int_array("rollout_top_p_token_ids", tp_ids, 0, INT32_MAX)
+        tp_off = _int_array("rollout_top_p_token_offsets", tp_off, 0, INT32_MAX)
+        if len(tp_off) != rl + 1:
+            raise _Bad("rollout_top_p_token_offsets", f"expected length response_length + 1 = {rl + 1}, got {len(tp_off)}")
+        if tp_off[0] != 0 or tp_off[-1] != len(tp_ids) or (np.diff(tp_off) < 0).any():
+            raise _Bad(
+                "rollout_top_p_token_offsets",
+                f"expected non-decreasing offsets from 0 to len(rollout_top_p_token_ids) = {len(tp_ids)}, got {int(tp_off[0])}..{int(tp_off[-1])}",
+            )
+    rexp = rec.get("rollout_routed_experts")
+    if rexp is not None:
+        try:
+            a = np.asarray(rexp)
+        except (ValueError, OverflowError):
+            raise _Bad("rollout_routed_experts", "expected a [len(tokens)-1, layers, topk] integer array, got ragged data") from None
+        if a.ndim != 3 or (a.size and a.dtype.kind not in "iu"):
+            raise _Bad("rollout_routed_experts", f"expected a [len(tokens)-1, layers, topk] integer array, got shape {list(a.shape)} of {a.dtype}")
+        if a.shape[0] != n_tok - 1:
+            raise _Bad("rollout_routed_experts", f"expected {n_tok - 1} rows (len(tokens)-1), got {a.shape[0]}")
+        if a.size and (int(a.min()) < 0 or int(a.max()) > INT32_MAX):
+            raise _Bad("rollout_routed_experts", "expected expert ids in int32 range")
+        rexp = a
+    tm = rec.get("train_metadata")
+    if tm is not None and not isinstance(tm, dict):
+        raise _Bad("train_metadata", f"expected a dict or null, got {_got(tm)}")
+    train_metadata = _json_text("train_metadata", tm)
+    mm = _json_text("multimodal_train_inputs", rec.get("multimodal_train_inputs"))
+    text = None
+    if keep_text:
+        text = (_text(rec.get("prompt")), _text(rec.get("response")), _text(rec.get("label")))
+    return _Row(
+        sample_index, group_index, tokens, rl, mask, reward_value, raw_reward, status, lp, tlp, tp_ids, tp_off,
+        rexp, round_number, source_name, train_metadata, mm, text,
+    )
+
+
+def parse_rollout_id(v: Any) -> tuple[int, int | None]:
+    """(state, value): explicit ids must be integers, never bool, float or string."""
+    if v is None:
+        return ID_MISSING, None
+    if _is_int(v) and -(2**63) <= int(v) < 2**63:
+        return ID_EXPLICIT, int(v)
+    return ID_INVALID, None
+
+
+@dataclass
+class NormChunk:
+    """One RawChunk after validation.
+
+    Summary lists have one entry per record (valid or not); `batches` hold the valid records'
+    columns in order, with `_pos` giving each row's record position in the unit.
+    """
+
+    source: str
+    kind: str
+    numbers: list[int]
+    id_state: list[int]
+    explicit_id: list[int | None]
+    group_index: list[int | None]
+    valid: list[bool]
+    problems: list[tuple[int, Problem]] = field(default_factory=list)
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+
+
+def _list_array(arrays: list, dtype, nullable: bool) -> pa.Array:
+    lens = np.fromiter((0 if a is None else len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
+    np.cumsum(lens, out=offsets[1:])
+    present = [a for a in arrays if a is not None]
+    values = np.concatenate(present).astype(dtype, copy=False) if present else np.zeros(0, dtype=dtype)
+    mask = None
+    if nullable and len(present) != len(arrays):
+        mask = pa.array(np.fromiter((a is None for a in arrays), dtype=bool, count=len(arrays)))
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask)
+
+
+PRE_FIELDS = [
+    pa.field("_pos", pa.int64()),
+    pa.field("sample_index", pa.int64()),
+    pa.field("group_index", pa.int64()),
+    pa.field("tokens", pa.list_(pa.int32())),
+    pa.field("response_length", pa.int32()),
+    pa.field("total_length", pa.int32()),
+    pa.field("loss_mask", pa.list_(pa.uint8())),
+    pa.field("_reward_value", pa.float64()),
+    pa.field("raw_reward", pa.float64()),
+    pa.field("truncated", pa.bool_()),
+    pa.field("status", pa.string()),
+    pa.field("_mask_total", pa.int64()),
+    pa.field("rollout_log_probs", pa.list_(pa.float32())),
+    pa.field("teacher_log_probs", pa.list_(pa.float32())),
+    pa.field("rollout_top_p_token_ids", pa.list_(pa.int32())),
+    pa.field("rollout_top_p_token_offsets", pa.list_(pa.int32())),
+    pa.field("rollout_routed_experts", pa.list_(pa.int32())),
+    pa.field("rollout_routed_experts_shape", pa.list_(pa.int32())),
+    pa.field("round_number", pa.int64()),
+    pa.field("source_name", pa.string()),
+    pa.field("train_metadata", pa.string()),
+    pa.field("multimodal_train_inputs", pa.string()),
+]
+TEXT_PRE_FIELDS = [pa.field("prompt", pa.string()), pa.field("response", pa.string()), pa.field("label", pa.string())]
+
+
+def pre_schema(keep_text: bool) -> pa.Schema:
+    return pa.schema(PRE_FIELDS + (TEXT_PRE_FIELDS if keep_text else []))
+
+
+def _build(rows: list[_Row], pos: list[int], keep_text: bool) -> pa.RecordBatch:
+    rexp_flat = [None if r.rexp is None else r.rexp.reshape(-1) for r in rows]
+    rexp_shape = [None if r.rexp is None else np.asarray(r.rexp.shape, dtype=np.int32) for r in rows]
+    cols = [
+        pa.array(pos, pa.int64()),
+        pa.array([r.sample_index for r in rows], pa.int64()),
+        pa.array([r.group_index for r in rows], pa.int64()),
+        _list_array([r.tokens for r in rows], np.int32, False),
+        pa.array([r.response_length for r in rows], pa.int32()),
+        pa.array([len(r.tokens) for r in rows], pa.int32()),
+        _list_array([r.loss_mask for r in rows], np.uint8, False),
+        pa.array([r.reward_value for r in rows], pa.float64()),
+        pa.array([r.raw_reward for r in rows], pa.float64()),
+        pa.array([r.status == "truncated" for r in rows], pa.bool_()),
+        pa.array([r.status for r in rows], pa.string()),
+        pa.array([int(r.loss_mask.sum(dtype=np.int64)) for r in rows], pa.int64()),
+        _list_array([r.lp for r in rows], np.float32, True),
+        _list_array([r.tlp for r in rows], np.float32, True),
+        _list_array([r.tp_ids for r in rows], np.int32, True),
+        _list_array([r.tp_off for r in rows], np.int32, True),
+        _list_array(rexp_flat, np.int32, True),
+        _list_array(rexp_shape, np.int32, True),
+        pa.array([r.round_number for r in rows], pa.int64()),
+        pa.array([r.source_name for r in rows], pa.string()),
+        pa.array([r.train_metadata for r in rows], pa.string()),
+        pa.array([r.mm for r in rows], pa.string()),
+    ]
+    if keep_text:
+        for k in range(3):
+            cols.append(pa.array([r.text[k] for r in rows], pa.string()))
+    return pa.RecordBatch.from_arrays(cols, schema=pre_schema(keep_text))
+
+
+def _row_values(r: _Row) -> int:
+    return max(len(r.tokens), 0 if r.rexp is None else r.rexp.size, 0 if r.tp_ids is None else len(r.tp_ids))
+
+
+def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool) -> NormChunk:
+    """Validate one chunk; `base_pos` is the position of its first record in the unit."""
+    n = len(chunk.records)
+    out = NormChunk(chunk.source, chunk.kind, chunk.numbers, [ID_MISSING] * n, [None] * n, [None] * n, [False] * n)
+    rows: list[_Row] = []
+    pos: list[int] = []
+    for i, rec in enumerate(chunk.records):
+        if rec is None:
+            out.problems.append((i, chunk.problems[i]))
+            continue
+        state, value = parse_rollout_id(rec.get("rollout_id"))
+        out.id_state[i], out.explicit_id[i] = state, value
+        gi = rec.get("group_index")
+        if _is_int(gi):
+            out.group_index[i] = int(gi)
+        if state == ID_INVALID:
+            out.problems.append(
+                (i, Problem(chunk.location(i), "rollout_id", f"expected an integer or null, got {_got(rec.get('rollout_id'))}"))
+            )
+            continue
+        try:
+            row = _validate(rec, reward_key, keep_text)
+        except _Bad as e:
+            out.problems.append((i, Problem(chunk.location(i), e.field, e.message)))
+            continue
+        out.valid[i] = True
+        rows.append(row)
+        pos.append(base_pos + i)
+    start, acc = 0, 0
+    for k, r in enumerate(rows):
+        v = _row_values(r)
+        if acc + v > _MAX_BATCH_VALUES and k > start:
+            out.batches.append(_build(rows[start:k], pos[start:k], keep_text))
+            start, acc = k, 0
+        acc += v
+    if start < len(rows):
+        out.batches.append(_build(rows[start:], pos[start:], keep_text))
+    return out
+
+
+def problem_location(chunk: NormChunk, i: int) -> Location:
+    return Location(chunk.source, chunk.kind, chunk.numbers[i])

@@ -1,0 +1,126 @@
+"""The output directory: staging, the exists check, and the atomic commit.
+
+Everything a run writes goes to `OUT/.staging/` first. The commit moves the staged entries into
+place and writes `manifest.json` last: the manifest is the commit marker, so readers trust
+`OUT/data` only when it exists. A `COMMITTING` journal makes an interrupted commit finishable.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from .errors import OutputExistsError
+
+MANIFEST = "manifest.json"
+STAGING = ".staging"
+ENTRIES = ("data", "eval", "mmap", "rejects.jsonl")
+JOURNAL = "COMMITTING"
+
+
+def fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def state(out: str) -> str:
+    """'absent', 'empty', 'complete' (has a manifest), 'interrupted' (ours, no manifest) or 'foreign'."""
+    if not os.path.exists(out):
+        return "absent"
+    if not os.path.isdir(out):
+        return "foreign"
+    names = set(os.listdir(out))
+    if MANIFEST in names:
+        return "complete"
+    if names & (set(ENTRIES) | {STAGING}):
+        return "interrupted"
+    return "empty" if not names else "foreign"
+
+
+class Staging:
+    """A run's staging area under OUT/.staging/run/."""
+
+    def __init__(self, out: str):
+        self.out = out
+        self.root = os.path.join(out, STAGING, "run")
+
+    def path(self, *parts: str) -> str:
+        p = os.path.join(self.root, *parts)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        return p
+
+    def start(self) -> None:
+        if os.path.exists(self.root):
+            shutil.rmtree(self.root)
+        os.makedirs(self.root)
+
+    def commit(self, manifest: dict) -> None:
+        """Move staged entries into OUT and write the manifest last (roll-forward safe)."""
+        write_json_atomic(os.path.join(self.root, MANIFEST), manifest)
+        with open(os.path.join(self.root, JOURNAL), "w") as f:
+            f.write("commit\n")
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_dir(self.root)
+        finish_commit(self.out)
+
+
+def finish_commit(out: str) -> bool:
+    """Complete a commit whose journal exists (after a crash too); False if none was pending."""
+    root = os.path.join(out, STAGING, "run")
+    if not os.path.exists(os.path.join(root, JOURNAL)):
+        return False
+    manifest_path = os.path.join(out, MANIFEST)
+    if os.path.exists(manifest_path):
+        os.remove(manifest_path)
+    old = os.path.join(out, STAGING, "old")
+    os.makedirs(old, exist_ok=True)
+    for name in ENTRIES:
+        staged = os.path.join(root, name)
+        target = os.path.join(out, name)
+        if os.path.exists(staged):
+            if os.path.exists(target):
+                os.replace(target, os.path.join(old, name + "." + str(len(os.listdir(old)))))
+            os.replace(staged, target)
+        elif os.path.exists(target) and not os.path.exists(os.path.join(root, name + ".keep")):
+            os.replace(target, os.path.join(old, name + "." + str(len(os.listdir(old)))))
+    fsync_dir(out)
+    os.replace(os.path.join(root, MANIFEST), manifest_path)
+    fsync_dir(out)
+    shutil.rmtree(os.path.join(out, STAGING), ignore_errors=True)
+    return True
+
+
+def prepare(out: str, *, overwrite: bool = False, resume: bool = False) -> Staging:
+    """Check OUT may be written and open a fresh staging area."""
+    st = state(out)
+    if st == "foreign":
+        raise OutputExistsError(f"{out}: exists and is not a rollout-cli output (not empty); choose another OUT")
+    if st in ("complete", "interrupted") and not (overwrite or resume):
+        what = "holds a converted dataset (manifest.json)" if st == "complete" else "holds an interrupted run"
+        raise OutputExistsError(f"{out}: {what}; pass --overwrite to replace it or --resume to continue it")
+    if resume and finish_commit(out):
+        pass
+    os.makedirs(out, exist_ok=True)
+    staging = Staging(out)
+    staging.start()
+    return staging

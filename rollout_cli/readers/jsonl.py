@@ -1,0 +1,151 @@
+"""JSONL reader: one Sample.to_dict() object per line; plain, gzip, zstd, or stdin."""
+from __future__ import annotations
+
+import gzip
+import sys
+from typing import BinaryIO, Iterator
+
+import orjson
+
+from ..errors import InvalidInputError, Location, Problem
+from .base import RawChunk
+
+BLOCK_BYTES = 8 << 20
+CHUNK_RECORDS = 1024
+
+
+def open_binary(path: str) -> BinaryIO:
+    """Open a JSONL input for reading bytes, decompressing by extension; '-' is stdin."""
+    if path == "-":
+        return sys.stdin.buffer
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if path.endswith(".zst"):
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), read_across_frames=True)  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+def _lines(stream: BinaryIO, limit: int | None) -> Iterator[bytes]:
+    """Yield lines (without the newline) of at most `limit` bytes read from the stream."""
+    tail = b""
+    left = limit
+    while True:
+        want = BLOCK_BYTES if left is None else min(BLOCK_BYTES, left)
+        if want <= 0:
+            break
+        block = stream.read(want)
+        if not block:
+            break
+        if left is not None:
+            left -= len(block)
+        parts = (tail + block).split(b"\n")
+        tail = parts.pop()
+        yield from parts
+    if tail:
+        yield tail
+
+
+def read_jsonl(
+    path: str,
+    display: str | None = None,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    first_line: int = 1,
+    chunk_records: int = CHUNK_RECORDS,
+) -> Iterator[RawChunk]:
+    """Parse `path` (or its newline-aligned byte range [start, end)) into chunks of records.
+
+    Blank lines are skipped; a line that is not a JSON object becomes a record of None with
+    its problem, so the caller can count and report it.
+    """
+    display = display or path
+    try:
+        stream = open_binary(path)
+    except OSError as e:
+        raise InvalidInputError(f"{display}: cannot open: {e.strerror or e}") from None
+    loads = orjson.loads
+    try:
+        if start:
+            stream.seek(start)
+        limit = None if end is None else end - start
+        numbers: list[int] = []
+        records: list = []
+        problems: dict[int, Problem] = {}
+        line_no = first_line - 1
+        for line in _lines(stream, limit):
+            line_no += 1
+            if not line.strip():
+                continue
+            try:
+                rec = loads(line)
+            except orjson.JSONDecodeError as e:
+                problems[len(records)] = Problem(Location(display, "line", line_no), None, f"invalid JSON: {e}")
+                rec = None
+            else:
+                if not isinstance(rec, dict):
+                    problems[len(records)] = Problem(
+                        Location(display, "line", line_no), None, f"expected a JSON object, got {type(rec).__name__}"
+                    )
+                    rec = None
+            numbers.append(line_no)
+            records.append(rec)
+            if len(records) >= chunk_records:
+                yield RawChunk(display, "line", numbers, records, problems)
+                numbers, records, problems = [], [], {}
+        if records:
+            yield RawChunk(display, "line", numbers, records, problems)
+    except (OSError, EOFError, ValueError) as e:
+        # gzip/zstd raise these for corrupt or truncated streams.
+        if isinstance(e, orjson.JSONDecodeError):
+            raise
+        raise InvalidInputError(f"{display}: cannot read: {e}") from None
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def peek_first_record(path: str) -> dict | None:
+    """The first parseable JSON object of a JSONL file, or None (used to find a `step` field)."""
+    if path == "-":
+        return None
+    try:
+        with open_binary(path) as f:
+            head = f.read(1 << 20)
+    except (OSError, EOFError, ValueError):
+        return None
+    for line in head.split(b"\n")[:-1] or [head]:
+        if line.strip():
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                return None
+            return rec if isinstance(rec, dict) else None
+    return None
+
+
+def split_ranges(path: str, parts: int, min_bytes: int = 32 << 20) -> list[tuple[int, int]]:
+    """Cut a plain JSONL file into up to `parts` newline-aligned byte ranges of similar size."""
+    import os
+
+    size = os.path.getsize(path)
+    parts = max(1, min(parts, size // min_bytes or 1))
+    if parts == 1:
+        return [(0, size)]
+    bounds = [0]
+    with open(path, "rb") as f:
+        for k in range(1, parts):
+            pos = size * k // parts
+            if pos <= bounds[-1]:
+                continue
+            f.seek(pos)
+            rest = f.readline()
+            cut = pos + len(rest)
+            if cut >= size:
+                break
+            if cut > bounds[-1]:
+                bounds.append(cut)
+    bounds.append(size)
+    return list(zip(bounds[:-1], bounds[1:]))
