@@ -12,9 +12,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import hashing
 from . import manifest as manifest_mod
 from . import output
 from .errors import InvalidInputError, Location, Problem, UsageError
+from .engines import make_engine
 from .fields import rollout_mask_sums
 from .ids import SCOPES, assign_ids
 from .inputs import InputFile, discover, parse_steps
@@ -50,6 +52,9 @@ class ConvertOptions:
     steps: str | None = None
     step: int | None = None
     trust_pickle: bool = False
+    workers: int | None = None
+    engine: str = "local"
+    ray_address: str | None = None
     overwrite: bool = False
     resume: bool = False
 
@@ -72,13 +77,17 @@ class ConvertOptions:
             raise UsageError("--row-group-bytes: expected at least 65536")
         if self.slime_compat and not self.rollout_batch_size:
             raise UsageError("--slime-compat needs --rollout-batch-size (slime's reshape depends on it)")
+        if self.engine not in ("local", "ray"):
+            raise UsageError("--engine: expected local or ray")
+        if self.workers is not None and self.workers < 1:
+            raise UsageError("--workers: expected at least 1")
         if self.overwrite and self.resume:
             raise UsageError("--overwrite and --resume exclude each other")
 
     def conversion_options(self) -> dict:
         """The options that decide the output bytes (recorded; --resume requires them unchanged)."""
         d = dataclasses.asdict(self)
-        for k in ("overwrite", "resume", "trust_pickle", "on_error", "max_errors", "steps"):
+        for k in ("overwrite", "resume", "trust_pickle", "on_error", "max_errors", "steps", "workers", "engine", "ray_address"):
             d.pop(k)
         if not self.slime_compat:
             d.pop("rollout_batch_size")
@@ -91,6 +100,40 @@ class Unit:
 
     input: InputFile
     step: int | None
+
+
+@dataclass
+class PartTask:
+    """A piece of one input for one worker: a whole file, or a newline-aligned byte range."""
+
+    unit: int
+    part: int
+    input: InputFile
+    start: int
+    end: int | None
+    stage_path: str
+
+
+@dataclass
+class PartResult:
+    """What a parse worker hands back: per-record summaries (small) and where the rows are."""
+
+    unit: int
+    part: int
+    records: int
+    lines: int  # lines consumed (JSONL byte ranges number lines from 1; fixed up later)
+    source: str
+    kind: str
+    numbers: list[int]
+    id_state: list[int]
+    explicit_id: list
+    group_index: list
+    valid: list[bool]
+    problems: list[tuple[int, Problem]]
+    stage_path: str | None
+    step_from_payload: int | None = None
+    train_dump: bool = False
+    stopped: bool = False  # hit the problem budget
 
 
 @dataclass
@@ -111,24 +154,16 @@ class UnitResult:
     warnings: list[str]
 
 
-@dataclass
-class _Collected:
-    """A unit's records after normalisation, concatenated."""
-
-    chunks: list[NormChunk]
-    step_from_payload: int | None = None
-    train_dump: bool = False
-
-
 class _ProblemLimit(Exception):
-    pass
+    """Invalid samples under --on-error fail: carries the problems to report."""
 
 
-def _raw_chunks(inp: InputFile, opts: ConvertOptions, payload: dict) -> Iterator[RawChunk]:
+def _raw_chunks(task: PartTask, opts: ConvertOptions, payload: dict) -> Iterator[RawChunk]:
+    inp = task.input
     if inp.format == "jsonl":
         from .readers.jsonl import read_jsonl
 
-        yield from read_jsonl(inp.path, inp.display)
+        yield from read_jsonl(inp.path, inp.display, start=task.start, end=task.end, stats=payload)
     elif inp.format == "parquet":
         from .readers.parquet import read_parquet
 
@@ -143,19 +178,50 @@ def _raw_chunks(inp: InputFile, opts: ConvertOptions, payload: dict) -> Iterator
             yield dump.chunk
 
 
-def _collect(inp: InputFile, opts: ConvertOptions, problem_budget: int | None) -> _Collected:
+def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None) -> PartResult:
+    """Stages 1-2 for one part: read, validate, stage the valid rows as Arrow IPC."""
     payload: dict = {}
-    chunks: list[NormChunk] = []
-    base = 0
-    n_problems = 0
-    for raw in _raw_chunks(inp, opts, payload):
-        nc = normalize_chunk(raw, base, reward_key=opts.reward_key, keep_text=opts.keep_text)
-        base += len(raw)
-        chunks.append(nc)
-        n_problems += len(nc.problems)
-        if problem_budget is not None and n_problems >= problem_budget:
-            raise _ProblemLimit([p for c in chunks for _, p in c.problems][:problem_budget])
-    return _Collected(chunks, payload.get("step"), bool(payload.get("train_dump")))
+    res = PartResult(task.unit, task.part, 0, 0, task.input.display, "line", [], [], [], [], [], [], None)
+    writer = None
+    sink = None
+    try:
+        for raw in _raw_chunks(task, opts, payload):
+            nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text)
+            res.records += len(raw)
+            res.kind = nc.kind
+            res.numbers.extend(nc.numbers)
+            res.id_state.extend(nc.id_state)
+            res.explicit_id.extend(nc.explicit_id)
+            res.group_index.extend(nc.group_index)
+            res.valid.extend(nc.valid)
+            base = res.records - len(raw)
+            res.problems.extend((base + i, p) for i, p in nc.problems)
+            for b in nc.batches:
+                if writer is None:
+                    sink = pa.OSFile(task.stage_path, "wb")
+                    writer = pa.ipc.new_file(sink, b.schema)
+                writer.write_batch(b)
+            if problem_budget is not None and len(res.problems) >= problem_budget:
+                res.stopped = True
+                break
+    finally:
+        if writer is not None:
+            writer.close()
+        if sink is not None:
+            sink.close()
+    res.stage_path = task.stage_path if writer is not None else None
+    res.lines = payload.get("lines", 0)
+    res.step_from_payload = payload.get("step")
+    res.train_dump = bool(payload.get("train_dump"))
+    return res
+
+
+def _shift_lines(r: PartResult, offset: int) -> None:
+    if not offset:
+        return
+    r.numbers = [n + offset for n in r.numbers]
+    r.problems = [(i, Problem(Location(p.location.file, p.location.kind, (p.location.number or 0) + offset), p.field, p.message))
+                  for i, p in r.problems]
 
 
 def _concat_summaries(chunks: list[NormChunk]):
@@ -177,6 +243,12 @@ def _locator(chunks: list[NormChunk]) -> Callable[[int], Location]:
     return where
 
 
+def _staged(root: str, rel: str) -> str:
+    p = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    return p
+
+
 def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray, mask_sums: np.ndarray, keep_text: bool) -> pa.Table:
     schema = train_schema(keep_text)
     n = pre.num_rows
@@ -186,12 +258,7 @@ def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray,
         "reward": pa.array(rewards, pa.float32()),
         "rollout_mask_sum": pa.array(mask_sums, pa.int64()),
     }
-    cols = []
-    for f in schema:
-        if f.name in computed:
-            cols.append(computed[f.name])
-        else:
-            cols.append(pre.column(f.name))
+    cols = [computed[f.name] if f.name in computed else pre.column(f.name) for f in schema]
     return pa.Table.from_arrays(cols, schema=schema)
 
 
@@ -213,27 +280,27 @@ def _group_units(group_index: list, ids: np.ndarray) -> np.ndarray:
     return np.fromiter((labels.setdefault(find(("r", r)), len(labels)) for r in ids.tolist()), dtype=np.int64, count=len(ids))
 
 
-def _process_unit(unit: Unit, opts: ConvertOptions, staging: output.Staging, problem_budget: int | None,
-                  split_step_seen: set) -> UnitResult | None:
+def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, staging_root: str) -> UnitResult | None:
+    """Stages 3-6 for one step: ids, rejects, rewards and fields, shard plan, shard files."""
     inp = unit.input
-    collected = _collect(inp, opts, problem_budget)
-    if collected.train_dump:
+    parts = sorted(parts, key=lambda r: r.part)
+    if any(r.train_dump for r in parts):
         return None
-    step = collected.step_from_payload if collected.step_from_payload is not None else unit.step
+    payload_step = parts[0].step_from_payload
+    step = payload_step if payload_step is not None else unit.step
     if step is None:
         raise UsageError(f"{inp.display}: cannot tell its step: no rollout_id key in the dump and no number in its name")
-    if (inp.split, step) in split_step_seen:
-        raise InvalidInputError(f"{inp.display}: step {step} ({inp.split}) is already given by another input")
-    split_step_seen.add((inp.split, step))
-    chunks = collected.chunks
+    line_offset = 0
+    for r in parts:
+        if r.kind == "line":
+            _shift_lines(r, line_offset)
+            line_offset += r.lines
+    chunks = [NormChunk(r.source, r.kind, r.numbers, r.id_state, r.explicit_id, r.group_index, r.valid) for r in parts]
     where = _locator(chunks)
+    bases = np.cumsum([0] + [r.records for r in parts])
     id_state, explicit, group_index, valid = _concat_summaries(chunks)
     n = len(id_state)
-    problems: list[tuple[int, Problem]] = []
-    base = 0
-    for c in chunks:
-        problems.extend((base + i, p) for i, p in c.problems)
-        base += len(c.numbers)
+    problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
     idr = assign_ids(id_state, explicit, group_index, opts.rollout_id_scope, where)
     problems.extend(idr.problems)
     problems.sort(key=lambda t: t[0])
@@ -269,8 +336,15 @@ def _process_unit(unit: Unit, opts: ConvertOptions, staging: output.Staging, pro
             rejects.append(rec)
     survivors = valid & ~rejected
     # the valid rows, in order; keep survivors
-    batches = [b for c in chunks for b in c.batches]
-    pre = pa.Table.from_batches(batches, schema=pre_schema(opts.keep_text)) if batches else pre_schema(opts.keep_text).empty_table()
+    schema = pre_schema(opts.keep_text)
+    tables = []
+    for k, r in enumerate(parts):
+        if r.stage_path:
+            t = pa.ipc.open_file(pa.memory_map(r.stage_path)).read_all()
+            if bases[k]:
+                t = t.set_column(0, "_pos", pc.add(t.column("_pos"), pa.scalar(int(bases[k]), pa.int64())))
+            tables.append(t)
+    pre = pa.concat_tables(tables) if tables else schema.empty_table()
     pos = pre.column("_pos").to_numpy()
     keep = survivors[pos]
     if not keep.all():
@@ -322,7 +396,7 @@ def _process_unit(unit: Unit, opts: ConvertOptions, staging: output.Staging, pro
     for r, rows in enumerate(plan.rows):
         rel = f"{top}/step-{step:06d}/shard-{r:05d}-of-{opts.shards:05d}.parquet"
         part = table.take(pa.array(rows)) if opts.shards > 1 else table
-        wf = write_parquet(part, staging.path(rel), compression=opts.compression, compression_level=opts.compression_level,
+        wf = write_parquet(part, _staged(staging_root, rel), compression=opts.compression, compression_level=opts.compression_level,
                            row_group_bytes=opts.row_group_bytes)
         info = {
             "path": rel,
@@ -330,14 +404,17 @@ def _process_unit(unit: Unit, opts: ConvertOptions, staging: output.Staging, pro
             "rollouts": int(len(np.unique(ids[rows]))) if len(rows) else 0,
             "tokens": plan.tokens[r],
             "bytes": wf.bytes,
-            "sha256": wf.sha256,
+            "blake3": wf.digest,
             "row_groups": wf.row_groups,
         }
         if opts.mmap:
             mrel = f"mmap/{top}/step-{step:06d}/shard-{r:05d}-of-{opts.shards:05d}.arrow"
-            mf = write_ipc(part, staging.path(mrel))
-            info["mmap"] = {"path": mrel, "bytes": mf.bytes, "sha256": mf.sha256}
+            mf = write_ipc(part, _staged(staging_root, mrel))
+            info["mmap"] = {"path": mrel, "bytes": mf.bytes, "blake3": mf.digest}
         shard_infos.append(info)
+    for r in parts:
+        if r.stage_path:
+            os.remove(r.stage_path)
     anomalies = [dict(a, step=step, split=inp.split) for a in idr.anomalies]
     return UnitResult(
         split=inp.split,
@@ -376,6 +453,194 @@ def plan_units(inputs: list[str], opts: ConvertOptions) -> tuple[list[Unit], lis
     return units, skipped, notes
 
 
+def _plan_parts(units: list[Unit], workers: int, staging_root: str) -> list[PartTask]:
+    """Split each unit into parts: plain JSONL files into byte ranges when workers are idle."""
+    from .readers.jsonl import split_ranges
+
+    spare = max(1, workers // max(1, len(units)))
+    tasks = []
+    for u, unit in enumerate(units):
+        inp = unit.input
+        ranges: list[tuple[int, int | None]] = [(0, None)]
+        if inp.format == "jsonl" and inp.path != "-" and not inp.path.endswith((".gz", ".zst")) and spare > 1:
+            ranges = list(split_ranges(inp.path, spare))
+        for k, (a, b) in enumerate(ranges):
+            tasks.append(PartTask(u, k, inp, a, b, _staged(staging_root, f"parts/u{u:05d}-p{k:04d}.arrow")))
+    return tasks
+
+
+def _fingerprint(path: str) -> dict:
+    return manifest_mod.file_fingerprint(path)
+
+
+def _run(engine, units, tasks, opts, budget, staging_root, fingerprints, notes, progress, on_done=None) -> list[UnitResult]:
+    """Schedule parse tasks, then each step's finish as soon as all its parts are in."""
+    parts_of: dict[int, int] = {}
+    for t in tasks:
+        parts_of[t.unit] = parts_of.get(t.unit, 0) + 1
+    pending: dict = {}
+    for t in tasks:
+        pending[engine.submit(parse_part, t, opts, budget)] = ("parse", t.unit)
+    for unit in units:
+        if unit.input.path != "-" and unit.input.path not in fingerprints:
+            pending[engine.submit(_fingerprint, unit.input.path)] = ("fingerprint", unit.input.path)
+    got: dict[int, list[PartResult]] = {}
+    finished: dict[int, UnitResult] = {}
+    total_rejected = 0
+    done_units = 0
+    while pending:
+        for h in engine.wait(list(pending)):
+            kind, key = pending.pop(h)
+            value = engine.result(h)
+            if kind == "fingerprint":
+                fingerprints[key] = value
+            elif kind == "parse":
+                if value.stopped:
+                    raise _ProblemLimit([p for _, p in value.problems])
+                got.setdefault(key, []).append(value)
+                if len(got[key]) == parts_of[key]:
+                    pending[engine.submit(finish_unit, units[key], got.pop(key), opts, staging_root)] = ("finish", key)
+            else:
+                done_units += 1
+                if progress:
+                    progress(units[key].input.display, done_units, len(units))
+                if value is None:
+                    notes.append(f"{units[key].input.display}: slime train-side dump (format_version key), skipped")
+                    continue
+                finished[key] = value
+                if on_done:
+                    on_done(value)
+                total_rejected += value.rejected
+                if opts.on_error == "skip" and opts.max_errors is not None and total_rejected > opts.max_errors:
+                    raise InvalidInputError(
+                        f"more than --max-errors {opts.max_errors} samples rejected ({total_rejected} so far); stopped, nothing written",
+                        [_reject_problem(r) for r in value.rejects[: opts.max_errors + 1]],
+                    )
+    return list(finished.values())
+
+
+def _reject_problem(r: dict) -> Problem:
+    kind = next((k for k in ("line", "row", "sample") if k in r), "file")
+    return Problem(Location(r["file"], kind, r.get(kind)), r.get("field"), r["reason"])
+
+
+def prev_fp(prev: dict, display: str) -> dict:
+    for i in prev.get("inputs", []):
+        if i["path"] == display:
+            return {k: i[k] for k in ("size", "mtime_ns", hashing.ALGORITHM) if k in i}
+    return {}
+
+
+def _result_to_dict(r: UnitResult) -> dict:
+    return dataclasses.asdict(r)
+
+
+def _result_from_dict(d: dict) -> UnitResult:
+    d = dict(d)
+    d["input"] = InputFile(**d["input"])
+    return UnitResult(**d)
+
+
+def _same_content(a: dict | None, b: dict | None) -> bool:
+    return bool(a and b) and a.get("size") == b.get("size") and a.get(hashing.ALGORITHM) == b.get(hashing.ALGORITHM)
+
+
+def _unit_files(res: UnitResult) -> list[str]:
+    files = []
+    for sh in res.shards:
+        files.append(sh["path"])
+        if "mmap" in sh:
+            files.append(sh["mmap"]["path"])
+    return files
+
+
+def _link_into_staging(out: str, staging_root: str, rels: list[str]) -> bool:
+    """Hard-link committed files into the staging tree (their bytes and inodes stay untouched)."""
+    for rel in rels:
+        src = os.path.join(out, rel)
+        if not os.path.exists(src):
+            return False
+    for rel in rels:
+        dst = _staged(staging_root, rel)
+        if os.path.exists(dst):
+            os.remove(dst)
+        os.link(os.path.join(out, rel), dst)
+    return True
+
+
+def _previous_results(out: str, prev: dict) -> dict[str, UnitResult]:
+    """The committed output's steps as UnitResults, keyed by input path."""
+    rejects_by: dict[tuple, list] = {}
+    rj = prev.get("rejects")
+    if rj:
+        with open(os.path.join(out, rj["path"]), "rb") as f:
+            for line in f:
+                if line.strip():
+                    r = orjson.loads(line)
+                    rejects_by.setdefault((r.get("split"), r.get("step")), []).append(r)
+    inputs = {i["path"]: i for i in prev.get("inputs", [])}
+    found = {}
+    for st in prev.get("steps", []):
+        key = (st["split"], st["step"])
+        i = inputs.get(st["input"], {})
+        inp = InputFile(st["input"], st["input"], i.get("format", "jsonl"), st["step"], st["split"], "manifest")
+        found[st["input"]] = UnitResult(
+            split=st["split"], step=st["step"], input=inp, samples=st["samples"], rows=st["rows"], rejected=st["rejected"],
+            rollouts=st["rollouts"], tokens=st["tokens"], shards=st["shards"], tokens_per_shard=st["tokens_per_shard"],
+            imbalance=st["imbalance"], rejects=rejects_by.get(key, []),
+            anomalies=[a for a in prev.get("anomalies", []) if (a.get("split"), a.get("step")) == key], warnings=[],
+        )
+    return found
+
+
+def _resume_plan(out: str, units: list[Unit], opts: ConvertOptions, staging_root: str, prev: dict | None,
+                 fingerprints: dict[str, dict], notes: list[str]) -> tuple[dict[int, UnitResult], list[UnitResult]]:
+    """Which units need no work: finished by an interrupted run, or unchanged since the last one.
+    Returns (reused per unit index, kept steps whose input is gone)."""
+    done_dir = os.path.join(staging_root, "done")
+    staged_done: dict[str, dict] = {}
+    if os.path.isdir(done_dir):
+        for name in sorted(os.listdir(done_dir)):
+            with open(os.path.join(done_dir, name), "rb") as f:
+                rec = orjson.loads(f.read())
+            staged_done[rec["result"]["input"]["display"]] = rec
+    committed = _previous_results(out, prev) if prev else {}
+    prev_inputs = {i["path"]: i for i in (prev or {}).get("inputs", [])}
+    reused: dict[int, UnitResult] = {}
+    for k, unit in enumerate(units):
+        d = unit.input.display
+        fp = fingerprints.get(unit.input.path)
+        rec = staged_done.get(d)
+        if rec and _same_content(rec["fingerprint"], fp):
+            res = _result_from_dict(rec["result"])
+            if all(os.path.exists(os.path.join(staging_root, rel)) for rel in _unit_files(res)):
+                reused[k] = res
+                continue
+        if d in committed and _same_content(prev_inputs.get(d), fp):
+            res = committed[d]
+            res.input = unit.input
+            if _link_into_staging(out, staging_root, _unit_files(res)):
+                reused[k] = res
+    current = {u.input.display for u in units}
+    kept = []
+    for d, res in committed.items():
+        if d not in current and _link_into_staging(out, staging_root, _unit_files(res)):
+            res.warnings = [f"{d}: input no longer given; step {res.step} ({res.split}) kept from the previous run"]
+            res.input.step_from = "missing"
+            kept.append(res)
+    return reused, kept
+
+
+def _record_done(staging_root: str, res: UnitResult, fingerprint: dict | None) -> None:
+    path = _staged(staging_root, f"done/{res.split}-{res.step:012d}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
             progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Convert dumps to OUT; returns the result summary (plain data). Raises RolloutCliError."""
@@ -385,49 +650,62 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     units, skipped, notes = plan_units(inputs, opts)
     if not units:
         raise UsageError("no input files found (expected .pt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet)")
-    staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume)
-    results: list[UnitResult] = []
-    seen: set = set()
-    budget = None
-    if opts.on_error == "fail":
-        budget = opts.max_errors if opts.max_errors else 20
-    total_rejected = 0
-    try:
-        for k, unit in enumerate(units):
-            if progress:
-                progress(unit.input.display, k, len(units))
-            res = _process_unit(unit, opts, staging, budget, seen)
-            if res is None:
-                notes.append(f"{unit.input.display}: slime train-side dump (format_version key), skipped")
-                continue
-            results.append(res)
-            total_rejected += res.rejected
-            if opts.on_error == "skip" and opts.max_errors is not None and total_rejected > opts.max_errors:
-                raise InvalidInputError(
-                    f"more than --max-errors {opts.max_errors} samples rejected ({total_rejected} so far); stopped, nothing written",
-                    [Problem(Location(r["file"], *([k for k in ("line", "row", "sample") if k in r] or ["file"])[:1], r.get("line", r.get("row", r.get("sample")))), r["field"], r["reason"]) for res_ in results for r in res_.rejects][: opts.max_errors + 1],
-                )
-        if progress:
-            progress("", len(units), len(units))
-    except _ProblemLimit as e:
-        problems = e.args[0]
-        shown = problems[:budget] if budget else problems
-        raise InvalidInputError(f"{len(shown)} invalid sample(s){' (first ' + str(budget) + ' shown)' if budget and len(problems) >= budget else ''}: {shown[0]}", shown) from None
+    opts_d = opts.conversion_options()
+    opts_d["reward_mode"] = "slime_compat" if opts.slime_compat else "group_index"
+    staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=opts_d)
+    prev = manifest_mod.read(out) if opts.resume and output.state(out) == "complete" else None
+    if prev is not None and prev.get("options") != opts_d:
+        changed = sorted(k for k in set(opts_d) | set(prev.get("options", {})) if opts_d.get(k) != prev.get("options", {}).get(k))
+        raise UsageError(f"--resume: conversion options differ from the existing output's ({', '.join(changed)}); use --overwrite to reconvert")
+    budget = (opts.max_errors or 20) if opts.on_error == "fail" else None
+    workers = opts.workers or os.cpu_count() or 1
+    fingerprints: dict[str, dict] = {}
+    reused: dict[int, UnitResult] = {}
+    kept: list[UnitResult] = []
+    if opts.resume:
+        for u in units:
+            if u.input.path != "-":
+                fingerprints[u.input.path] = _fingerprint(u.input.path)
+        reused, kept = _resume_plan(out, units, opts, staging.root, prev, fingerprints, notes)
+    todo = [k for k in range(len(units)) if k not in reused]
+    results: list[UnitResult] = list(reused.values()) + kept
+    if todo:
+        sub = [units[k] for k in todo]
+        tasks = _plan_parts(sub, workers, staging.root)
+        engine = make_engine(opts.engine, min(workers, max(len(tasks), len(sub))), opts.ray_address)
+        try:
+            new = _run(engine, sub, tasks, opts, budget, staging.root, fingerprints, notes, progress,
+                       on_done=lambda r: _record_done(staging.root, r, fingerprints.get(r.input.path)))
+        except _ProblemLimit as e:
+            problems = e.args[0]
+            shown = problems[:budget] if budget else problems
+            more = f" (first {budget} shown)" if budget and len(problems) >= budget else ""
+            raise InvalidInputError(f"{len(shown)} invalid sample(s){more}: {shown[0]}", shown) from None
+        finally:
+            engine.shutdown()
+        results += new
+    results.sort(key=lambda r: (r.split != "train", r.step))
+    seen: dict = {}
+    for r in results:
+        if (r.split, r.step) in seen:
+            raise InvalidInputError(f"two inputs give {r.split} step {r.step}: {seen[(r.split, r.step)]} and {r.input.display}")
+        seen[(r.split, r.step)] = r.input.display
+    for r in results:
+        if r.input.path != "-" and r.input.path not in fingerprints and os.path.exists(r.input.path):
+            fingerprints[r.input.path] = _fingerprint(r.input.path)
     rejects_info = None
     all_rejects = [r for res in results for r in res.rejects]
     if all_rejects:
-        import hashlib
-
         path = staging.path("rejects.jsonl")
         data = b"".join(orjson.dumps(r) + b"\n" for r in all_rejects)
         with open(path, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        rejects_info = {"path": "rejects.jsonl", "count": len(all_rejects), "sha256": hashlib.sha256(data).hexdigest()}
+        rejects_info = {"path": "rejects.jsonl", "count": len(all_rejects), "blake3": hashing.bytes_digest(data)}
     inputs_info = []
     for res in results:
-        fp = manifest_mod.file_fingerprint(res.input.path) if res.input.path != "-" else {}
+        fp = fingerprints.get(res.input.path) or (prev_fp(prev, res.input.display) if prev else {})
         inputs_info.append(dict({"path": res.input.display, "format": res.input.format, "split": res.split, "step": res.step,
                                  "samples": res.samples}, **fp))
     steps_info = [
@@ -443,6 +721,7 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
             "tokens_per_shard": res.tokens_per_shard,
             "imbalance": res.imbalance,
             "shards": res.shards,
+            **({"input_missing": True} if res.input.step_from == "missing" else {}),
         }
         for res in results
     ]
@@ -455,8 +734,6 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     }
     anomalies = [a for r in results for a in r.anomalies]
     warnings = [w for r in results for w in r.warnings]
-    opts_d = opts.conversion_options()
-    opts_d["reward_mode"] = "slime_compat" if opts.slime_compat else "group_index"
     m = manifest_mod.build(
         options=opts_d,
         inputs=inputs_info,

@@ -75,6 +75,9 @@ class InvalidInputError(RolloutCliError):
         super().__init__(message)
         self.problems = list(problems or [])
 
+    def __reduce__(self):  # keep the problems when crossing process boundaries
+        return (type(self), (str(self), self.problems))
+
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         d["problems"] = [p.to_dict() for p in self.problems]
@@ -87,6 +90,9 @@ class IntegrityError(RolloutCliError):
     def __init__(self, message: str, failures: list[dict[str, Any]] | None = None):
         super().__init__(message)
         self.failures = list(failures or [])
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.failures))
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()

@@ -1,11 +1,10 @@
 """The manifest: what a run wrote, with checksums; the commit marker of an output directory."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
-from . import __version__
+from . import __version__, hashing
 from .errors import IntegrityError
 from .schema import SCHEMA_VERSION
 
@@ -13,16 +12,9 @@ FORMAT = "rollout-cli/train-data"
 
 
 def file_fingerprint(path: str) -> dict:
-    """Size, mtime and sha256 of an input file."""
+    """Size, mtime and BLAKE3 digest of an input file."""
     st = os.stat(path)
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(8 << 20)
-            if not block:
-                break
-            h.update(block)
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": h.hexdigest()}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, hashing.ALGORITHM: hashing.file_digest(path)}
 
 
 def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict, rejects: dict | None,

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 
-from .errors import OutputExistsError
+from .errors import OutputExistsError, UsageError
 
 MANIFEST = "manifest.json"
 STAGING = ".staging"
@@ -68,10 +68,24 @@ class Staging:
         os.makedirs(os.path.dirname(p), exist_ok=True)
         return p
 
-    def start(self) -> None:
-        if os.path.exists(self.root):
+    def start(self, options: dict, keep: bool = False) -> None:
+        """Open the staging area; with keep (--resume), an interrupted run's finished steps stay
+        if it used the same options."""
+        opt_path = os.path.join(self.root, "options.json")
+        if keep and os.path.exists(opt_path):
+            with open(opt_path) as f:
+                before = json.load(f)
+            if before != options:
+                changed = sorted(k for k in set(before) | set(options) if before.get(k) != options.get(k))
+                raise UsageError(
+                    f"--resume: conversion options differ from the interrupted run's ({', '.join(changed)}); use --overwrite to start over"
+                )
+        elif os.path.exists(self.root):
             shutil.rmtree(self.root)
-        os.makedirs(self.root)
+        if os.path.exists(os.path.join(self.root, "parts")):
+            shutil.rmtree(os.path.join(self.root, "parts"))
+        os.makedirs(self.root, exist_ok=True)
+        write_json_atomic(opt_path, options)
 
     def commit(self, manifest: dict) -> None:
         """Move staged entries into OUT and write the manifest last (roll-forward safe)."""
@@ -110,7 +124,7 @@ def finish_commit(out: str) -> bool:
     return True
 
 
-def prepare(out: str, *, overwrite: bool = False, resume: bool = False) -> Staging:
+def prepare(out: str, *, overwrite: bool = False, resume: bool = False, options: dict | None = None) -> Staging:
     """Check OUT may be written and open a fresh staging area."""
     st = state(out)
     if st == "foreign":
@@ -118,9 +132,9 @@ def prepare(out: str, *, overwrite: bool = False, resume: bool = False) -> Stagi
     if st in ("complete", "interrupted") and not (overwrite or resume):
         what = "holds a converted dataset (manifest.json)" if st == "complete" else "holds an interrupted run"
         raise OutputExistsError(f"{out}: {what}; pass --overwrite to replace it or --resume to continue it")
-    if resume and finish_commit(out):
-        pass
+    if resume:
+        finish_commit(out)
     os.makedirs(out, exist_ok=True)
     staging = Staging(out)
-    staging.start()
+    staging.start(options or {}, keep=resume)
     return staging

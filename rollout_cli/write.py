@@ -2,7 +2,6 @@
 bytes as they are written, fsynced, into the staging area."""
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 
@@ -11,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from . import hashing
 from .schema import DICTIONARY_COLUMNS, LIST_COLUMNS
 
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
@@ -22,13 +22,13 @@ class _HashingFile:
 
     def __init__(self, path: str):
         self._f = open(path, "wb")
-        self.sha = hashlib.sha256()
+        self.hasher = hashing.new()
         self.size = 0
         self.closed = False
 
     def write(self, data) -> int:
         mv = memoryview(data)
-        self.sha.update(mv)
+        self.hasher.update(mv)
         self.size += mv.nbytes
         return self._f.write(mv)
 
@@ -58,7 +58,7 @@ class _HashingFile:
 @dataclass
 class WrittenFile:
     bytes: int
-    sha256: str
+    digest: str
     row_groups: int
 
 
@@ -94,7 +94,7 @@ def row_group_bounds(table: pa.Table, row_group_bytes: int) -> list[tuple[int, i
 
 def write_parquet(table: pa.Table, path: str, *, compression: str = "zstd", compression_level: int | None = 1,
                   row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES) -> WrittenFile:
-    """Write `table` to `path` deterministically; return its size, sha256 and row-group count."""
+    """Write `table` to `path` deterministically; return its size, digest and row-group count."""
     names = table.column_names
     codec = "none" if compression == "none" else compression
     level = compression_level if compression == "zstd" else None
@@ -114,7 +114,7 @@ def write_parquet(table: pa.Table, path: str, *, compression: str = "zstd", comp
         writer.close()
     finally:
         sink.close()
-    return WrittenFile(sink.size, sink.sha.hexdigest(), len(bounds))
+    return WrittenFile(sink.size, sink.hasher.hexdigest(), len(bounds))
 
 
 def write_ipc(table: pa.Table, path: str) -> WrittenFile:
@@ -125,4 +125,4 @@ def write_ipc(table: pa.Table, path: str) -> WrittenFile:
             w.write_table(table.combine_chunks() if table.num_rows else table)
     finally:
         sink.close()
-    return WrittenFile(sink.size, sink.sha.hexdigest(), 1)
+    return WrittenFile(sink.size, sink.hasher.hexdigest(), 1)

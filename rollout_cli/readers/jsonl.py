@@ -55,11 +55,13 @@ def read_jsonl(
     end: int | None = None,
     first_line: int = 1,
     chunk_records: int = CHUNK_RECORDS,
+    stats: dict | None = None,
 ) -> Iterator[RawChunk]:
     """Parse `path` (or its newline-aligned byte range [start, end)) into chunks of records.
 
     Blank lines are skipped; a line that is not a JSON object becomes a record of None with
-    its problem, so the caller can count and report it.
+    its problem, so the caller can count and report it. `stats["lines"]` gets the number of
+    lines consumed.
     """
     display = display or path
     try:
@@ -97,6 +99,8 @@ def read_jsonl(
                 numbers, records, problems = [], [], {}
         if records:
             yield RawChunk(display, "line", numbers, records, problems)
+        if stats is not None:
+            stats["lines"] = line_no - first_line + 1
     except (OSError, EOFError, ValueError) as e:
         # gzip/zstd raise these for corrupt or truncated streams.
         if isinstance(e, orjson.JSONDecodeError):
