@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "convert", "ConvertOptions", "open_dataset", "PackedBatch"]
+__all__ = ["__version__", "convert", "ConvertOptions", "open_dataset", "PackedBatch", "RankDataset"]
 
 
 def __getattr__(name: str):
@@ -13,7 +13,7 @@ def __getattr__(name: str):
         from . import convert as _c
 
         return getattr(_c, name)
-    if name in ("open_dataset", "PackedBatch"):
+    if name in ("open_dataset", "PackedBatch", "RankDataset"):
         from . import load as _l
 
         return getattr(_l, name)

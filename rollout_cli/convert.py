@@ -17,14 +17,13 @@ from . import manifest as manifest_mod
 from . import output
 from .errors import InvalidInputError, Location, Problem, UsageError
 from .engines import make_engine
-from .fields import rollout_mask_sums
-from .ids import SCOPES, assign_ids
+from .ids import SCOPES
 from .inputs import InputFile, discover, parse_steps
 from .normalize import NormChunk, normalize_chunk, pre_schema
 from .plan import plan_shards
-from .readers.base import RawChunk
-from .rewards import group_keys, normalize_rewards, slime_compat_rewards
+from .readers import read_input
 from .schema import ADVANTAGE_ESTIMATORS, train_schema
+from .step import StepProblems, compute_step
 from .write import COMPRESSIONS, DEFAULT_ROW_GROUP_BYTES, write_ipc, write_parquet
 
 
@@ -154,30 +153,6 @@ class UnitResult:
     warnings: list[str]
 
 
-class _ProblemLimit(Exception):
-    """Invalid samples under --on-error fail: carries the problems to report."""
-
-
-def _raw_chunks(task: PartTask, opts: ConvertOptions, payload: dict) -> Iterator[RawChunk]:
-    inp = task.input
-    if inp.format == "jsonl":
-        from .readers.jsonl import read_jsonl
-
-        yield from read_jsonl(inp.path, inp.display, start=task.start, end=task.end, stats=payload)
-    elif inp.format == "parquet":
-        from .readers.parquet import read_parquet
-
-        yield from read_parquet(inp.path, inp.display)
-    else:
-        from .readers.slime_pt import read_pt
-
-        dump = read_pt(inp.path, inp.display, opts.trust_pickle)
-        payload["step"] = dump.step
-        payload["train_dump"] = dump.train_dump
-        if dump.chunk is not None:
-            yield dump.chunk
-
-
 def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None) -> PartResult:
     """Stages 1-2 for one part: read, validate, stage the valid rows as Arrow IPC."""
     payload: dict = {}
@@ -185,7 +160,7 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
     writer = None
     sink = None
     try:
-        for raw in _raw_chunks(task, opts, payload):
+        for raw in read_input(task.input, trust_pickle=opts.trust_pickle, payload=payload, start=task.start, end=task.end):
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text)
             res.records += len(raw)
             res.kind = nc.kind
@@ -280,16 +255,28 @@ def _group_units(group_index: list, ids: np.ndarray) -> np.ndarray:
     return np.fromiter((labels.setdefault(find(("r", r)), len(labels)) for r in ids.tolist()), dtype=np.int64, count=len(ids))
 
 
-def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, staging_root: str) -> UnitResult | None:
-    """Stages 3-6 for one step: ids, rejects, rewards and fields, shard plan, shard files."""
+def _drop_parts(parts: list[PartResult]) -> None:
+    for r in parts:
+        if r.stage_path and os.path.exists(r.stage_path):
+            os.remove(r.stage_path)
+
+
+def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, staging_root: str) -> UnitResult | str:
+    """Stages 3-6 for one step: ids, rejects, rewards and fields, shard plan, shard files.
+    Returns a note instead when the input turns out to hold nothing to convert."""
     inp = unit.input
     parts = sorted(parts, key=lambda r: r.part)
     if any(r.train_dump for r in parts):
-        return None
+        _drop_parts(parts)
+        return f"{inp.display}: slime train-side dump (format_version key), skipped"
     payload_step = parts[0].step_from_payload
     step = payload_step if payload_step is not None else unit.step
     if step is None:
         raise UsageError(f"{inp.display}: cannot tell its step: no rollout_id key in the dump and no number in its name")
+    lo, hi = parse_steps(opts.steps)
+    if (lo is not None and step < lo) or (hi is not None and step > hi):
+        _drop_parts(parts)
+        return f"{inp.display}: step {step} is outside --steps {opts.steps}, skipped"
     line_offset = 0
     for r in parts:
         if r.kind == "line":
@@ -301,41 +288,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     id_state, explicit, group_index, valid = _concat_summaries(chunks)
     n = len(id_state)
     problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
-    idr = assign_ids(id_state, explicit, group_index, opts.rollout_id_scope, where)
-    problems.extend(idr.problems)
-    problems.sort(key=lambda t: t[0])
-    if problems and opts.on_error == "fail":
-        raise _ProblemLimit([p for _, p in problems])
-    # a rejected sample rejects its whole rollout
-    rejected = np.zeros(n, dtype=bool)
-    reason: dict[int, Problem] = {}
-    for i, p in problems:
-        if i not in reason:
-            reason[i] = p
-        rejected[i] = True
-    bad_ids = np.unique(idr.ids[rejected & idr.assigned])
-    if len(bad_ids):
-        rejected |= idr.assigned & np.isin(idr.ids, bad_ids)
-    rejects: list[dict] = []
-    if rejected.any():
-        first_by_id: dict[int, int] = {}
-        for i, _ in problems:
-            if idr.assigned[i]:
-                first_by_id.setdefault(int(idr.ids[i]), i)
-        for i in np.flatnonzero(rejected).tolist():
-            rec = where(i).to_dict()
-            rec["split"], rec["step"] = inp.split, step
-            if i in reason:
-                rec["field"], rec["reason"] = reason[i].field, reason[i].message
-            else:
-                j = first_by_id[int(idr.ids[i])]
-                rec["field"] = None
-                rec["reason"] = f"sibling of rejected sample {where(j)} (rollout {int(idr.ids[i])}): {reason[j].field}: {reason[j].message}"
-            if idr.assigned[i]:
-                rec["rollout_id"] = int(idr.ids[i])
-            rejects.append(rec)
-    survivors = valid & ~rejected
-    # the valid rows, in order; keep survivors
+    # the valid rows, in order
     schema = pre_schema(opts.keep_text)
     tables = []
     for k, r in enumerate(parts):
@@ -345,44 +298,18 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
                 t = t.set_column(0, "_pos", pc.add(t.column("_pos"), pa.scalar(int(bases[k]), pa.int64())))
             tables.append(t)
     pre = pa.concat_tables(tables) if tables else schema.empty_table()
+    sf = compute_step(
+        id_state=id_state, explicit=explicit, group_index=group_index, problems=problems, where=where,
+        row_pos=pre.column("_pos").to_numpy(), reward_values=pre.column("_reward_value").to_numpy(),
+        mask_totals=pre.column("_mask_total").to_numpy(), split=inp.split, step=step, opts=opts,
+        fail=opts.on_error == "fail",
+    )
+    if not sf.keep.all():
+        pre = pre.filter(pa.array(sf.keep))
     pos = pre.column("_pos").to_numpy()
-    keep = survivors[pos]
-    if not keep.all():
-        pre = pre.filter(pa.array(keep))
-        pos = pos[keep]
-    ids = idr.ids[pos]
-    values = pre.column("_reward_value").to_numpy()
+    ids = sf.ids[pos]
     gi = [group_index[p] for p in pos.tolist()]
-    if inp.split == "eval":
-        rewards = values.astype(np.float32)
-    elif opts.slime_compat:
-        rewards = slime_compat_rewards(
-            values,
-            advantage_estimator=opts.advantage_estimator,
-            rewards_normalization=opts.rewards_normalization,
-            grpo_std_normalization=opts.grpo_std_normalization,
-            n_samples_per_prompt=opts.n_samples_per_prompt or 1,
-            rollout_batch_size=opts.rollout_batch_size or 0,
-        )
-    else:
-        try:
-            keys = group_keys(gi, opts.n_samples_per_prompt)
-        except ValueError:
-            k = next(i for i, g in enumerate(gi) if g is None)
-            raise InvalidInputError(
-                f"{where(int(pos[k]))}: group_index: missing, so prompt groups are unknown; "
-                "pass --n-samples-per-prompt N to group consecutive samples"
-            ) from None
-        rewards = normalize_rewards(
-            values,
-            keys,
-            advantage_estimator=opts.advantage_estimator,
-            rewards_normalization=opts.rewards_normalization,
-            grpo_std_normalization=opts.grpo_std_normalization,
-            n_samples_per_prompt=opts.n_samples_per_prompt,
-        )
-    mask_totals = pre.column("_mask_total").to_numpy()
-    sums = rollout_mask_sums(ids, mask_totals)
+    rewards, sums, rejects = sf.rewards, sf.mask_sums, sf.rejects
     table = _final_table(pre, step, ids, rewards, sums, opts.keep_text)
     # plan and write
     tokens_per_row = pre.column("total_length").to_numpy().astype(np.int64)
@@ -412,10 +339,8 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
             mf = write_ipc(part, _staged(staging_root, mrel))
             info["mmap"] = {"path": mrel, "bytes": mf.bytes, "blake3": mf.digest}
         shard_infos.append(info)
-    for r in parts:
-        if r.stage_path:
-            os.remove(r.stage_path)
-    anomalies = [dict(a, step=step, split=inp.split) for a in idr.anomalies]
+    _drop_parts(parts)
+    anomalies = sf.anomalies
     return UnitResult(
         split=inp.split,
         step=step,
@@ -434,14 +359,15 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     )
 
 
-def plan_units(inputs: list[str], opts: ConvertOptions) -> tuple[list[Unit], list[str], list[str]]:
+def plan_units(inputs: list[str], opts: ConvertOptions, out: str | None = None) -> tuple[list[Unit], list[str], list[str]]:
     """Discover inputs, select --steps, order by (split, step), refuse duplicate steps."""
-    files, skipped, notes = discover(inputs, opts.step)
+    files, skipped, notes = discover(inputs, opts.step, exclude=out)
     lo, hi = parse_steps(opts.steps)
     units = []
     seen: dict[tuple, str] = {}
     for f in files:
-        if f.step is not None:
+        if f.step is not None and not (f.format == "pt" and f.step_from == "name"):
+            # a .pt dump's own step key decides; such units are filtered once read
             if (lo is not None and f.step < lo) or (hi is not None and f.step > hi):
                 continue
             key = (f.split, f.step)
@@ -496,7 +422,7 @@ def _run(engine, units, tasks, opts, budget, staging_root, fingerprints, notes, 
                 fingerprints[key] = value
             elif kind == "parse":
                 if value.stopped:
-                    raise _ProblemLimit([p for _, p in value.problems])
+                    raise StepProblems([p for _, p in value.problems])
                 got.setdefault(key, []).append(value)
                 if len(got[key]) == parts_of[key]:
                     pending[engine.submit(finish_unit, units[key], got.pop(key), opts, staging_root)] = ("finish", key)
@@ -504,8 +430,8 @@ def _run(engine, units, tasks, opts, budget, staging_root, fingerprints, notes, 
                 done_units += 1
                 if progress:
                     progress(units[key].input.display, done_units, len(units))
-                if value is None:
-                    notes.append(f"{units[key].input.display}: slime train-side dump (format_version key), skipped")
+                if isinstance(value, str):
+                    notes.append(value)
                     continue
                 finished[key] = value
                 if on_done:
@@ -647,103 +573,109 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     opts = options or ConvertOptions()
     opts.check()
     t0 = time.time()
-    units, skipped, notes = plan_units(inputs, opts)
+    units, skipped, notes = plan_units(inputs, opts, out)
     if not units:
         raise UsageError("no input files found (expected .pt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet)")
     opts_d = opts.conversion_options()
     opts_d["reward_mode"] = "slime_compat" if opts.slime_compat else "group_index"
+    created = not os.path.exists(out)
     staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=opts_d)
-    prev = manifest_mod.read(out) if opts.resume and output.state(out) == "complete" else None
-    if prev is not None and prev.get("options") != opts_d:
-        changed = sorted(k for k in set(opts_d) | set(prev.get("options", {})) if opts_d.get(k) != prev.get("options", {}).get(k))
-        raise UsageError(f"--resume: conversion options differ from the existing output's ({', '.join(changed)}); use --overwrite to reconvert")
-    budget = (opts.max_errors or 20) if opts.on_error == "fail" else None
-    workers = opts.workers or os.cpu_count() or 1
-    fingerprints: dict[str, dict] = {}
-    reused: dict[int, UnitResult] = {}
-    kept: list[UnitResult] = []
-    if opts.resume:
-        for u in units:
-            if u.input.path != "-":
-                fingerprints[u.input.path] = _fingerprint(u.input.path)
-        reused, kept = _resume_plan(out, units, opts, staging.root, prev, fingerprints, notes)
-    todo = [k for k in range(len(units)) if k not in reused]
-    results: list[UnitResult] = list(reused.values()) + kept
-    if todo:
-        sub = [units[k] for k in todo]
-        tasks = _plan_parts(sub, workers, staging.root)
-        engine = make_engine(opts.engine, min(workers, max(len(tasks), len(sub))), opts.ray_address)
-        try:
-            new = _run(engine, sub, tasks, opts, budget, staging.root, fingerprints, notes, progress,
-                       on_done=lambda r: _record_done(staging.root, r, fingerprints.get(r.input.path)))
-        except _ProblemLimit as e:
-            problems = e.args[0]
-            shown = problems[:budget] if budget else problems
-            more = f" (first {budget} shown)" if budget and len(problems) >= budget else ""
-            raise InvalidInputError(f"{len(shown)} invalid sample(s){more}: {shown[0]}", shown) from None
-        finally:
-            engine.shutdown()
-        results += new
-    results.sort(key=lambda r: (r.split != "train", r.step))
-    seen: dict = {}
-    for r in results:
-        if (r.split, r.step) in seen:
-            raise InvalidInputError(f"two inputs give {r.split} step {r.step}: {seen[(r.split, r.step)]} and {r.input.display}")
-        seen[(r.split, r.step)] = r.input.display
-    for r in results:
-        if r.input.path != "-" and r.input.path not in fingerprints and os.path.exists(r.input.path):
-            fingerprints[r.input.path] = _fingerprint(r.input.path)
-    rejects_info = None
-    all_rejects = [r for res in results for r in res.rejects]
-    if all_rejects:
-        path = staging.path("rejects.jsonl")
-        data = b"".join(orjson.dumps(r) + b"\n" for r in all_rejects)
-        with open(path, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        rejects_info = {"path": "rejects.jsonl", "count": len(all_rejects), "blake3": hashing.bytes_digest(data)}
-    inputs_info = []
-    for res in results:
-        fp = fingerprints.get(res.input.path) or (prev_fp(prev, res.input.display) if prev else {})
-        inputs_info.append(dict({"path": res.input.display, "format": res.input.format, "split": res.split, "step": res.step,
-                                 "samples": res.samples}, **fp))
-    steps_info = [
-        {
-            "split": res.split,
-            "step": res.step,
-            "input": res.input.display,
-            "samples": res.samples,
-            "rows": res.rows,
-            "rejected": res.rejected,
-            "rollouts": res.rollouts,
-            "tokens": res.tokens,
-            "tokens_per_shard": res.tokens_per_shard,
-            "imbalance": res.imbalance,
-            "shards": res.shards,
-            **({"input_missing": True} if res.input.step_from == "missing" else {}),
+    try:
+        prev = manifest_mod.read(out) if opts.resume and output.state(out) == "complete" else None
+        if prev is not None and prev.get("options") != opts_d:
+            changed = sorted(k for k in set(opts_d) | set(prev.get("options", {})) if opts_d.get(k) != prev.get("options", {}).get(k))
+            raise UsageError(f"--resume: conversion options differ from the existing output's ({', '.join(changed)}); use --overwrite to reconvert")
+        budget = (opts.max_errors or 20) if opts.on_error == "fail" else None
+        workers = opts.workers or os.cpu_count() or 1
+        fingerprints: dict[str, dict] = {}
+        reused: dict[int, UnitResult] = {}
+        kept: list[UnitResult] = []
+        if opts.resume:
+            for u in units:
+                if u.input.path != "-":
+                    fingerprints[u.input.path] = _fingerprint(u.input.path)
+            reused, kept = _resume_plan(out, units, opts, staging.root, prev, fingerprints, notes)
+        todo = [k for k in range(len(units)) if k not in reused]
+        results: list[UnitResult] = list(reused.values()) + kept
+        if todo:
+            sub = [units[k] for k in todo]
+            tasks = _plan_parts(sub, workers, staging.root)
+            engine = make_engine(opts.engine, min(workers, max(len(tasks), len(sub))), opts.ray_address)
+            try:
+                new = _run(engine, sub, tasks, opts, budget, staging.root, fingerprints, notes, progress,
+                           on_done=lambda r: _record_done(staging.root, r, fingerprints.get(r.input.path)))
+            except StepProblems as e:
+                problems = e.args[0]
+                shown = problems[:budget] if budget else problems
+                more = f" (first {budget} shown)" if budget and len(problems) >= budget else ""
+                raise InvalidInputError(f"{len(shown)} invalid sample(s){more}: {shown[0]}", shown) from None
+            finally:
+                engine.shutdown()
+            results += new
+        results.sort(key=lambda r: (r.split != "train", r.step))
+        seen: dict = {}
+        for r in results:
+            if (r.split, r.step) in seen:
+                raise InvalidInputError(f"two inputs give {r.split} step {r.step}: {seen[(r.split, r.step)]} and {r.input.display}")
+            seen[(r.split, r.step)] = r.input.display
+        for r in results:
+            if r.input.path != "-" and r.input.path not in fingerprints and os.path.exists(r.input.path):
+                fingerprints[r.input.path] = _fingerprint(r.input.path)
+        rejects_info = None
+        all_rejects = [r for res in results for r in res.rejects]
+        if all_rejects:
+            path = staging.path("rejects.jsonl")
+            data = b"".join(orjson.dumps(r) + b"\n" for r in all_rejects)
+            with open(path, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            rejects_info = {"path": "rejects.jsonl", "count": len(all_rejects), "blake3": hashing.bytes_digest(data)}
+        inputs_info = []
+        for res in results:
+            fp = fingerprints.get(res.input.path) or (prev_fp(prev, res.input.display) if prev else {})
+            inputs_info.append(dict({"path": res.input.display, "format": res.input.format, "split": res.split, "step": res.step,
+                                     "samples": res.samples}, **fp))
+        steps_info = [
+            {
+                "split": res.split,
+                "step": res.step,
+                "input": res.input.display,
+                "samples": res.samples,
+                "rows": res.rows,
+                "rejected": res.rejected,
+                "rollouts": res.rollouts,
+                "tokens": res.tokens,
+                "tokens_per_shard": res.tokens_per_shard,
+                "imbalance": res.imbalance,
+                "shards": res.shards,
+                **({"input_missing": True} if res.input.step_from == "missing" else {}),
+            }
+            for res in results
+        ]
+        counts = {
+            "input_samples": sum(r.samples for r in results),
+            "rows": sum(r.rows for r in results),
+            "rejected": sum(r.rejected for r in results),
+            "steps": sum(1 for r in results if r.split == "train"),
+            "eval_steps": sum(1 for r in results if r.split == "eval"),
         }
-        for res in results
-    ]
-    counts = {
-        "input_samples": sum(r.samples for r in results),
-        "rows": sum(r.rows for r in results),
-        "rejected": sum(r.rejected for r in results),
-        "steps": sum(1 for r in results if r.split == "train"),
-        "eval_steps": sum(1 for r in results if r.split == "eval"),
-    }
-    anomalies = [a for r in results for a in r.anomalies]
-    warnings = [w for r in results for w in r.warnings]
-    m = manifest_mod.build(
-        options=opts_d,
-        inputs=inputs_info,
-        steps=steps_info,
-        counts=counts,
-        rejects=rejects_info,
-        anomalies=anomalies,
-        volatile={"created_unix": round(t0, 3), "seconds": round(time.time() - t0, 3)},
-    )
-    staging.commit(m)
+        anomalies = [a for r in results for a in r.anomalies]
+        warnings = [w for r in results for w in r.warnings]
+        m = manifest_mod.build(
+            options=opts_d,
+            inputs=inputs_info,
+            steps=steps_info,
+            counts=counts,
+            rejects=rejects_info,
+            anomalies=anomalies,
+            volatile={"created_unix": round(t0, 3), "seconds": round(time.time() - t0, 3)},
+        )
+        staging.commit(m)
+    except BaseException:
+        # a failed run leaves OUT as it was (a killed one leaves its staging, for --resume)
+        staging.abandon(keep=opts.resume, remove_out=created)
+        raise
     return {
         "out": out,
         "counts": counts,

@@ -76,8 +76,15 @@ def is_train_side_dump(path: str) -> bool:
     return "train_data" in os.path.normpath(path).split(os.sep)
 
 
-def discover(paths: list[str], step: int | None = None) -> tuple[list[InputFile], list[str], list[str]]:
-    """Resolve inputs to files; returns (inputs, skipped non-input files, notes)."""
+def _is_output_dir(path: str) -> bool:
+    """A rollout-cli output folder (complete or interrupted): never read back as input."""
+    return os.path.isfile(os.path.join(path, "manifest.json")) or os.path.isdir(os.path.join(path, ".staging"))
+
+
+def discover(paths: list[str], step: int | None = None, exclude: str | None = None) -> tuple[list[InputFile], list[str], list[str]]:
+    """Resolve inputs to files; returns (inputs, skipped non-input files, notes). Folders that
+    are rollout-cli outputs (and `exclude`, the output being written) are not searched."""
+    excluded = os.path.realpath(exclude) if exclude else None
     files: list[tuple[str, str]] = []
     skipped: list[str] = []
     notes: list[str] = []
@@ -86,6 +93,10 @@ def discover(paths: list[str], step: int | None = None) -> tuple[list[InputFile]
             files.append(("-", "<stdin>"))
         elif os.path.isdir(p):
             for root, dirs, names in os.walk(p):
+                if os.path.realpath(root) == excluded or _is_output_dir(root):
+                    notes.append(f"{root}: a rollout-cli output folder, not read as input")
+                    dirs[:] = []
+                    continue
                 dirs.sort()
                 for name in sorted(names):
                     full = os.path.join(root, name)

@@ -14,7 +14,7 @@ into them never reaches the file.
 
 Fallback: when the IPC copy is absent, the Parquet shard is read with
 `pq.read_table(memory_map=True)`: every column is decoded (and decompressed) into fresh memory,
-which runs at about 0.1x memcpy speed (0.7-1 GB/s of list payload here), plus one concatenation
+which runs at about 0.1x memcpy speed (0.6-1 GB/s of list payload on a 2-vCPU machine), plus one concatenation
 when the shard has several row groups.  The tensors are then views of that decoded Arrow memory.
 
 Nothing here loops in Python over tokens (or over samples, except to build the Python lists of
@@ -36,6 +36,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from . import manifest as manifest_mod
 from .errors import IntegrityError, UsageError
+from .schema import train_schema
 
 __all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "SPLITS"]
 
@@ -43,32 +44,14 @@ __all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "SPLITS"]
 SPLITS = {"train": "data", "eval": "eval"}
 SOURCES = ("auto", "arrow", "parquet")
 
-# The columns the loader reads, with the Arrow type it expects.
-_LIST_I32 = pa.list_(pa.int32())
-_LIST_F32 = pa.list_(pa.float32())
-_COLUMNS: dict[str, pa.DataType] = {
-    "step": pa.int64(),
-    "rollout_id": pa.int64(),
-    "sample_index": pa.int64(),
-    "group_index": pa.int64(),
-    "tokens": _LIST_I32,
-    "response_length": pa.int32(),
-    "total_length": pa.int32(),
-    "loss_mask": pa.list_(pa.uint8()),
-    "reward": pa.float32(),
-    "raw_reward": pa.float64(),
-    "truncated": pa.bool_(),
-    "rollout_mask_sum": pa.int64(),
-    "rollout_log_probs": _LIST_F32,
-    "teacher_log_probs": _LIST_F32,
-    "round_number": pa.int64(),
-    "source_name": pa.string(),
-}
-# Columns that must have no nulls.
-_REQUIRED = ("step", "rollout_id", "tokens", "response_length", "total_length", "loss_mask", "reward",
-             "raw_reward", "truncated", "rollout_mask_sum")
+# The columns the loader reads; their Arrow types come from the train-row schema.
+_NEEDED = ("step", "rollout_id", "sample_index", "group_index", "tokens", "response_length", "total_length",
+           "loss_mask", "reward", "raw_reward", "truncated", "rollout_mask_sum", "rollout_log_probs",
+           "teacher_log_probs", "round_number", "source_name")
+_COLUMNS: dict[str, pa.DataType] = {f.name: f.type for f in train_schema() if f.name in _NEEDED}
+assert len(_COLUMNS) == len(_NEEDED), "the train-row schema lost a column the loader reads"
 
-# manifest digest key -> hasher factory (the manifest names the algorithm by its key)
+
 def _blake3():
     try:
         from . import hashing
@@ -82,6 +65,7 @@ def _blake3():
     return blake3()
 
 
+# manifest digest key -> hasher factory (the manifest names the algorithm by its key)
 _DIGESTS = {"blake3": _blake3, "sha256": hashlib.sha256}
 _STAGING_ALIGN = 64
 
@@ -91,7 +75,7 @@ _STAGING_ALIGN = 64
 # ------------------------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class PackedBatch:
     """One shard of one step, packed: flat token and response streams plus per-sample arrays.
 
@@ -133,6 +117,12 @@ class PackedBatch:
     # the single pinned buffer every tensor is a view of, after pin_memory() (not public)
     _staging: torch.Tensor | None = field(default=None, repr=False)
 
+    def __repr__(self) -> str:
+        opt = [k for k in ("rollout_log_probs", "teacher_log_probs", "round_numbers") if getattr(self, k) is not None]
+        return (f"PackedBatch(split={self.split!r}, step={self.step}, shard={self.shard}, samples={self.num_samples}, "
+                f"tokens={self.num_tokens}, response_tokens={int(self.loss_mask.numel())}, device={self.device}, "
+                f"pinned={self._staging is not None}, optional={opt})")
+
     # -- shape ------------------------------------------------------------------------------
     @property
     def num_samples(self) -> int:
@@ -166,10 +156,6 @@ class PackedBatch:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
 
-    def is_pinned(self) -> bool:
-        ts = self.tensors().values()
-        return all(t.device.type == "cpu" and t.is_pinned() for t in ts)
-
     # -- moving -----------------------------------------------------------------------------
     def pin_memory(self) -> "PackedBatch":
         """A copy whose tensors are views of ONE page-locked host buffer (a single allocation,
@@ -177,14 +163,18 @@ class PackedBatch:
         Also what `DataLoader(pin_memory=True)` calls."""
         if self.device.type != "cpu":
             raise ValueError(f"pin_memory: the batch is on {self.device}, not the CPU")
-        if self._staging is not None or self.is_pinned():
+        if self._staging is not None:
             return self
         if not torch.cuda.is_available():
             warnings.warn("pin_memory: no CUDA device, so the batch is left unpinned", RuntimeWarning, stacklevel=2)
             return self
+        return self._stage(pin=True)
+
+    def _stage(self, pin: bool) -> "PackedBatch":
+        """Copy every tensor into one (pinned) host buffer; the result's tensors are views of it."""
         items = self.tensors()
         layout, total = _staging_layout(items)
-        staging = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=True)
+        staging = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=pin)
         views = {}
         for name, t in items.items():
             off, nbytes = layout[name]
@@ -192,6 +182,20 @@ class PackedBatch:
             v.copy_(t)
             views[name] = v
         return replace(self, _staging=staging, **views)
+
+    def _views_of(self, buffer: torch.Tensor) -> "PackedBatch":
+        """A batch whose tensors are views of `buffer`, a copy of this batch's staging buffer
+        (on any device)."""
+        layout, _ = _staging_layout(self.tensors())
+        views = {name: buffer[off:off + nbytes].view(getattr(self, name).dtype) for name, (off, nbytes) in layout.items()}
+        return replace(self, _staging=None, **views)
+
+    def is_pinned(self) -> bool:
+        if self.device.type != "cpu":
+            return False
+        if self._staging is not None:
+            return self._staging.is_pinned()
+        return all(t.is_pinned() for t in self.tensors().values())
 
     def to(self, device: str | torch.device, non_blocking: bool = True) -> "PackedBatch":
         """A new PackedBatch on `device`.
@@ -210,15 +214,10 @@ class PackedBatch:
             return replace(self)
         if device.type == "cpu":
             return self._map(lambda t: t.to(device))
-        if self.device.type == "cpu" and device.type == "cuda":
-            src = self.pin_memory() if self._staging is None else self
-            if src._staging is None:  # pin_memory declined (no CUDA): let torch raise or copy
-                return src._map(lambda t: t.to(device, non_blocking=non_blocking))
-            dev = src._staging.to(device, non_blocking=non_blocking)
-            layout, _ = _staging_layout(src.tensors())
-            views = {name: dev[off:off + nbytes].view(getattr(src, name).dtype) for name, (off, nbytes) in layout.items()}
-            return replace(src, _staging=None, **views)
-        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+        src = self.pin_memory() if (self.device.type == "cpu" and device.type == "cuda") else self
+        if src._staging is not None:
+            return src._views_of(src._staging.to(device, non_blocking=non_blocking))
+        return src._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def cpu(self) -> "PackedBatch":
         return self.to("cpu")
@@ -410,7 +409,7 @@ class _Reader:
             i = int(np.flatnonzero(bad)[0])
             raise self.fail(f"{name}: row {i} has {int(lens[i])} values, expected {int(lengths[i])}")
         warnings.warn(f"{self.path}: {name}: {len(arr) - int(valid.sum())} of {len(arr)} samples lack it; "
-                      "their spans hold NaN", RuntimeWarning, stacklevel=4)
+                      "their spans hold NaN", RuntimeWarning, stacklevel=5)
         out = np.full(int(resp_cu[-1]), np.nan, dtype=values.dtype)
         rows = np.flatnonzero(valid)
         L = lengths[rows].astype(np.int64)

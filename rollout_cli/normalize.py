@@ -49,15 +49,17 @@ def _is_int(v: Any) -> bool:
     return (isinstance(v, int) and not isinstance(v, bool)) or isinstance(v, np.integer)
 
 
-def _opt_int(rec: dict, key: str) -> int | None:
+def _opt_int(rec: dict, key: str, fld: str | None = None) -> int | None:
+    """A non-negative 64-bit integer or None (slime's counters never go below 0)."""
     v = rec.get(key)
+    fld = fld or key
     if v is None:
         return None
     if not _is_int(v):
-        raise _Bad(key, f"expected an integer or null, got {_got(v)}")
+        raise _Bad(fld, f"expected a non-negative integer or null, got {_got(v)}")
     v = int(v)
-    if not -(2**63) <= v < 2**63:
-        raise _Bad(key, f"expected a 64-bit integer, got {v}")
+    if not 0 <= v < 2**63:
+        raise _Bad(fld, f"expected a non-negative 64-bit integer, got {v}")
     return v
 
 
@@ -205,12 +207,12 @@ def _validate(rec: dict, reward_key: str | None, keep_text: bool) -> _Row:
     if md is not None and not isinstance(md, dict):
         raise _Bad("metadata", f"expected a dict or null, got {_got(md)}")
     md = md or {}
-    if "raw_reward" in md:
+    if md.get("raw_reward") is not None:  # null (e.g. a Parquet struct row without the key) = absent
         rr = md["raw_reward"]
         raw_reward = select_reward(rr, reward_key, "metadata.raw_reward") if isinstance(rr, dict) else _number("metadata.raw_reward", rr)
     else:
         raw_reward = reward_value
-    round_number = _opt_int(md, "round_number") if md.get("round_number") is not None else None
+    round_number = _opt_int(md, "round_number", "metadata.round_number")
     src = rec.get("source")
     if isinstance(src, str) and src:
         source_name = src

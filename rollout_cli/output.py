@@ -87,6 +87,17 @@ class Staging:
         os.makedirs(self.root, exist_ok=True)
         write_json_atomic(opt_path, options)
 
+    def abandon(self, keep: bool = False, remove_out: bool = False) -> None:
+        """Drop this run's staging after a failure, so OUT is as it was before the run."""
+        if keep:
+            return
+        shutil.rmtree(os.path.join(self.out, STAGING), ignore_errors=True)
+        if remove_out:
+            try:
+                os.rmdir(self.out)
+            except OSError:
+                pass
+
     def commit(self, manifest: dict) -> None:
         """Move staged entries into OUT and write the manifest last (roll-forward safe)."""
         write_json_atomic(os.path.join(self.root, MANIFEST), manifest)

@@ -12,6 +12,7 @@ from .base import RawChunk
 
 BLOCK_BYTES = 8 << 20
 CHUNK_RECORDS = 1024
+CHUNK_BYTES = 32 << 20  # a chunk also ends after this much JSON, so memory stays bounded for long samples
 
 
 def open_binary(path: str) -> BinaryIO:
@@ -77,6 +78,7 @@ def read_jsonl(
         records: list = []
         problems: dict[int, Problem] = {}
         line_no = first_line - 1
+        held = 0
         for line in _lines(stream, limit):
             line_no += 1
             if not line.strip():
@@ -94,9 +96,11 @@ def read_jsonl(
                     rec = None
             numbers.append(line_no)
             records.append(rec)
-            if len(records) >= chunk_records:
+            held += len(line)
+            if len(records) >= chunk_records or held >= CHUNK_BYTES:
                 yield RawChunk(display, "line", numbers, records, problems)
                 numbers, records, problems = [], [], {}
+                held = 0
         if records:
             yield RawChunk(display, "line", numbers, records, problems)
         if stats is not None:

@@ -565,7 +565,7 @@ def load_pt(path: str | os.PathLike[str], *, mmap: bool = False) -> Any:
                 except OSError:
                     raise
                 except Exception as e:  # anything a corrupt stream makes the C unpickler raise
-                    raise PtFormatError(f"corrupt pickle stream in {pkl_name!r}: {type(e).__name__}: {e}") from e
+                    raise PtFormatError(f"corrupt pickle stream in {pkl_name!r}: {type(e).__name__}: {str(e)[:200]}") from e
             except PtFormatError as e:
                 if e.path is None:
                     e.path = display
@@ -578,7 +578,7 @@ def load_pt(path: str | os.PathLike[str], *, mmap: bool = False) -> Any:
 def load_pt_trusted(path: str | os.PathLike[str]) -> Any:
     """``torch.load(weights_only=False)`` -- runs arbitrary pickled code; only for trusted files.
 
-    Tensors anywhere in dicts/lists/tuples/sets are converted to numpy arrays exactly as
+    Tensors anywhere in dicts/lists/tuples/OrderedDicts/namedtuples are converted to numpy arrays exactly as
     ``load_pt`` returns them (bfloat16 -> float32; conj/neg bits applied; views of one storage
     share memory). Other objects are returned as torch unpickled them.
     """
@@ -592,7 +592,7 @@ def load_pt_trusted(path: str | os.PathLike[str]) -> Any:
     except OSError:
         raise
     except Exception as e:
-        raise PtFormatError(f"torch.load failed: {type(e).__name__}: {e}", os.fsdecode(fspath)) from e
+        raise PtFormatError(f"torch.load failed: {type(e).__name__}: {str(e)[:300]}", os.fsdecode(fspath)) from e
     return _TorchToNumpy(torch).convert(obj)
 
 

@@ -1,0 +1,216 @@
+"""`rollout-cli convert` end to end through typer's CliRunner: exit codes, --json, messages, --help."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import typer
+from typer.core import TyperOption
+from typer.testing import CliRunner
+
+from conftest import ROOT, SAMPLE_DATA, make_sample, read_rows, write_jsonl
+from rollout_cli.cli import app
+from rollout_cli.convert import ConvertOptions
+
+FAST = ["--workers", "1", "--no-mmap"]
+
+
+def _invoke(args, **kw):
+    runner = CliRunner()
+    return runner.invoke(app, args, **kw)
+
+
+def _bad_input(tmp_path):
+    samples = [make_sample(index=i, group_index=0, reward=float(i % 2)) for i in range(3)]
+    samples[1]["status"] = "done"
+    return write_jsonl(tmp_path / "in" / "1.jsonl", samples)
+
+
+# ------------------------------------------------------------------------------ exit codes
+
+
+def test_exit_0_and_summary(tmp_path):
+    r = _invoke(["convert", str(SAMPLE_DATA / "jsonl" / "rollout_data"), str(tmp_path / "out"), *FAST])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "out" / "manifest.json").exists()
+    assert "53" in r.stdout  # rows / samples in the summary
+    assert len(read_rows(tmp_path / "out")) == 46
+
+
+def test_json_output_parses_and_has_counts(tmp_path):
+    r = _invoke(["convert", str(SAMPLE_DATA / "jsonl" / "rollout_data"), str(tmp_path / "out"), "--json", *FAST])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    c = res["counts"]
+    assert c["input_samples"] == 53 and c["rows"] == 53 and c["rejected"] == 0
+    assert c["steps"] == 3 and c["eval_steps"] == 1
+    assert [(s["split"], s["step"]) for s in res["steps"]] == [("train", 1), ("train", 2), ("train", 3), ("eval", 3)]
+
+
+@pytest.mark.parametrize("args", [
+    ["--on-error", "maybe"],
+    ["--advantage-estimator", "dpo"],
+    ["--shards", "0"],
+    ["--max-errors", "-1"],
+    ["--slime-compat"],  # needs --rollout-batch-size
+    ["--steps", "x:y"],
+    ["--overwrite", "--resume"],
+])
+def test_exit_2_on_usage_errors(tmp_path, args):
+    inp = write_jsonl(tmp_path / "in" / "1.jsonl", [make_sample(index=0)])
+    r = _invoke(["convert", str(inp), str(tmp_path / "out"), *FAST, *args])
+    assert r.exit_code == 2, r.output
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert "Traceback" not in r.output
+
+
+def test_exit_2_on_missing_input(tmp_path):
+    r = _invoke(["convert", str(tmp_path / "nope"), str(tmp_path / "out"), *FAST])
+    assert r.exit_code == 2
+    assert "nope" in r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_exit_2_without_arguments():
+    r = _invoke(["convert"])
+    assert r.exit_code == 2
+
+
+def test_exit_3_names_file_line_and_field(tmp_path):
+    inp = _bad_input(tmp_path)
+    r = _invoke(["convert", str(inp), str(tmp_path / "out"), *FAST])
+    assert r.exit_code == 3, r.output
+    assert f"{inp}:line 2" in r.stderr
+    assert "status" in r.stderr and "'done'" in r.stderr
+    assert "expected one of" in r.stderr
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_exit_3_json_error(tmp_path):
+    inp = _bad_input(tmp_path)
+    r = _invoke(["convert", str(inp), str(tmp_path / "out"), "--json", *FAST])
+    assert r.exit_code == 3
+    err = json.loads(r.stdout)
+    assert err["exit_code"] == 3 and err["error"] == "InvalidInputError"
+    (p,) = err["problems"]
+    assert p["file"] == str(inp) and p["line"] == 2 and p["field"] == "status"
+
+
+def test_skip_json_counts(tmp_path):
+    inp = _bad_input(tmp_path)
+    r = _invoke(["convert", str(inp), str(tmp_path / "out"), "--json", "--on-error", "skip", *FAST])
+    assert r.exit_code == 0, r.output
+    c = json.loads(r.stdout)["counts"]
+    assert (c["input_samples"], c["rows"], c["rejected"]) == (3, 2, 1)
+    assert (tmp_path / "out" / "rejects.jsonl").exists()
+
+
+def test_exit_5_when_output_exists(tmp_path):
+    inp = write_jsonl(tmp_path / "in" / "1.jsonl", [make_sample(index=i, reward=float(i)) for i in range(2)])
+    assert _invoke(["convert", str(inp), str(tmp_path / "out"), *FAST]).exit_code == 0
+    before = (tmp_path / "out" / "manifest.json").read_bytes()
+    r = _invoke(["convert", str(inp), str(tmp_path / "out"), *FAST])
+    assert r.exit_code == 5
+    assert "--overwrite" in r.stderr
+    assert (tmp_path / "out" / "manifest.json").read_bytes() == before
+    r = _invoke(["convert", str(inp), str(tmp_path / "out"), "--overwrite", *FAST])
+    assert r.exit_code == 0
+
+
+def test_exit_5_json(tmp_path):
+    inp = write_jsonl(tmp_path / "in" / "1.jsonl", [make_sample(index=0)])
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "precious.txt").write_text("x")
+    r = _invoke(["convert", str(inp), str(tmp_path / "out"), "--json", *FAST])
+    assert r.exit_code == 5
+    assert json.loads(r.stdout)["exit_code"] == 5
+
+
+def test_stdin_with_step(tmp_path):
+    data = b"".join(json.dumps(make_sample(index=i, group_index=0, reward=float(i % 2))).encode() + b"\n" for i in range(4))
+    r = _invoke(["convert", "-", str(tmp_path / "out"), "--step", "8", "--json", *FAST], input=data)
+    assert r.exit_code == 0, r.output
+    rows = read_rows(tmp_path / "out")
+    assert [row["step"] for row in rows] == [8] * 4
+
+
+def test_stdin_without_step_is_usage_error(tmp_path):
+    r = _invoke(["convert", "-", str(tmp_path / "out"), *FAST], input=b"{}\n")
+    assert r.exit_code == 2
+    assert "--step" in r.stderr
+
+
+# ------------------------------------------------------------------------------ --help
+
+
+def _convert_command():
+    return typer.main.get_command(app).commands["convert"]
+
+
+def _help_blocks(text: str) -> dict[str, str]:
+    """Option name -> its rows of the help table."""
+    blocks: dict[str, str] = {}
+    current = None
+    for line in text.splitlines():
+        m = re.match(r"^\W*(--[a-z0-9-]+)", line)
+        if m:
+            current = m.group(1)
+            blocks[current] = line
+        elif current:
+            blocks[current] += "\n" + line
+    return blocks
+
+
+def test_help_lists_every_flag_with_its_default():
+    r = CliRunner().invoke(app, ["convert", "--help"], env={"COLUMNS": "240", "TERMINAL_WIDTH": "240"})
+    assert r.exit_code == 0
+    blocks = _help_blocks(r.stdout)
+    cmd = _convert_command()
+    options = [p for p in cmd.params if isinstance(p, TyperOption)]
+    assert len(options) >= 20
+    with_default = 0
+    for p in options:
+        long = [o for o in p.opts if o.startswith("--")][0]
+        assert long in blocks, long
+        default = p.default
+        if default is None or default is False or p.name in ("help",):
+            continue
+        if isinstance(default, bool):
+            shown = p.opts[0].lstrip("-")  # --mmap/--no-mmap: typer shows the flag name
+        else:
+            shown = str(getattr(default, "value", default))
+        assert f"[default: {shown}]" in " ".join(blocks[long].split()), (long, blocks[long])
+        with_default += 1
+    # estimator, scope, on-error, shards, compression, row-group bytes, mmap, engine at least
+    assert with_default >= 8
+
+
+def test_cli_defaults_equal_library_defaults():
+    lib = {f.name: f.default for f in dataclasses.fields(ConvertOptions)}
+    cli = {p.name: getattr(p.default, "value", p.default) for p in _convert_command().params if isinstance(p, TyperOption)}
+    renamed = {"disable_rewards_normalization": ("rewards_normalization", lambda v: not v),
+               "disable_grpo_std_normalization": ("grpo_std_normalization", lambda v: not v)}
+    checked = 0
+    for name, value in cli.items():
+        if name in renamed:
+            lname, f = renamed[name]
+            assert f(value) == lib[lname], name
+            checked += 1
+        elif name in lib:
+            assert value == lib[name], (name, value, lib[name])
+            checked += 1
+    assert checked >= 20
+
+
+def test_import_and_help_never_import_torch():
+    code = "import rollout_cli.cli, sys; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom rollout_cli.cli import app\n"
+            "r = CliRunner().invoke(app, ['convert', '--help'])\nassert r.exit_code == 0\n"
+            "assert 'torch' not in sys.modules, 'torch imported by --help'\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

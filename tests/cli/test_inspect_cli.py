@@ -1,0 +1,238 @@
+"""`rollout-cli inspect` end to end (CliRunner): groups and counts on every dump format and on converted
+output, every anomaly kind on crafted input, the --json snapshot, text output, --show, exit codes.
+
+The snapshot tests/snapshots/inspect_jsonl_by_rollout_id.json was written once, from the repository
+root, by `rollout-cli inspect sample_data/jsonl --group-by rollout_id --json`, and checked by hand
+against sample_data/README.md (rollout ids, group sizes, rewards). When the output changes on
+purpose, rewrite it the same way and review the diff.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from rollout_cli.cli import app
+from rollout_cli.stats import ANOMALY_KINDS
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "sample_data"
+SNAPSHOT = ROOT / "tests" / "snapshots" / "inspect_jsonl_by_rollout_id.json"
+FORMATS = ("jsonl", "parquet", "pt")
+
+# sample_data/README.md: rollout ids per step, in input order
+STEP_IDS = {
+    1: list(range(16)),
+    2: [16, 16, 16, 19, 19, 21, 22, 22, 24, 24, 26, 26, 26, 29, 30],
+    3: [1, 3, 4, 5, 2, 2, 0, 0, 6, 8, 9, 10, 7, 7, 7],
+}
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["inspect", *args])
+
+
+def inspect_json(*args: str) -> dict:
+    r = invoke(*args, "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def expected_rollout_groups() -> list[tuple[list[int], int]]:
+    out = []
+    for step, ids in STEP_IDS.items():
+        for rid in sorted(set(ids)):
+            out.append(([step, rid], ids.count(rid)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("converted")
+    outs = {}
+    for name, extra in (("plain", []), ("text", ["--keep-text", "--shards", "2"])):
+        out = base / name
+        r = CliRunner().invoke(app, ["convert", str(DATA / "parquet"), str(out), "-q", *extra])
+        assert r.exit_code == 0, r.output
+        outs[name] = out
+    return outs
+
+
+def sample(index, group, rid=None, reward=1.0, rl=3, mask=None, status="completed", **extra) -> dict:
+    d = {
+        "group_index": group, "index": index, "rollout_id": rid, "prompt": f"prompt {group}", "tokens": list(range(100, 105 + rl)),
+        "response": f"response {index}", "response_length": rl, "label": "x", "reward": reward,
+        "loss_mask": [1] * rl if mask is None else mask, "status": status, "metadata": {},
+    }
+    d.update(extra)
+    return d
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+
+# ------------------------------------------------------------------------------ groups and counts
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_rollout_groups_on_every_format(fmt):
+    d = inspect_json(str(DATA / fmt), "--group-by", "rollout_id")
+    assert [(g["key"], g["samples"]) for g in d["groups"]] == expected_rollout_groups()
+    s = d["summary"]
+    assert (s["input"], s["files"], s["steps"], s["samples"], s["rows"], s["rollouts"], s["prompt_groups"]) == \
+        ("dumps", 3, 3, 46, 46, 35, 12)
+    assert s["samples_per_rollout"] == {"1": 27, "2": 5, "3": 3}
+    assert s["status"] == {"completed": 40, "truncated": 5, "aborted": 1}
+    # rollout_mask_sum of a rollout is the sum of its samples' loss masks
+    assert all(g["rollout_mask_sum"] == g["mask_sum"] for g in d["groups"])
+    assert next(g for g in d["groups"] if g["key"] == [1, 10])["rollout_mask_sum"] == 0  # remove_sample
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_other_group_keys_on_every_format(fmt):
+    by_step = inspect_json(str(DATA / fmt), "--group-by", "step")["groups"]
+    assert [(g["key"], g["samples"], g["rollouts"], g["prompt_groups"]) for g in by_step] == [(1, 16, 16, 4), (2, 15, 8, 4), (3, 15, 11, 4)]
+    by_group = inspect_json(str(DATA / fmt), "--group-by", "group_index")["groups"]
+    assert [g["key"] for g in by_group] == list(range(12))
+    assert [g["samples"] for g in by_group] == [4, 4, 4, 4, 5, 3, 5, 2, 4, 4, 4, 3]
+    assert [g["rollouts"] for g in by_group] == [4, 4, 4, 4, 2, 2, 2, 2, 4, 2, 4, 1]
+    assert by_group[1]["reward_min"] == by_group[1]["reward_max"] == 0.0  # zero variance
+    by_status = inspect_json(str(DATA / fmt), "--group-by", "status")["groups"]
+    assert {g["key"]: g["samples"] for g in by_status} == {"aborted": 1, "completed": 40, "truncated": 5}
+    by_source = inspect_json(str(DATA / fmt), "--group-by", "source_name")["groups"]
+    assert sum(g["samples"] for g in by_source) == 46
+    ev = inspect_json(str(DATA / fmt), "--split", "eval", "--group-by", "rollout_id")
+    assert [g["key"] for g in ev["groups"]] == [[3, i] for i in range(7)]
+
+
+@pytest.mark.parametrize("group_by", ["rollout_id", "group_index", "step", "status", "source_name"])
+def test_converted_output_matches_dumps(converted, group_by):
+    for out in converted.values():
+        d = inspect_json(str(out), "--group-by", group_by)
+        dumps = inspect_json(str(DATA / "parquet"), "--group-by", group_by)
+        assert d["groups"] == dumps["groups"]
+        assert d["summary"]["input"] == "converted"
+        for k in ("samples", "rows", "rollouts", "prompt_groups", "tokens", "rewards", "samples_per_rollout", "group_sizes", "anomaly_counts"):
+            assert d["summary"][k] == dumps["summary"][k], k
+
+
+def test_json_snapshot(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    d = inspect_json("sample_data/jsonl", "--group-by", "rollout_id")
+    assert d == json.loads(SNAPSHOT.read_text())
+    assert list(d) == ["summary", "groups", "anomalies"]
+
+
+def test_limit_and_sort():
+    d = inspect_json(str(DATA / "jsonl"), "--group-by", "rollout_id", "--sort", "tokens", "--limit", "2")
+    assert len(d["groups"]) == 2 and d["summary"]["groups_total"] == 35
+    assert d["groups"][0]["tokens"] >= d["groups"][1]["tokens"]
+    d = inspect_json(str(DATA / "jsonl"), "--group-by", "group_index", "--sort", "key:desc")
+    assert [g["key"] for g in d["groups"]] == list(range(11, -1, -1))
+
+
+def test_options_reach_the_pipeline():
+    d = inspect_json(str(DATA / "reward_dict" / "jsonl"), "--reward-key", "accuracy", "--group-by", "step")
+    assert d["summary"]["options"]["reward_key"] == "accuracy" and d["groups"][0]["samples"] == 16
+    r = invoke(str(DATA / "reward_dict" / "jsonl"))  # dict rewards without --reward-key: anomalies, not fatal
+    assert r.exit_code == 0 and "invalid_sample 16" in r.stdout
+    d = inspect_json(str(DATA / "jsonl"), "--steps", "1", "--disable-rewards-normalization", "--group-by", "rollout_id")
+    assert [g["reward_mean"] for g in d["groups"]] == [g["raw_reward_mean"] for g in d["groups"]]
+    d = inspect_json(str(DATA / "jsonl"), "--steps", "2:3", "--advantage-estimator", "ppo")
+    assert [p["step"] for p in d["summary"]["per_step"]] == [2, 3]
+
+
+# ---------------------------------------------------------------------------------------- anomalies
+
+
+def test_every_anomaly_kind_on_crafted_dumps(tmp_path):
+    dumps = tmp_path / "dumps"
+    write_jsonl(dumps / "1.jsonl", [  # id anomalies
+        sample(0, 0, 5, 1.0), sample(1, 0, None, 0.0), sample(2, 0, 5, 1.0),
+        sample(3, 1, 8, 1.0), sample(4, 1, None, 0.0), sample(5, 2, 8, 0.0), sample(6, 2, None, 1.0),
+    ])
+    write_jsonl(dumps / "2.jsonl", [  # group and mask anomalies
+        sample(0, 0, None, 1.0), sample(1, 0, None, 0.0), sample(2, 0, None, 1.0),
+        sample(3, 1, None, 1.0), sample(4, 1, None, 1.0, mask=[0, 0, 0]), sample(5, 1, None, 1.0),
+        sample(6, 2, None, 1.0),
+    ])
+    write_jsonl(dumps / "3.jsonl", [  # invalid samples
+        sample(0, 0, None, 1.0, mask=[1, 1]), sample(1, 0, None, 0.0), sample(2, 0, 4, 1.0, status="weird"), sample(3, 0, 4, 0.0),
+    ])
+    write_jsonl(dumps / "4.jsonl", [sample(0, None, None, 1.0), sample(1, None, None, 0.0)])
+    d = inspect_json(str(dumps))
+    found = {a["kind"] for a in d["anomalies"]}
+    assert found == set(ANOMALY_KINDS) - {"rollout_mask_sum_mismatch"}  # that one needs converted output
+    for a in d["anomalies"]:
+        assert a["where"] and all("file" in w for w in a["where"]), a
+        assert a["step"] in (1, 2, 3, 4) and a["level"] in ("info", "warning", "error")
+    lm = next(a for a in d["anomalies"] if a["kind"] == "loss_mask_length")
+    assert lm["where"] == [{"file": str(dumps / "3.jsonl"), "line": 1}]
+    assert (d["summary"]["samples"], d["summary"]["rejected"]) == (20, 5)
+
+
+def test_rollout_mask_sum_mismatch_on_converted(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    assert CliRunner().invoke(app, ["convert", str(DATA / "jsonl"), str(out), "-q"]).exit_code == 0
+    shard = out / "data" / "step-000002" / "shard-00000-of-00001.parquet"
+    t = pq.read_table(shard)
+    sums = t.column("rollout_mask_sum").to_pylist()
+    sums[0] = 999
+    pq.write_table(t.set_column(t.schema.get_field_index("rollout_mask_sum"), "rollout_mask_sum", pa.array(sums, pa.int64())), shard)
+    d = inspect_json(str(out))
+    bad = [a for a in d["anomalies"] if a["kind"] == "rollout_mask_sum_mismatch"]
+    assert len(bad) == 1 and bad[0]["rollout_id"] == 16 and bad[0]["where"] == [{"file": str(shard), "row": 0}]
+
+
+# ------------------------------------------------------------------------------------ text and --show
+
+
+def test_plain_text_when_piped():
+    r = invoke(str(DATA / "jsonl"), "--group-by", "rollout_id", "--limit", "3")
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "train split of dumps: 3 file(s), 3 step(s), 46 samples" in out
+    assert "per step" in out and "by rollout_id: 35 group(s), first 3 shown" in out
+    assert "1:0 " in out and "zero_variance_group" in out
+    assert not any(ch in out for ch in "┏━│└")  # no rich box drawing when not a terminal
+    assert "note: 1 eval input file(s) not shown" in r.stderr
+
+
+def test_show_on_dumps_and_converted(converted):
+    r = invoke(str(DATA / "jsonl"), "--show", "2:16")
+    assert r.exit_code == 0, r.output
+    assert "rollout 2:16" in r.stdout and "3 sample(s), rollout_mask_sum 18" in r.stdout
+    assert "runs 1x3 0x3 1x3" in r.stdout and "is_palindrome" in r.stdout
+    d = inspect_json(str(DATA / "jsonl"), "--steps", "2", "--show", "16")  # ID alone: one step selected
+    assert [s["sample_index"] for s in d["rollout"]["samples"]] == [16, 17, 18]
+    r = invoke(str(converted["plain"]), "--show", "2:16")
+    assert r.exit_code == 0 and "convert with --keep-text" in r.stdout
+    d = inspect_json(str(converted["text"]), "--show", "3:7")
+    assert d["rollout"]["text"] is True and [s["response"] for s in d["rollout"]["samples"]][0] == "The answer is \\boxed{6}."
+
+
+# -------------------------------------------------------------------------------------- exit codes
+
+
+def test_exit_codes(tmp_path, converted):
+    assert invoke(str(DATA / "jsonl"), "--group-by", "nope").exit_code == 2
+    assert invoke(str(DATA / "jsonl"), "--group-by", "step", "--sort", "nope").exit_code == 2
+    assert invoke(str(tmp_path / "missing")).exit_code == 2
+    assert invoke(str(DATA / "jsonl"), "--show", "16").exit_code == 2
+    assert invoke(str(DATA / "jsonl"), "--show", "1:99").exit_code == 2
+    assert invoke(str(converted["plain"]), str(DATA / "jsonl")).exit_code == 2
+    bad = tmp_path / "1.jsonl.gz"
+    bad.write_bytes(b"not gzip at all")
+    r = invoke(str(bad), "--json")
+    assert r.exit_code == 3 and json.loads(r.stdout)["exit_code"] == 3
+    bad_pq = tmp_path / "2.parquet"
+    bad_pq.write_bytes(b"PAR1 broken")
+    assert invoke(str(bad_pq)).exit_code == 3

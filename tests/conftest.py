@@ -1,0 +1,135 @@
+"""Shared helpers for the rollout-cli test suite.
+
+* puts tests/ on sys.path so every test (also tests/cli/) can import the slime oracle
+  (``slime_reference``) and its cases (``slime_cases``);
+* builders for small valid sample dicts and writers for JSONL / .pt / Parquet inputs;
+* readers for a converted output directory.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import orjson
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+ROOT = TESTS.parent
+SAMPLE_DATA = ROOT / "sample_data"
+
+
+def copts(**kw):
+    """ConvertOptions for tests: one worker (in-process; a process pool costs seconds to start
+    on a 2-core machine) and no Arrow IPC sidecar, unless a test asks for them."""
+    from rollout_cli.convert import ConvertOptions
+
+    kw.setdefault("workers", 1)
+    kw.setdefault("mmap", False)
+    return ConvertOptions(**kw)
+
+
+def make_sample(
+    *,
+    index: int | None = 0,
+    group_index: int | None = 0,
+    rollout_id=None,
+    reward=1.0,
+    response_length: int = 2,
+    prompt_len: int = 3,
+    loss_mask="ones",
+    status: str = "completed",
+    remove_sample: bool = False,
+    metadata: dict | None = None,
+    log_probs: bool = False,
+    **extra,
+) -> dict:
+    """A small valid ``Sample.to_dict()``-style dict (only the keys the converter reads)."""
+    base = 1000 + 10 * (index or 0)
+    tokens = [7 + j for j in range(prompt_len)] + [base + j for j in range(response_length)]
+    if loss_mask == "ones":
+        loss_mask = [1] * response_length
+    d = {
+        "group_index": group_index,
+        "index": index,
+        "rollout_id": rollout_id,
+        "tokens": tokens,
+        "response_length": response_length,
+        "reward": reward,
+        "loss_mask": loss_mask,
+        "rollout_log_probs": [-0.5] * response_length if log_probs else None,
+        "remove_sample": remove_sample,
+        "status": status,
+        "metadata": {} if metadata is None else metadata,
+    }
+    d.update(extra)
+    return d
+
+
+def write_jsonl(path, samples: list, raw_lines: dict[int, bytes] | None = None) -> Path:
+    """Write one sample per line; ``raw_lines[i]`` replaces line i (0-based) with raw bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i, s in enumerate(samples):
+        if raw_lines and i in raw_lines:
+            lines.append(raw_lines[i])
+        else:
+            lines.append(orjson.dumps(s, option=orjson.OPT_SERIALIZE_NUMPY))
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def write_pt(path, samples: list, step) -> Path:
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"rollout_id": step, "samples": samples}, str(path))
+    return path
+
+
+def read_jsonl(path) -> list[dict]:
+    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
+
+
+def shard_paths(out, split: str = "train", step: int | None = None) -> list[Path]:
+    top = Path(out) / ("data" if split == "train" else "eval")
+    if not top.exists():
+        return []
+    pattern = f"step-{step:06d}/*.parquet" if step is not None else "step-*/*.parquet"
+    return sorted(top.glob(pattern))
+
+
+def read_rows(out, split: str = "train", step: int | None = None) -> list[dict]:
+    """Every row of the output (shards in order), as Python dicts."""
+    import pyarrow.parquet as pq
+
+    rows: list[dict] = []
+    for p in shard_paths(out, split, step):
+        rows.extend(pq.read_table(p).to_pylist())
+    return rows
+
+
+def tree_digest(root) -> dict[str, tuple[int, str]]:
+    """relative path -> (mtime_ns, sha256) of every file below ``root`` (hidden ones included)."""
+    out = {}
+    root = Path(root)
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            p = Path(dirpath) / n
+            out[str(p.relative_to(root))] = (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+    return out
+
+
+def shard_bytes(out) -> dict[str, bytes]:
+    """relative path -> bytes of every shard file (Parquet and Arrow IPC) of an output."""
+    res = {}
+    root = Path(out)
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.suffix in (".parquet", ".arrow") and ".staging" not in p.parts:
+            res[str(p.relative_to(root))] = p.read_bytes()
+    return res

@@ -1,0 +1,108 @@
+"""OUT/data reads as one table, with no custom code, in DuckDB, Polars, pyarrow.dataset and
+HF datasets (each skipped only when its package is not importable; the `test` extra installs
+them all)."""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+
+import numpy as np
+import orjson
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+import pytest
+
+from rollout_cli.convert import ConvertOptions, convert
+from rollout_cli.schema import train_schema
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SAMPLE_JSONL = os.path.join(os.path.dirname(HERE), "sample_data", "jsonl")
+_OPTION_NAMES = {f.name for f in dataclasses.fields(ConvertOptions)}
+
+
+def _opts(**kw) -> ConvertOptions:
+    kw.setdefault("overwrite", True)
+    if "workers" in _OPTION_NAMES:
+        kw.setdefault("workers", 1)
+    return ConvertOptions(**kw)
+
+
+@pytest.fixture(scope="module", params=["sample_data", "no_log_probs_step"])
+def out(request, tmp_path_factory):
+    """sample_data (3 train steps, 1 eval step), 3 shards; and a variant where one step has no
+    log-probs at all, so some files hold all-null optional columns."""
+    d = tmp_path_factory.mktemp("interop")
+    inputs = [SAMPLE_JSONL]
+    if request.param == "no_log_probs_step":
+        rows = [orjson.loads(line) for line in open(os.path.join(SAMPLE_JSONL, "rollout_data", "1.jsonl"), "rb")]
+        for r in rows:
+            r["rollout_log_probs"] = None
+        with open(d / "9.jsonl", "wb") as f:
+            f.writelines(orjson.dumps(r) + b"\n" for r in rows)
+        inputs.append(str(d / "9.jsonl"))
+    o = d / "out"
+    convert(inputs, str(o), _opts(shards=3))
+    m = orjson.loads((o / "manifest.json").read_bytes())
+    rows = sum(s["rows"] for s in m["steps"] if s["split"] == "train")
+    tokens = sum(s["tokens"] for s in m["steps"] if s["split"] == "train")
+    return str(o), rows, tokens
+
+
+COLUMNS = train_schema().names
+
+
+def _pattern(o: str) -> str:
+    return os.path.join(o, "data", "**", "*.parquet")
+
+
+def test_data_holds_only_parquet_files(out):
+    o, rows, _ = out
+    files = [os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(o, "data")) for f in fs]
+    assert files and all(f.endswith(".parquet") for f in files), [f for f in files if not f.endswith(".parquet")]
+    # nothing hidden either (no _SUCCESS, no .crc, no staging leftovers)
+    assert not [f for f in files if os.path.basename(f).startswith((".", "_"))]
+    assert sum(pq.ParquetFile(f).metadata.num_rows for f in files) == rows
+
+
+def test_pyarrow_dataset(out):
+    o, rows, tokens = out
+    t = pads.dataset(os.path.join(o, "data"), format="parquet").to_table()
+    assert t.num_rows == rows
+    assert t.column_names == COLUMNS
+    assert t.schema.remove_metadata().equals(train_schema().remove_metadata())
+    assert int(np.sum(t.column("total_length").to_numpy())) == tokens
+
+
+def test_duckdb(out):
+    duckdb = pytest.importorskip("duckdb")
+    o, rows, tokens = out
+    con = duckdb.connect()
+    rel = con.sql(f"select * from read_parquet('{_pattern(o)}')")
+    assert rel.columns == COLUMNS
+    [(n, tok, lp)] = con.execute(
+        f"select count(*), sum(total_length), count(rollout_log_probs) from read_parquet('{_pattern(o)}')"
+    ).fetchall()
+    assert (n, tok) == (rows, tokens)
+    assert lp > 0
+
+
+def test_polars(out):
+    pl = pytest.importorskip("polars")
+    o, rows, tokens = out
+    df = pl.scan_parquet(_pattern(o)).collect()
+    assert df.height == rows
+    assert df.columns == COLUMNS
+    assert int(df["total_length"].sum()) == tokens
+
+
+def test_hf_datasets(out, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    datasets = pytest.importorskip("datasets")
+    o, rows, tokens = out
+    files = sorted(glob.glob(_pattern(o), recursive=True))
+    ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hf"))
+    assert ds.num_rows == rows
+    assert ds.column_names == COLUMNS
+    assert sum(ds["total_length"]) == tokens
