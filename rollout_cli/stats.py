@@ -200,23 +200,10 @@ class StepData:
 
 
 def _raw_chunks(inp, trust_pickle: bool, payload: dict):
-    """The reader for one input file (the same dispatch as convert, in smaller chunks)."""
-    if inp.format == "jsonl":
-        from .readers.jsonl import read_jsonl
+    """The same reader dispatch as convert, in smaller chunks."""
+    from .readers import read_input
 
-        yield from read_jsonl(inp.path, inp.display, chunk_records=CHUNK_RECORDS)
-    elif inp.format == "parquet":
-        from .readers.parquet import read_parquet
-
-        yield from read_parquet(inp.path, inp.display, chunk_rows=CHUNK_RECORDS)
-    else:
-        from .readers.slime_pt import read_pt
-
-        dump = read_pt(inp.path, inp.display, trust_pickle)
-        payload["step"] = dump.step
-        payload["train_dump"] = dump.train_dump
-        if dump.chunk is not None:
-            yield dump.chunk
+    return read_input(inp, trust_pickle=trust_pickle, payload=payload, chunk_records=CHUNK_RECORDS)
 
 
 def _locator(metas: list[tuple[str, str, list[int]]]) -> Callable[[int], Location]:
@@ -249,11 +236,9 @@ def _conflicts(id_state: np.ndarray, explicit: np.ndarray, group_index: list) ->
 
 def _dump_step(unit, opts: InspectOptions, anomalies: Anomalies, seen: set, notes: list) -> StepData | None:
     """Read, validate and id one dump file as convert does; keep per-sample summaries only."""
-    from .fields import rollout_mask_sums
-    from .ids import assign_ids
     from .inputs import parse_steps
     from .normalize import ID_EXPLICIT, normalize_chunk, pre_schema
-    from .rewards import group_keys, normalize_rewards
+    from .step import compute_step
 
     inp = unit.input
     payload: dict = {}
@@ -295,35 +280,34 @@ def _dump_step(unit, opts: InspectOptions, anomalies: Anomalies, seen: set, note
     where = _locator(metas)
     st = np.asarray(id_state, dtype=np.int8)
     ex = np.fromiter((0 if v is None else v for v in explicit), dtype=np.int64, count=n)
-    valid_a = np.asarray(valid, dtype=bool)
-    idr = assign_ids(st, ex, group_index, opts.rollout_id_scope, where)
+    sch = pa.schema([pre_schema(False).field(c) for c in _SMALL_PRE])
+    pre = pa.Table.from_batches(small, schema=sch) if small else sch.empty_table()
+    del small
+    sf = compute_step(
+        id_state=st, explicit=ex, group_index=group_index, problems=chunk_problems, where=where,
+        row_pos=pre.column("_pos").to_numpy(), reward_values=pre.column("_reward_value").to_numpy(),
+        mask_totals=pre.column("_mask_total").to_numpy(), split=split, step=step, opts=opts, fail=False,
+        unknown_groups_ok=True,
+    )
+    rejected, reasons, problems = sf.rejected, sf.reasons, sf.problems
 
     # invalid samples: anomalies (convert fails or, with --on-error skip, rejects their rollouts)
-    problems = sorted(chunk_problems + list(idr.problems), key=lambda t: t[0])
-    rejected = np.zeros(n, dtype=bool)
-    reasons: dict[int, Problem] = {}
-    for i, p in problems:
-        reasons.setdefault(i, p)
-        rejected[i] = True
-    bad_ids = np.unique(idr.ids[rejected & idr.assigned])
-    if len(bad_ids):
-        rejected |= idr.assigned & np.isin(idr.ids, bad_ids)
     for i, p in chunk_problems:
         kind = "loss_mask_length" if p.field == "loss_mask" and p.message.startswith("expected length") else "invalid_sample"
-        extra = {"rollout_id": int(idr.ids[i])} if idr.assigned[i] else {}
+        extra = {"rollout_id": int(sf.ids[i])} if sf.assigned[i] else {}
         anomalies.add(kind, "error", split, step, f"{p.field}: {p.message}" if p.field else p.message, [_loc_dict(p.location)],
                       field=p.field, **extra)
     own = {i for i, _ in problems}
     first_bad: dict[int, int] = {}
     for i, _ in problems:
-        if idr.assigned[i]:
-            first_bad.setdefault(int(idr.ids[i]), i)
+        if sf.assigned[i]:
+            first_bad.setdefault(int(sf.ids[i]), i)
     for i in np.flatnonzero(rejected).tolist():
         if i not in own:
-            j = first_bad[int(idr.ids[i])]
+            j = first_bad[int(sf.ids[i])]
             anomalies.add("rejected_sibling", "info", split, step,
-                          f"left out with its rollout {int(idr.ids[i])}: sibling of invalid sample {where(j)}",
-                          [_loc_dict(where(i))], rollout_id=int(idr.ids[i]))
+                          f"left out with its rollout {int(sf.ids[i])}: sibling of invalid sample {where(j)}",
+                          [_loc_dict(where(i))], rollout_id=int(sf.ids[i]))
 
     # id anomalies: explicit ids reused across prompt groups, then assign_ids' own findings
     for v, gs in _conflicts(st, ex, group_index).items():
@@ -338,55 +322,30 @@ def _dump_step(unit, opts: InspectOptions, anomalies: Anomalies, seen: set, note
         anomalies.add("id_reused_across_groups", level, split, step,
                       f"explicit id {v} is used by {len(members)} samples of prompt groups {gs}: {what}",
                       [_loc_dict(where(i)) for i in members[:6]], rollout_id=v, groups=gs, samples=len(members))
-    for a in idr.anomalies:
+    for a in sf.anomalies:
         kind = a.get("kind")
         if kind == "id_reused_across_groups":
             continue  # reported above, with locations, for every scope
-        extra = {k: v for k, v in a.items() if k not in ("kind", "level", "message", "where")}
+        extra = {k: v for k, v in a.items() if k not in ("kind", "level", "message", "where", "step", "split")}
         locs = [_loc_dict(w) for w in a.get("where", [])] or [{"file": inp.display}]
         anomalies.add(kind, a.get("level", "warning"), split, step, a.get("message", ""), locs, **extra)
 
     # the rows convert keeps, their rewards and mask sums
-    survivors = valid_a & ~rejected
-    sch = pa.schema([pre_schema(False).field(c) for c in _SMALL_PRE])
-    pre = pa.Table.from_batches(small, schema=sch) if small else sch.empty_table()
-    del small
+    if not sf.keep.all():
+        pre = pre.filter(pa.array(sf.keep))
     pos = pre.column("_pos").to_numpy()
-    keep = survivors[pos]
-    if not keep.all():
-        pre = pre.filter(pa.array(keep))
-        pos = pos[keep]
-    ids = idr.ids[pos]
-    values = pre.column("_reward_value").to_numpy()
-    gi = [group_index[p] for p in pos.tolist()]
-    rewards: np.ndarray | None
-    groups_known = True
-    if split == "eval":
-        rewards = values.astype(np.float32)
-        keys: list = [g if g is not None else ("sample", k) for k, g in enumerate(gi)]
-    else:
-        try:
-            keys = group_keys(gi, opts.n_samples_per_prompt)
-        except ValueError:
-            keys = [g if g is not None else ("sample", k) for k, g in enumerate(gi)]
-            missing = [int(pos[k]) for k, g in enumerate(gi) if g is None]
-            anomalies.add("group_index_missing", "error", split, step,
-                          f"{len(missing)} samples have no group_index, so prompt groups are unknown: convert fails; "
-                          "pass --n-samples-per-prompt N to group consecutive samples (rewards shown as unknown)",
-                          [_loc_dict(where(p)) for p in missing[:6]], samples=len(missing))
-            rewards = None
-            groups_known = False
-        else:
-            rewards = normalize_rewards(
-                values,
-                keys,
-                advantage_estimator=opts.advantage_estimator,
-                rewards_normalization=opts.rewards_normalization,
-                grpo_std_normalization=opts.grpo_std_normalization,
-                n_samples_per_prompt=opts.n_samples_per_prompt,
-            )
-    mask_totals = pre.column("_mask_total").to_numpy()
-    sums = rollout_mask_sums(ids, mask_totals)
+    ids = sf.ids[pos]
+    keys = sf.group_keys
+    groups_known = sf.groups_known
+    rewards = sf.rewards if groups_known or split == "eval" else None
+    if not groups_known:
+        missing = [int(pos[k]) for k, g in enumerate(keys) if isinstance(g, tuple)]
+        anomalies.add("group_index_missing", "error", split, step,
+                      f"{len(missing)} samples have no group_index, so prompt groups are unknown: convert fails; "
+                      "pass --n-samples-per-prompt N to group consecutive samples (rewards shown as unknown)",
+                      [_loc_dict(where(p)) for p in missing[:6]], samples=len(missing))
+    sums = sf.mask_sums
+
     m = len(pos)
     rows = pa.Table.from_arrays(
         [
@@ -412,7 +371,7 @@ def _dump_step(unit, opts: InspectOptions, anomalies: Anomalies, seen: set, note
     sd = StepData(split, step, inp.display, n, int(rejected.sum()), rows, groups_known=groups_known)
     sd.zero_variance_groups = _row_anomalies(sd, lambda i: _loc_dict(where(int(pos[i]))), anomalies, opts.n_samples_per_prompt,
                                              removed_rows)
-    sd._ids, sd._assigned, sd._rejected, sd._reasons, sd._where, sd._input = idr.ids, idr.assigned, rejected, reasons, where, inp
+    sd._ids, sd._assigned, sd._rejected, sd._reasons, sd._where, sd._input = sf.ids, sf.assigned, rejected, reasons, where, inp
     return sd
 
 

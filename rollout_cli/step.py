@@ -25,9 +25,13 @@ class StepFields:
     rejected: np.ndarray  # per record: invalid, or a sibling of an invalid record
     rejects: list[dict]  # one per rejected record: where, field, reason
     keep: np.ndarray  # per valid row (aligned with row_pos): survives
-    rewards: np.ndarray  # per kept row, float32
+    rewards: np.ndarray  # per kept row, float32 (NaN where groups are unknown)
     mask_sums: np.ndarray  # per kept row, int64
     anomalies: list[dict] = field(default_factory=list)
+    problems: list[tuple[int, Problem]] = field(default_factory=list)  # own problems, by record position
+    reasons: dict[int, Problem] = field(default_factory=dict)  # first problem per rejected record
+    group_keys: list = field(default_factory=list)  # per kept row: its prompt-group key
+    groups_known: bool = True  # False: some rows lack group_index and no n was given
 
 
 def compute_step(
@@ -44,10 +48,13 @@ def compute_step(
     step: int,
     opts,
     fail: bool,
+    unknown_groups_ok: bool = False,
 ) -> StepFields:
     """Ids over all parsed records; rejects (a rejected sample rejects its whole rollout); then
     rewards and mask sums over the surviving rows. `row_pos` gives each valid row's record
-    position; `opts` is a ConvertOptions (or anything with the same reward and id fields)."""
+    position; `opts` is a ConvertOptions (or anything with the same reward and id fields).
+    Rows without group_index need --n-samples-per-prompt; with `unknown_groups_ok` they are
+    kept as one-sample groups and their rewards come back as NaN instead of an error."""
     n = len(id_state)
     idr = assign_ids(id_state, explicit, group_index, opts.rollout_id_scope, where)
     problems = sorted(list(problems) + idr.problems, key=lambda t: t[0])
@@ -83,9 +90,26 @@ def compute_step(
     pos = row_pos[keep]
     ids = idr.ids[pos]
     values = reward_values[keep]
+    gi = [group_index[p] for p in pos.tolist()]
+    groups_known = True
+    compat = getattr(opts, "slime_compat", False)
+    try:
+        keys = group_keys(gi, opts.n_samples_per_prompt) if split != "eval" and not compat else None
+    except ValueError:
+        if not unknown_groups_ok:
+            k = next(i for i, g in enumerate(gi) if g is None)
+            raise InvalidInputError(
+                f"{where(int(pos[k]))}: group_index: missing, so prompt groups are unknown; "
+                "pass --n-samples-per-prompt N to group consecutive samples"
+            ) from None
+        keys, groups_known = None, False
+    if keys is None:
+        keys = [g if g is not None else ("sample", k) for k, g in enumerate(gi)]
     if split == "eval":
         rewards = values.astype(np.float32)
-    elif opts.slime_compat:
+    elif not groups_known:
+        rewards = np.full(len(values), np.nan, dtype=np.float32)
+    elif compat:
         rewards = slime_compat_rewards(
             values,
             advantage_estimator=opts.advantage_estimator,
@@ -95,15 +119,6 @@ def compute_step(
             rollout_batch_size=opts.rollout_batch_size or 0,
         )
     else:
-        gi = [group_index[p] for p in pos.tolist()]
-        try:
-            keys = group_keys(gi, opts.n_samples_per_prompt)
-        except ValueError:
-            k = next(i for i, g in enumerate(gi) if g is None)
-            raise InvalidInputError(
-                f"{where(int(pos[k]))}: group_index: missing, so prompt groups are unknown; "
-                "pass --n-samples-per-prompt N to group consecutive samples"
-            ) from None
         rewards = normalize_rewards(
             values,
             keys,
@@ -114,4 +129,4 @@ def compute_step(
         )
     sums = rollout_mask_sums(ids, mask_totals[keep])
     anomalies = [dict(a, step=step, split=split) for a in idr.anomalies]
-    return StepFields(idr.ids, idr.assigned, rejected, rejects, keep, rewards, sums, anomalies)
+    return StepFields(idr.ids, idr.assigned, rejected, rejects, keep, rewards, sums, anomalies, problems, reason, keys, groups_known)
