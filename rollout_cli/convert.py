@@ -585,7 +585,7 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
         if prev is not None and prev.get("options") != opts_d:
             changed = sorted(k for k in set(opts_d) | set(prev.get("options", {})) if opts_d.get(k) != prev.get("options", {}).get(k))
             raise UsageError(f"--resume: conversion options differ from the existing output's ({', '.join(changed)}); use --overwrite to reconvert")
-        budget = (opts.max_errors or 20) if opts.on_error == "fail" else None
+        budget = max(1, opts.max_errors if opts.max_errors is not None else 20) if opts.on_error == "fail" else None
         workers = opts.workers or os.cpu_count() or 1
         fingerprints: dict[str, dict] = {}
         reused: dict[int, UnitResult] = {}
@@ -599,8 +599,12 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
         results: list[UnitResult] = list(reused.values()) + kept
         if todo:
             sub = [units[k] for k in todo]
-            tasks = _plan_parts(sub, workers, staging.root)
-            engine = make_engine(opts.engine, min(workers, max(len(tasks), len(sub))), opts.ray_address)
+            if opts.engine == "ray":
+                engine = make_engine("ray", opts.workers or 0, opts.ray_address)
+                tasks = _plan_parts(sub, opts.workers or engine.slots(), staging.root)
+            else:
+                tasks = _plan_parts(sub, workers, staging.root)
+                engine = make_engine("local", min(workers, max(len(tasks), len(sub))))
             try:
                 new = _run(engine, sub, tasks, opts, budget, staging.root, fingerprints, notes, progress,
                            on_done=lambda r: _record_done(staging.root, r, fingerprints.get(r.input.path)))

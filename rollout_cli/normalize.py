@@ -379,7 +379,7 @@ def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, k
     rows: list[_Row] = []
     pos: list[int] = []
     for i, rec in enumerate(chunk.records):
-        if rec is None:
+        if rec is None:  # unparseable: it still holds its place (one fill id), so fixing it shifts no id
             out.problems.append((i, chunk.problems[i]))
             continue
         state, value = parse_rollout_id(rec.get("rollout_id"))

@@ -16,6 +16,10 @@ class Engine(Protocol):
 
     def shutdown(self) -> None: ...
 
+    def slots(self) -> int:
+        """How many tasks can run at once (parts are planned for this many)."""
+        ...
+
 
 def make_engine(name: str, workers: int, ray_address: str | None = None) -> Engine:
     if name == "ray":

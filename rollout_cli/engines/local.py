@@ -14,6 +14,9 @@ class _Done:
 class InlineEngine:
     """Runs each task when it is submitted, in this process."""
 
+    def slots(self) -> int:
+        return 1
+
     def submit(self, fn: Callable, *args: Any) -> _Done:
         try:
             return _Done(fn(*args))
@@ -39,7 +42,11 @@ class PoolEngine:
     def __init__(self, workers: int):
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["rollout_cli.convert"])
+        self.workers = workers
         self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+
+    def slots(self) -> int:
+        return self.workers
 
     def submit(self, fn: Callable, *args: Any) -> cf.Future:
         return self.pool.submit(fn, *args)

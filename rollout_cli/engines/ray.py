@@ -181,6 +181,13 @@ class RayEngine:
         self._labels: dict = {}  # ref -> label, for every task not yet collected by result()
         self._local_errors: dict = {}  # ref -> exception of a stage run in this process
 
+    def slots(self) -> int:
+        """CPUs in the cluster: how many parts the work is cut into."""
+        try:
+            return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
+        except Exception:  # an unreachable GCS already failed in __init__; be conservative
+            return 1
+
     def _start_local(self, workers: int | None) -> None:
         """A local Ray whose workers can import this rollout_cli, also when it is not installed
         (run from a checkout): its directory goes on PYTHONPATH, which the raylet and its worker

@@ -1,6 +1,7 @@
 """JSONL reader: one Sample.to_dict() object per line; plain, gzip, zstd, or stdin."""
 from __future__ import annotations
 
+import errno
 import gzip
 import sys
 from typing import BinaryIO, Iterator
@@ -11,6 +12,7 @@ from ..errors import InvalidInputError, Location, Problem
 from .base import RawChunk
 
 BLOCK_BYTES = 8 << 20
+_IO_FAULTS = {errno.EIO, errno.ESTALE, errno.ETIMEDOUT}
 CHUNK_RECORDS = 1024
 CHUNK_BYTES = 32 << 20  # a chunk also ends after this much JSON, so memory stays bounded for long samples
 
@@ -106,8 +108,9 @@ def read_jsonl(
         if stats is not None:
             stats["lines"] = line_no - first_line + 1
     except (OSError, EOFError, ValueError) as e:
-        # gzip/zstd raise these for corrupt or truncated streams.
-        if isinstance(e, orjson.JSONDecodeError):
+        # gzip/zstd raise these for corrupt or truncated streams; a storage fault is no input
+        # error (the Ray engine retries it)
+        if isinstance(e, orjson.JSONDecodeError) or (isinstance(e, OSError) and e.errno in _IO_FAULTS):
             raise
         raise InvalidInputError(f"{display}: cannot read: {e}") from None
     finally:
