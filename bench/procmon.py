@@ -10,7 +10,8 @@
   descendants (found via /proc/<pid>/task/<tid>/children) every ``interval`` seconds and
   keeps the largest sum; the largest summed RSS is kept too;
 * foreign CPU: busy CPU time of the whole machine (/proc/stat) during the run, minus the
-  child tree's and the sampler's own CPU, i.e. what other processes burned meanwhile.
+  child tree's and the sampler's own CPU, i.e. what other processes burned meanwhile; and
+  the steal time (CPU the hypervisor gave to other VMs) over the run.
 
 Standalone use:  python bench/procmon.py [--interval-ms 20] -- CMD ARGS...
 """
@@ -101,12 +102,17 @@ def hwm_kb(pid: int) -> int:
     return 0
 
 
-def busy_cpu_s() -> float:
-    """Machine-wide busy CPU seconds since boot (user+nice+system+irq+softirq)."""
+def cpu_times() -> tuple[float, float]:
+    """Machine-wide (busy, steal) CPU seconds since boot; busy = user+nice+system+irq+softirq,
+    steal = time the hypervisor gave this VM's CPUs to someone else."""
     with open("/proc/stat", "rb") as f:
         v = f.readline().split()
-    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in v[1:8])
-    return (user + nice + system + irq + softirq) / CLK_TCK
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in v[1:9])
+    return (user + nice + system + irq + softirq) / CLK_TCK, steal / CLK_TCK
+
+
+def busy_cpu_s() -> float:
+    return cpu_times()[0]
 
 
 def wait_for_idle(max_wait_s: float, window_s: float = 0.5, max_busy_cores: float = 0.2) -> float:
@@ -166,7 +172,7 @@ def measure(cmd, interval: float = 0.02, pss: bool = True, env=None, cwd=None, c
     and grows with its size, so that sampler takes a noticeable share of a core.
     pss=False reads only /proc/<pid>/status (RSS and its high-water mark): a timing run."""
     self0 = resource.getrusage(resource.RUSAGE_SELF)
-    busy0 = busy_cpu_s()
+    busy0, steal0 = cpu_times()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE if capture else None,
@@ -180,7 +186,7 @@ def measure(cmd, interval: float = 0.02, pss: bool = True, env=None, cwd=None, c
     wall = time.perf_counter() - t0
     sampler.stop.set()
     sampler.join()
-    busy1 = busy_cpu_s()
+    busy1, steal1 = cpu_times()
     self1 = resource.getrusage(resource.RUSAGE_SELF)
     proc.returncode = os.waitstatus_to_exitcode(status)
     if capture:
@@ -200,6 +206,7 @@ def measure(cmd, interval: float = 0.02, pss: bool = True, env=None, cwd=None, c
         "mem_samples": sampler.n,
         "sampler_cpu_s": own_cpu,
         "foreign_cpu_s": max(0.0, (busy1 - busy0) - child_cpu - own_cpu),
+        "steal_s": steal1 - steal0,
         "output": output.decode("utf-8", "replace")[-4000:],
     }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`convert --engine ray` (a local Ray on this machine) against `--engine local`, same inputs.
 
-Generates --steps step files of about --mb MiB each with /work/shared/bench/make_rollouts.py
+Generates --steps step files of about --mb MiB each with bench/gen_rollouts.py
 (run as a tool; seeds 1..N) into a temporary folder, warms the page cache, then times
 `rollout-cli convert` as a whole process, round-robin over the engines, --reps times each:
 
@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 
-MAKE_ROLLOUTS = "/work/shared/bench/make_rollouts.py"
+MAKE_ROLLOUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen_rollouts.py")
 
 STARTUP = r"""
 import json, sys, time

@@ -223,7 +223,7 @@ def summarise(tool: str, all_runs: list[dict], input_bytes: int) -> dict:
 
 def print_table(rows: list[dict], title: str) -> None:
     hdr = ["tool", "median s", "min s", "max s", "MB/s", "CPU s", "peak PSS MiB", "max RSS MiB",
-           "time x polars", "mem x polars", "out MB", "output"]
+           "time x polars", "mem x polars", "out MB", "noisy", "output"]
     lines = [hdr]
     for r in rows:
         if r.get("failed"):
@@ -235,7 +235,8 @@ def print_table(rows: list[dict], title: str) -> None:
         lines.append([r["tool"], fmt(r["median_s"], ".2f"), fmt(r["min_s"], ".2f"), fmt(r["max_s"], ".2f"),
                       fmt(r["mb_per_s"], ".0f"), fmt(r["cpu_s"], ".2f"), fmt(r.get("peak_pss_mib"), ",.0f"),
                       fmt(r["max_rss_mib"], ",.0f"), fmt(r.get("time_vs_polars"), ".2f"),
-                      fmt(r.get("mem_vs_polars"), ".2f"), fmt(v.get("out_bytes", 0) / 1e6, ".0f"), ok])
+                      fmt(r.get("mem_vs_polars"), ".2f"), fmt(v.get("out_bytes", 0) / 1e6, ".0f"),
+                      f"{r['noisy_reps_used']}/{r['reps']}", ok])
     w = [max(len(str(l[i])) for l in lines) for i in range(len(hdr))]
     print(f"\n{title}")
     for i, l in enumerate(lines):
@@ -315,7 +316,8 @@ def main(argv=None):
             pss_txt = "" if r["peak_pss_mib"] is None else f"PSS {r['peak_pss_mib']:7,.0f} MiB  "
             print(f"  {'rep %d' % rep if timed else 'pss  '} {tool:12s} {r['wall_s']:7.2f} s  cpu {r['cpu_s']:6.2f} s  "
                   f"{pss_txt}max RSS {r['max_rss_mib']:7,.0f} MiB  sampler {r['sampler_cpu_s']:.2f} s"
-                  f"{'  (noisy: other processes %.2f cpu s)' % r['foreign_cpu_s'] if r['noisy'] else ''}",
+                  f"{'  (noisy: other processes %.2f cpu s)' % r['foreign_cpu_s'] if r['noisy'] else ''}"
+                  f"{'  (steal %.2f s)' % r['steal_s'] if r['steal_s'] > 0.05 * r['wall_s'] else ''}",
                   file=sys.stderr, flush=True)
 
     rows = [summarise(t, runs[t], nbytes) for t in tools]
@@ -330,7 +332,8 @@ def main(argv=None):
                       f"median of {a.reps}, warm cache; MB = 10^6 bytes of JSONL; x polars = ratio to polars;\n"
                       f"peak PSS = whole process tree, "
                       f"{'sampled in the timed reps' if a.pss_inline else 'from %d separate untimed rep(s)' % a.pss_reps}; "
-                      f"max RSS = largest single-process VmHWM")
+                      f"max RSS = largest single-process VmHWM; noisy = timed reps used although other "
+                      f"processes took > {a.noisy_frac:.0%} of a core (all reps are used when < 3 are clean)")
 
     os.makedirs(a.results_dir, exist_ok=True)
     res_path = os.path.join(a.results_dir, f"convert-{size_tag}.json")

@@ -49,7 +49,6 @@ from typing import Any
 from .errors import IntegrityError, UsageError
 
 MANIFEST = "manifest.json"
-FORMAT = "rollout-cli/train-data"
 TREES = ("data", "eval", "mmap")
 _HEX = re.compile(r"[0-9a-f]{64}")
 DIGESTS = ("blake3", "sha256")  # manifest keys naming a file's checksum algorithm
@@ -136,6 +135,7 @@ class _Report:
 
 
 def _read_manifest(out: str, rep: _Report) -> dict | None:
+    from .manifest import FORMAT
     from .schema import SCHEMA_VERSION
 
     path = os.path.join(out, MANIFEST)

@@ -37,6 +37,7 @@ from rollout_cli.verify import verify_output
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_JSONL = ROOT / "sample_data" / "jsonl" / "rollout_data"
 ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+ENV.pop("ROLLOUT_TEST_INTERRUPT", None)
 
 # Runs the CLI, SIGKILLing itself just before the k-th os.replace or shutil.rmtree (k = argv[1];
 # 0: never). At exit it prints how many such events the run had.
@@ -50,6 +51,14 @@ def hook(real):
             os.kill(os.getpid(), signal.SIGKILL)
         return real(*a, **kw)
     return wrapped
+if os.environ.get("ROLLOUT_TEST_INTERRUPT"):  # Ctrl-C at that point instead: KeyboardInterrupt
+    def hook(real):
+        def wrapped(*a, **kw):
+            n[0] += 1
+            if n[0] == k:
+                raise KeyboardInterrupt
+            return real(*a, **kw)
+        return wrapped
 os.replace = hook(os.replace)
 shutil.rmtree = hook(shutil.rmtree)
 import atexit
@@ -166,8 +175,8 @@ def _run_killed_at(moments: list[float], args_for, tmp_path: Path) -> list[tuple
     for batch in range(0, len(moments), 2):
         procs = []
         for k, at in enumerate(moments[batch: batch + 2]):
-            out = args_for(tmp_path / f"kill{batch + k}")
-            procs.append((_spawn(cli_args(*out, "--workers", "1")), at, out[1]))
+            case = args_for(tmp_path / f"kill{batch + k}")
+            procs.append((_spawn(cli_args(*case, "--workers", "1")), at, case[1]))
         t0 = time.monotonic()
         for p, at, out in sorted(procs, key=lambda x: x[1]):
             time.sleep(max(0.0, at - (time.monotonic() - t0)))
@@ -318,7 +327,61 @@ def test_a_kill_during_resume_never_leaves_a_manifest_without_its_data(tmp_path)
             assert same_output(snapshot(out), ref), f"resume killed at its event {k}"
 
 
+def test_ctrl_c_during_the_commit_never_throws_away_old_or_new_data(tmp_path):
+    """Ctrl-C (KeyboardInterrupt) at each point of an --overwrite commit. Once the commit has
+    begun, the old output is partly moved aside: the run must not then discard its staging area
+    (the journal, the new entries, the old ones) the way it does for a failure before the commit.
+    Afterwards: a complete output that verifies (old or new), or the commit's journal kept so that
+    --resume finishes it; and --resume gives the uninterrupted run's bytes."""
+    src = tmp_path / "in"
+    shutil.copytree(SAMPLE_JSONL, src)
+    ref_out = tmp_path / "ref"
+    assert run_cli(*cli_args(src, ref_out, "--workers", "1")).exit_code == 0
+    ref = snapshot(ref_out)
+    old_out = tmp_path / "old"
+    assert run_cli("convert", str(src), str(old_out), "--shards", "2", "-q", "--workers", "1").exit_code == 0
+    old = snapshot(old_out)
+    probe = tmp_path / "probe" / "out"
+    shutil.copytree(old_out, probe)
+    n_events = _events_of_a_full_run(cli_args(src, probe, "--workers", "1", "--overwrite"))
+    env = dict(ENV, ROLLOUT_TEST_INTERRUPT="1")
+    procs = []
+    for k in range(n_events - 8, n_events + 1):  # the staged manifest, the moves, the manifest, the cleanup
+        out = tmp_path / f"i{k}" / "out"
+        shutil.copytree(old_out, out)
+        args = cli_args(src, out, "--workers", "1", "--overwrite")
+        procs.append((k, out, subprocess.Popen([sys.executable, "-c", KILL_AT_EVENT, str(k), *args], env=env,
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+    for k, out, p in procs:
+        _, err = p.communicate()
+        assert p.returncode == 130, f"interrupt at {k}: exit {p.returncode}: {err[-500:]!r}"
+        if assert_never_looks_complete_unless_it_is(out):
+            now = snapshot(out)
+            assert same_output(now, old) or same_output(now, ref), f"interrupt at {k}"
+            continue
+        assert (out / ".staging" / "run" / "COMMITTING").exists(), (
+            f"interrupt at commit point {k}: no manifest, and the staging area with the commit journal "
+            f"(and the old entries moved aside) was deleted; OUT holds {sorted(os.listdir(out))}")
+        _resume(src, out)
+        assert same_output(snapshot(out), ref), f"interrupt at {k}: --resume differs from an uninterrupted run"
+
+
 # ------------------------------------------------------------------------------- no orphans
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Pids of the live processes in a process group (Linux /proc)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                pids.append(int(name))
+    return pids
 
 
 def test_a_killed_converter_leaves_no_worker_processes(big, reference, tmp_path):
@@ -329,19 +392,18 @@ def test_a_killed_converter_leaves_no_worker_processes(big, reference, tmp_path)
     out = tmp_path / "out"
     p = _spawn(cli_args(big, out, "--workers", "2"))
     try:
-        time.sleep(max(1.5, took * 0.7))
+        deadline = time.monotonic() + 4 * took + 10
+        while len(_group_members(p.pid)) < 3:  # the converter, the fork server, a worker
+            assert p.poll() is None and time.monotonic() < deadline, "the converter never started its worker pool"
+            time.sleep(0.02)
+        time.sleep(0.3)  # let the workers take tasks
         p.send_signal(signal.SIGKILL)
         p.wait()
         deadline = time.monotonic() + 5
-        alive = True
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(p.pid, 0)
-            except ProcessLookupError:
-                alive = False
-                break
+        while _group_members(p.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not alive, "worker processes of the killed converter are still running 5 s later"
+        left = _group_members(p.pid)
+        assert not left, f"{len(left)} processes of the killed converter (its pool) are still running 5 s later"
     finally:
         _kill_group(p)
         p.stdout.close()

@@ -13,7 +13,7 @@ from .base import RawChunk
 
 BLOCK_BYTES = 8 << 20
 _IO_FAULTS = {errno.EIO, errno.ESTALE, errno.ETIMEDOUT}
-CHUNK_RECORDS = 1024
+CHUNK_RECORDS = 256
 CHUNK_BYTES = 32 << 20  # a chunk also ends after this much JSON, so memory stays bounded for long samples
 
 
