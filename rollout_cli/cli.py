@@ -18,7 +18,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Convert RL rollout sample dumps (slime .pt, JSONL, Parquet) into sharded train-data Parquet.\n\n"
-    "Exit codes: 0 ok, 1 internal error, 2 usage, 3 invalid input, 4 integrity, 5 output exists.",
+    "Exit codes: 0 ok, 1 internal error, 2 usage, 3 invalid input, 4 integrity, 5 output exists, 6 output not writable.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

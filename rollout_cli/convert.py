@@ -80,6 +80,8 @@ class ConvertOptions:
             raise UsageError("--engine: expected local or ray")
         if self.workers is not None and self.workers < 1:
             raise UsageError("--workers: expected at least 1")
+        if self.step is not None and not 0 <= self.step < 2**63:
+            raise UsageError(f"--step: expected a step number in [0, {2**63 - 1}], got {self.step}")
         if self.overwrite and self.resume:
             raise UsageError("--overwrite and --resume exclude each other")
 
@@ -161,7 +163,8 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
     sink = None
     try:
         for raw in read_input(task.input, trust_pickle=opts.trust_pickle, payload=payload, start=task.start, end=task.end):
-            nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text)
+            nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
+                                 step=task.input.step if task.input.format != "pt" else None)
             res.records += len(raw)
             res.kind = nc.kind
             res.numbers.extend(nc.numbers)
@@ -567,6 +570,13 @@ def _record_done(staging_root: str, res: UnitResult, fingerprint: dict | None) -
     os.replace(tmp, path)
 
 
+def _output_error(out: str, e: OSError):
+    from .errors import OutputError
+
+    where = f" ({e.filename})" if e.filename else ""
+    return OutputError(f"{out}: cannot write the output: {e.strerror or e}{where}")
+
+
 def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
             progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Convert dumps to OUT; returns the result summary (plain data). Raises RolloutCliError."""
@@ -579,7 +589,10 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     opts_d = opts.conversion_options()
     opts_d["reward_mode"] = "slime_compat" if opts.slime_compat else "group_index"
     created = not os.path.exists(out)
-    staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=opts_d)
+    try:
+        staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=opts_d)
+    except OSError as e:
+        raise _output_error(out, e) from None
     try:
         prev = manifest_mod.read(out) if opts.resume and output.state(out) == "complete" else None
         if prev is not None and prev.get("options") != opts_d:
@@ -636,8 +649,11 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
                 os.fsync(f.fileno())
             rejects_info = {"path": "rejects.jsonl", "count": len(all_rejects), "blake3": hashing.bytes_digest(data)}
         inputs_info = []
+        mtimes: dict[str, int] = {}
         for res in results:
-            fp = fingerprints.get(res.input.path) or (prev_fp(prev, res.input.display) if prev else {})
+            fp = dict(fingerprints.get(res.input.path) or (prev_fp(prev, res.input.display) if prev else {}))
+            if "mtime_ns" in fp:  # time stamps change with copies: kept apart from the reproducible fields
+                mtimes[res.input.display] = fp.pop("mtime_ns")
             inputs_info.append(dict({"path": res.input.display, "format": res.input.format, "split": res.split, "step": res.step,
                                      "samples": res.samples}, **fp))
         steps_info = [
@@ -673,12 +689,20 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
             counts=counts,
             rejects=rejects_info,
             anomalies=anomalies,
-            volatile={"created_unix": round(t0, 3), "seconds": round(time.time() - t0, 3)},
+            volatile={"created_unix": round(t0, 3), "seconds": round(time.time() - t0, 3), "input_mtime_ns": mtimes},
         )
         staging.commit(m)
-    except BaseException:
-        # a failed run leaves OUT as it was (a killed one leaves its staging, for --resume)
-        staging.abandon(keep=opts.resume, remove_out=created)
+    except BaseException as e:
+        if staging.committing():  # the old output is partly moved aside: roll forward, never discard
+            try:
+                output.finish_commit(out)
+            except Exception:
+                pass  # left for --resume, which finishes it
+        else:
+            # a failed run leaves OUT as it was (a killed one leaves its staging, for --resume)
+            staging.abandon(keep=opts.resume or isinstance(e, KeyboardInterrupt), remove_out=created)
+        if isinstance(e, OSError):  # the readers turn input OSErrors into InvalidInputError: this is OUT
+            raise _output_error(out, e) from None
         raise
     return {
         "out": out,

@@ -13,6 +13,7 @@ class ExitCode(IntEnum):
     INVALID_INPUT = 3
     INTEGRITY = 4
     OUTPUT_EXISTS = 5
+    OUTPUT_ERROR = 6
 
 
 @dataclass(frozen=True)
@@ -102,3 +103,9 @@ class IntegrityError(RolloutCliError):
 
 class OutputExistsError(RolloutCliError):
     exit_code = ExitCode.OUTPUT_EXISTS
+
+
+class OutputError(RolloutCliError):
+    """OUT cannot be written: not a directory, no permission, read-only file system, disk full."""
+
+    exit_code = ExitCode.OUTPUT_ERROR

@@ -44,13 +44,25 @@ def _stem(path: str) -> str:
     return name
 
 
+MAX_STEP = 2**63 - 1
+
+
+def check_step(value, what: str) -> int:
+    """A step number: an integer in [0, 2**63 - 1] (the int64 `step` column; steps count from 0)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what}: step: expected an integer step number, got {value!r}")
+    if not 0 <= value <= MAX_STEP:
+        raise InvalidInputError(f"{what}: step: expected a step number in [0, {MAX_STEP}], got {value}")
+    return value
+
+
 def _step_from_name(path: str) -> tuple[int | None, str]:
     stem = _stem(path)
     m = _EVAL.search(stem)
     if m:
-        return int(m.group(1)), "eval"
+        return check_step(int(m.group(1)), path), "eval"
     runs = _DIGITS.findall(stem)
-    return (int(runs[-1]) if runs else None), "train"
+    return (check_step(int(runs[-1]), path) if runs else None), "train"
 
 
 def _field_step(path: str, fmt: str) -> int | None:
@@ -66,9 +78,7 @@ def _field_step(path: str, fmt: str) -> int | None:
         value = peek_step_value(path)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInputError(f"{path}: step: expected an integer step number, got {value!r}")
-    return value
+    return check_step(value, path)
 
 
 def is_train_side_dump(path: str) -> bool:

@@ -111,7 +111,8 @@ def _float_array(fld: str, v: Any, n: int) -> np.ndarray:
         raise _Bad(fld, "expected a flat list of numbers, got ragged data") from None
     if a.ndim != 1 or a.dtype.kind not in "iuf":
         raise _Bad(fld, f"expected a flat list of numbers, got {'nested' if a.ndim != 1 else a.dtype.kind} data")
-    a = a.astype(np.float32)
+    with np.errstate(over="ignore"):  # beyond float32 range becomes inf, reported just below
+        a = a.astype(np.float32)
     if not np.isfinite(a).all():
         bad = int(np.flatnonzero(~np.isfinite(a))[0])
         raise _Bad(fld, f"expected finite numbers, got {a[bad]} at position {bad}")
@@ -127,10 +128,13 @@ def _json_text(fld: str, v: Any) -> str | None:
         raise _Bad(fld, f"expected JSON-serialisable data, got {e}") from None
 
 
-def _text(v: Any) -> str | None:
+def _text(fld: str, v: Any) -> str | None:
     if v is None or isinstance(v, str):
         return v
-    return orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+    try:
+        return orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError as e:
+        raise _Bad(fld, f"expected text or JSON-serialisable data (--keep-text), got {_got(v)}: {e}") from None
 
 
 def select_reward(v: Any, reward_key: str | None, fld: str = "reward") -> float:
@@ -257,7 +261,7 @@ def _validate(rec: dict, reward_key: str | None, keep_text: bool) -> _Row:
     mm = _json_text("multimodal_train_inputs", rec.get("multimodal_train_inputs"))
     text = None
     if keep_text:
-        text = (_text(rec.get("prompt")), _text(rec.get("response")), _text(rec.get("label")))
+        text = (_text("prompt", rec.get("prompt")), _text("response", rec.get("response")), _text("label", rec.get("label")))
     return _Row(
         sample_index, group_index, tokens, rl, mask, reward_value, raw_reward, status, lp, tlp, tp_ids, tp_off,
         rexp, round_number, source_name, train_metadata, mm, text,
@@ -372,8 +376,10 @@ def _row_values(r: _Row) -> int:
     return max(len(r.tokens), 0 if r.rexp is None else r.rexp.size, 0 if r.tp_ids is None else len(r.tp_ids))
 
 
-def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool) -> NormChunk:
-    """Validate one chunk; `base_pos` is the position of its first record in the unit."""
+def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool,
+                    step: int | None = None) -> NormChunk:
+    """Validate one chunk; `base_pos` is the position of its first record in the unit. With
+    `step`, a record's own `step` field must be that step."""
     n = len(chunk.records)
     out = NormChunk(chunk.source, chunk.kind, chunk.numbers, [ID_MISSING] * n, [None] * n, [None] * n, [False] * n)
     rows: list[_Row] = []
@@ -393,6 +399,8 @@ def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, k
             )
             continue
         try:
+            if step is not None and rec.get("step") is not None and (not _is_int(rec["step"]) or int(rec["step"]) != step):
+                raise _Bad("step", f"expected {step} (this file's step), got {_got(rec['step'])}")
             row = _validate(rec, reward_key, keep_text)
         except _Bad as e:
             out.problems.append((i, Problem(chunk.location(i), e.field, e.message)))

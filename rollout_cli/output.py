@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import uuid
 
 from .errors import OutputExistsError, UsageError
 
@@ -101,36 +102,47 @@ class Staging:
     def commit(self, manifest: dict) -> None:
         """Move staged entries into OUT and write the manifest last (roll-forward safe)."""
         write_json_atomic(os.path.join(self.root, MANIFEST), manifest)
-        with open(os.path.join(self.root, JOURNAL), "w") as f:
-            f.write("commit\n")
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_dir(self.root)
+        # The journal is the whole plan of renames, decided once. Whether a step is done can be
+        # read off the disk (an "aside" step when its destination exists, an "in" step when its
+        # source is gone), so replaying the plan after a crash is idempotent.
+        rel_root = os.path.join(STAGING, "run")
+        old = os.path.join(STAGING, "old", uuid.uuid4().hex)  # never a leftover of an earlier commit
+        plan = []
+        if os.path.exists(os.path.join(self.out, MANIFEST)):
+            plan.append(["aside", MANIFEST, os.path.join(old, MANIFEST)])
+        for name in ENTRIES:
+            if os.path.lexists(os.path.join(self.out, name)) and not os.path.exists(os.path.join(self.root, name + ".keep")):
+                plan.append(["aside", name, os.path.join(old, name)])
+            if os.path.lexists(os.path.join(self.root, name)):
+                plan.append(["in", os.path.join(rel_root, name), name])
+        plan.append(["in", os.path.join(rel_root, MANIFEST), MANIFEST])
+        write_json_atomic(os.path.join(self.root, JOURNAL), {"plan": plan})
         finish_commit(self.out)
+
+    def committing(self) -> bool:
+        """True once the commit has begun (its journal exists): then it must be rolled forward."""
+        return os.path.exists(os.path.join(self.root, JOURNAL))
 
 
 def finish_commit(out: str) -> bool:
     """Complete a commit whose journal exists (after a crash too); False if none was pending."""
     root = os.path.join(out, STAGING, "run")
-    if not os.path.exists(os.path.join(root, JOURNAL)):
+    journal = os.path.join(root, JOURNAL)
+    if not os.path.exists(journal):
         return False
-    manifest_path = os.path.join(out, MANIFEST)
-    if os.path.exists(manifest_path):
-        os.remove(manifest_path)
-    old = os.path.join(out, STAGING, "old")
-    os.makedirs(old, exist_ok=True)
-    for name in ENTRIES:
-        staged = os.path.join(root, name)
-        target = os.path.join(out, name)
-        if os.path.exists(staged):
-            if os.path.exists(target):
-                os.replace(target, os.path.join(old, name + "." + str(len(os.listdir(old)))))
-            os.replace(staged, target)
-        elif os.path.exists(target) and not os.path.exists(os.path.join(root, name + ".keep")):
-            os.replace(target, os.path.join(old, name + "." + str(len(os.listdir(old)))))
-    fsync_dir(out)
-    os.replace(os.path.join(root, MANIFEST), manifest_path)
-    fsync_dir(out)
+    with open(journal) as f:
+        plan = json.load(f)["plan"]
+    last_src, last_dst = (os.path.join(out, p) for p in plan[-1][1:])
+    if os.path.lexists(last_src) or not os.path.exists(last_dst):  # else: done, only the cleanup was cut short
+        for kind, src, dst in plan:
+            src, dst = os.path.join(out, src), os.path.join(out, dst)
+            done = os.path.lexists(dst) if kind == "aside" else not os.path.lexists(src)
+            if not done and os.path.lexists(src):
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                os.replace(src, dst)
+        fsync_dir(out)
+    os.remove(journal)  # first: a staging area without a journal is never replayed
+    fsync_dir(root)
     shutil.rmtree(os.path.join(out, STAGING), ignore_errors=True)
     return True
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+import os
 from typing import Any, Callable
 
 
@@ -35,6 +36,35 @@ class InlineEngine:
         pass
 
 
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # killed, not yet reaped by its parent
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def _exit_with(parent: int) -> None:
+    """Pool-worker initializer: end the worker once the converter process is gone. A SIGKILLed
+    converter otherwise leaves its workers (and the fork server) running, still writing into
+    OUT/.staging."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while not _gone(parent):
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="rollout-cli-parent-watch", daemon=True).start()
+
+
 class PoolEngine:
     """A pool of worker processes started by a fork server that has the pipeline imported
     (forking a process that already runs Arrow threads is unsafe; spawning each is slow)."""
@@ -43,7 +73,8 @@ class PoolEngine:
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["rollout_cli.convert"])
         self.workers = workers
-        self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_exit_with,
+                                           initargs=(os.getpid(),))
 
     def slots(self) -> int:
         return self.workers

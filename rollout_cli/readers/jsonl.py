@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import zlib
 import sys
 from typing import BinaryIO, Iterator
 
@@ -10,6 +11,12 @@ import orjson
 
 from ..errors import InvalidInputError, Location, Problem
 from .base import RawChunk
+
+try:
+    from zstandard import ZstdError as _ZstdError
+except ImportError:  # pragma: no cover
+    class _ZstdError(Exception):
+        pass
 
 BLOCK_BYTES = 8 << 20
 _IO_FAULTS = {errno.EIO, errno.ESTALE, errno.ETIMEDOUT}
@@ -107,7 +114,7 @@ def read_jsonl(
             yield RawChunk(display, "line", numbers, records, problems)
         if stats is not None:
             stats["lines"] = line_no - first_line + 1
-    except (OSError, EOFError, ValueError) as e:
+    except (OSError, EOFError, ValueError, zlib.error, _ZstdError) as e:
         # gzip/zstd raise these for corrupt or truncated streams; a storage fault is no input
         # error (the Ray engine retries it)
         if isinstance(e, orjson.JSONDecodeError) or (isinstance(e, OSError) and e.errno in _IO_FAULTS):
@@ -125,7 +132,7 @@ def peek_first_record(path: str) -> dict | None:
     try:
         with open_binary(path) as f:
             head = f.read(1 << 20)
-    except (OSError, EOFError, ValueError):
+    except (OSError, EOFError, ValueError, zlib.error, _ZstdError):
         return None
     for line in head.split(b"\n")[:-1] or [head]:
         if line.strip():

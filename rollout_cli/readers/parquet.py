@@ -17,7 +17,7 @@ CHUNK_ROWS = 1024
 def _open(path: str, display: str) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path, memory_map=True)
-    except (OSError, pa.ArrowException) as e:
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
         raise InvalidInputError(f"{display}: not a readable Parquet file: {e}") from None
 
 
@@ -31,6 +31,11 @@ def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_
     row = 0
     try:
         for batch in pf.iter_batches(batch_size=chunk_rows):
+            for name, col in zip(batch.schema.names, batch.columns):
+                try:
+                    col.validate(full=True)  # e.g. string data that is not UTF-8
+                except pa.ArrowInvalid as e:
+                    raise InvalidInputError(f"{display}: rows {row}..{row + batch.num_rows - 1}: {name}: invalid data: {e}") from None
             records = batch.to_pylist()
             problems: dict[int, Problem] = {}
             for i, rec in enumerate(records):
@@ -52,7 +57,7 @@ def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_
             numbers = list(range(row, row + len(records)))
             row += len(records)
             yield RawChunk(display, "row", numbers, records, problems)
-    except (OSError, pa.ArrowException) as e:
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
         raise InvalidInputError(f"{display}: cannot read Parquet near row {row}: {e}") from None
 
 
@@ -60,12 +65,12 @@ def peek_step_value(path: str) -> object | None:
     """The first row's `step` value, when the file has such a column."""
     try:
         pf = pq.ParquetFile(path)
-    except (OSError, pa.ArrowException):
+    except (OSError, pa.ArrowException, UnicodeDecodeError):
         return None
     if "step" not in pf.schema_arrow.names or pf.metadata.num_rows == 0:
         return None
     try:
         first = next(pf.iter_batches(batch_size=1, columns=["step"]))
-    except (OSError, pa.ArrowException, StopIteration):
+    except (OSError, pa.ArrowException, UnicodeDecodeError, StopIteration):
         return None
     return first.column(0)[0].as_py()

@@ -50,8 +50,8 @@ def read_pt(path: str, display: str | None = None, trust_pickle: bool = False) -
     if not isinstance(samples, list):
         raise InvalidInputError(f"{display}: samples: expected a list, got {type(samples).__name__}")
     step = payload.get("rollout_id")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
-        raise InvalidInputError(f"{display}: rollout_id: expected the integer step number, got {step!r}")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**63):
+        raise InvalidInputError(f"{display}: rollout_id: expected the step number, an integer in [0, 2**63 - 1], got {step!r}")
     problems: dict[int, Problem] = {}
     records: list = []
     for i, s in enumerate(samples):
