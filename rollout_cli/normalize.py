@@ -105,12 +105,25 @@ def _float_array(fld: str, v: Any, n: int) -> np.ndarray:
         raise _Bad(fld, f"expected length {n} (response_length), got {len(v)}")
     if n == 0:
         return np.zeros(0, dtype=np.float32)
+    if isinstance(v, list):
+        # fast path (numpy's type discovery is slow on float lists); like Python, it takes
+        # bools as 0/1; anything else that is not a number falls through to the checks below
+        try:
+            a = np.fromiter(v, dtype=np.float64, count=n)
+        except (TypeError, ValueError, OverflowError):
+            pass
+        else:
+            return _finite32(fld, a)
     try:
         a = np.asarray(v)
     except (ValueError, OverflowError):
         raise _Bad(fld, "expected a flat list of numbers, got ragged data") from None
     if a.ndim != 1 or a.dtype.kind not in "iuf":
         raise _Bad(fld, f"expected a flat list of numbers, got {'nested' if a.ndim != 1 else a.dtype.kind} data")
+    return _finite32(fld, a)
+
+
+def _finite32(fld: str, a: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):  # beyond float32 range becomes inf, reported just below
         a = a.astype(np.float32)
     if not np.isfinite(a).all():

@@ -515,7 +515,7 @@ def test_invalid_input_through_the_process_pool(tmp_path):
 # ------------------------------------------------------------------------------- the output location
 
 # Exit codes that would misdescribe an output that cannot be written: success, our own bug,
-# invalid input, a broken output, "exists". A dedicated code (6, see docs/guarantees.md) or 2 fits.
+# invalid input, a broken output, "exists". A dedicated code (6, see the README) or 2 fits.
 WRONG_FOR_OUTPUT_ERRORS = (0, 1, 3, 4, 5)
 
 

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing as mp
 import os
-from typing import Any, Callable
+import sys
+import types
+from typing import Any, Callable, Iterator
 
 
 class _Done:
@@ -65,6 +68,19 @@ def _exit_with(parent: int) -> None:
     threading.Thread(target=watch, name="rollout-cli-parent-watch", daemon=True).start()
 
 
+@contextlib.contextmanager
+def _plain_main() -> Iterator[None]:
+    """Start workers without re-running the caller's __main__ (a script, a notebook, stdin):
+    multiprocessing would import it in every worker; the stage functions need only this package."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
 class PoolEngine:
     """A pool of worker processes started by a fork server that has the pipeline imported
     (forking a process that already runs Arrow threads is unsafe; spawning each is slow)."""
@@ -80,7 +96,8 @@ class PoolEngine:
         return self.workers
 
     def submit(self, fn: Callable, *args: Any) -> cf.Future:
-        return self.pool.submit(fn, *args)
+        with _plain_main():  # workers are started on demand, by submit
+            return self.pool.submit(fn, *args)
 
     def wait(self, handles: list) -> list:
         done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)
