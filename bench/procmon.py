@@ -128,6 +128,17 @@ def wait_for_idle(max_wait_s: float, window_s: float = 0.5, max_busy_cores: floa
     return time.perf_counter() - t0
 
 
+def _cpu_ticks(pid: int) -> int | None:
+    """utime + stime of a process, in clock ticks (also counts grandchildren that the child
+    never waits for, such as a process pool's workers)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
 class _Sampler(threading.Thread):
     def __init__(self, pid: int, interval: float, pss: bool):
         super().__init__(daemon=True)
@@ -137,6 +148,7 @@ class _Sampler(threading.Thread):
         self.max_procs = 0
         self.max_hwm_kb = 0
         self.n = 0
+        self.cpu_ticks: dict[int, int] = {}  # last utime+stime seen per process of the tree
 
     def run(self):
         while True:
@@ -144,6 +156,9 @@ class _Sampler(threading.Thread):
             pss = rss = 0
             procs = 0
             for p in process_tree(self.pid):
+                ticks = _cpu_ticks(p)
+                if ticks is not None:
+                    self.cpu_ticks[p] = max(ticks, self.cpu_ticks.get(p, 0))
                 if self.pss:
                     r = rollup_kb(p)
                     hwm = hwm_kb(p) if r is not None else 0
@@ -191,7 +206,9 @@ def measure(cmd, interval: float = 0.02, pss: bool = True, env=None, cwd=None, c
     proc.returncode = os.waitstatus_to_exitcode(status)
     if capture:
         proc.stdout.close()
-    child_cpu = ru.ru_utime + ru.ru_stime
+    # wait4 covers the child and the descendants it reaped; the sampler also saw the others
+    tree_cpu = sum(sampler.cpu_ticks.values()) / os.sysconf("SC_CLK_TCK")
+    child_cpu = max(ru.ru_utime + ru.ru_stime, tree_cpu)
     own_cpu = (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime)
     return {
         "rc": proc.returncode,

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
 from typing import List, Optional
 
 import typer
 
+from .cli_options import Compression, Estimator, OnError, Scope
 from .errors import ExitCode, RolloutCliError
 
 app = typer.Typer(
@@ -36,41 +36,6 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """Convert RL rollout sample dumps (slime .pt, JSONL, Parquet) into sharded train-data Parquet."""
-
-
-class Estimator(str, Enum):
-    grpo = "grpo"
-    gspo = "gspo"
-    cispo = "cispo"
-    reinforce_plus_plus = "reinforce_plus_plus"
-    reinforce_plus_plus_baseline = "reinforce_plus_plus_baseline"
-    ppo = "ppo"
-
-
-class Scope(str, Enum):
-    strict = "strict"
-    step = "step"
-    group = "group"
-
-
-class OnError(str, Enum):
-    fail = "fail"
-    skip = "skip"
-
-
-class Compression(str, Enum):
-    zstd = "zstd"
-    lz4 = "lz4"
-    snappy = "snappy"
-    none = "none"
-
-
-class GroupBy(str, Enum):
-    rollout_id = "rollout_id"
-    group_index = "group_index"
-    step = "step"
-    status = "status"
-    source_name = "source_name"
 
 
 def _err_console():

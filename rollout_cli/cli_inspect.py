@@ -6,42 +6,15 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
 from typing import Any, List, Optional
 
 import typer
 
+from .cli_options import Estimator, GroupBy, Scope, Split
+
 TEXT_GROUP_LIMIT = 50  # groups shown as a table when --limit is not given (JSON: all)
 TEXT_ANOMALY_LIMIT = 20  # anomalies listed as a table without -v
 TEXT_FIELD_CHARS = 2000  # prompt/response/label characters shown by --show in text mode
-
-
-class GroupBy(str, Enum):
-    rollout_id = "rollout_id"
-    group_index = "group_index"
-    step = "step"
-    status = "status"
-    source_name = "source_name"
-
-
-class Estimator(str, Enum):
-    grpo = "grpo"
-    gspo = "gspo"
-    cispo = "cispo"
-    reinforce_plus_plus = "reinforce_plus_plus"
-    reinforce_plus_plus_baseline = "reinforce_plus_plus_baseline"
-    ppo = "ppo"
-
-
-class Scope(str, Enum):
-    strict = "strict"
-    step = "step"
-    group = "group"
-
-
-class Split(str, Enum):
-    train = "train"
-    eval = "eval"
 
 
 def inspect_cmd(

@@ -22,7 +22,6 @@ Nothing here loops in Python over tokens (or over samples, except to build the P
 """
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 import warnings
@@ -35,6 +34,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import manifest as manifest_mod
+from . import hashing
 from .errors import IntegrityError, UsageError
 from .schema import train_schema
 
@@ -52,21 +52,6 @@ _COLUMNS: dict[str, pa.DataType] = {f.name: f.type for f in train_schema() if f.
 assert len(_COLUMNS) == len(_NEEDED), "the train-row schema lost a column the loader reads"
 
 
-def _blake3():
-    try:
-        from . import hashing
-
-        if getattr(hashing, "ALGORITHM", None) == "blake3":
-            return hashing.new()
-    except ImportError:
-        pass
-    from blake3 import blake3  # the `blake3` package
-
-    return blake3()
-
-
-# manifest digest key -> hasher factory (the manifest names the algorithm by its key)
-_DIGESTS = {"blake3": _blake3, "sha256": hashlib.sha256}
 _STAGING_ALIGN = 64
 
 
@@ -496,27 +481,20 @@ def _one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBat
 
 def _digest_check(path: str, info: dict, data=None) -> None:
     """Check `path` (or the bytes `data` already mapped from it) against the manifest entry."""
-    for key, factory in _DIGESTS.items():
-        want = info.get(key)
-        if want is None:
-            continue
-        h = factory()
-        if data is not None:
-            h.update(data)
-        else:
-            with open(path, "rb") as f:
-                while True:
-                    block = f.read(8 << 20)
-                    if not block:
-                        break
-                    h.update(block)
+    recorded = hashing.digest_of(info)
+    if recorded is None:
+        raise IntegrityError(f"{path}: the manifest records no checksum for it ({'/'.join(hashing.DIGEST_KEYS)})",
+                             [{"path": path, "reason": "no checksum in the manifest"}])
+    key, want = recorded
+    if data is not None:
+        h = hashing.new(key)
+        h.update(data)
         got = h.hexdigest()
-        if got != want:
-            raise IntegrityError(f"{path}: {key} mismatch: the manifest says {want}, the file hashes to {got}",
-                                 [{"path": path, "reason": f"{key} mismatch", "expected": want, "got": got}])
-        return
-    raise IntegrityError(f"{path}: the manifest records no checksum for it ({'/'.join(_DIGESTS)})",
-                         [{"path": path, "reason": "no checksum in the manifest"}])
+    else:
+        got = hashing.file_digest(path, key)
+    if got != want:
+        raise IntegrityError(f"{path}: {key} mismatch: the manifest says {want}, the file hashes to {got}",
+                             [{"path": path, "reason": f"{key} mismatch", "expected": want, "got": got}])
 
 
 class Dataset:

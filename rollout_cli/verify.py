@@ -39,57 +39,24 @@ unexpected_file    nothing under OUT/data, OUT/eval or OUT/mmap that the manifes
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import posixpath
 import re
 from typing import Any
 
+from . import hashing
+from .hashing import DIGEST_KEYS, digest_of, file_digest  # noqa: F401 (re-exported)
 from .errors import IntegrityError, UsageError
 
 MANIFEST = "manifest.json"
 TREES = ("data", "eval", "mmap")
 _HEX = re.compile(r"[0-9a-f]{64}")
-DIGESTS = ("blake3", "sha256")  # manifest keys naming a file's checksum algorithm
-_BLOCK = 8 << 20
 _EXAMPLES = 3  # offending rows quoted per failure
 
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _hasher(algorithm: str):
-    if algorithm == "sha256":
-        return hashlib.sha256()
-    from . import hashing
-
-    if getattr(hashing, "ALGORITHM", None) == algorithm:
-        return hashing.new()
-    from blake3 import blake3
-
-    return blake3()
-
-
-def digest_of(entry: dict) -> tuple[str, str] | None:
-    """(algorithm, hex digest) recorded for a file in the manifest."""
-    for alg in DIGESTS:
-        if alg in entry:
-            return alg, entry[alg]
-    return None
-
-
-def file_digest(path: str, algorithm: str) -> str:
-    """The hex digest of a file with the manifest's algorithm (`blake3` or `sha256`)."""
-    h = _hasher(algorithm)
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(_BLOCK)
-            if not block:
-                break
-            h.update(block)
-    return h.hexdigest()
 
 
 class _Report:
@@ -179,7 +146,7 @@ def _structure(m: dict, rep: _Report) -> bool:
     def need_digest(d: dict, where: str) -> None:
         dg = digest_of(d)
         if dg is None:
-            bad.append(f"{where}: no checksum (expected one of the keys {', '.join(DIGESTS)})")
+            bad.append(f"{where}: no checksum (expected one of the keys {', '.join(DIGEST_KEYS)})")
         elif not isinstance(dg[1], str) or not _HEX.fullmatch(dg[1]):
             bad.append(f"{where}.{dg[0]}: expected 64 hex digits, got {dg[1]!r}")
 
@@ -624,7 +591,7 @@ def _check_rejects(out: str, m: dict, rep: _Report) -> None:
         rep.fail("rejects.jsonl", "file_present", "listed in the manifest but missing")
         return
     algorithm, want = digest_of(rj)
-    h = _hasher(algorithm)
+    h = hashing.new(algorithm)
     lines = 0
     per_step: dict = {}
     unparsed = 0
