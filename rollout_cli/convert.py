@@ -325,7 +325,9 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     top = "data" if inp.split == "train" else "eval"
     for r, rows in enumerate(plan.rows):
         rel = f"{top}/step-{step:06d}/shard-{r:05d}-of-{opts.shards:05d}.parquet"
-        part = table.take(pa.array(rows)) if opts.shards > 1 else table
+        # one contiguous chunk per column: the bytes written must not depend on how the parse
+        # was cut into chunks and parts (that varies with --workers); the loader maps it as is
+        part = (table.take(pa.array(rows)) if opts.shards > 1 else table).combine_chunks()
         wf = write_parquet(part, _staged(staging_root, rel), compression=opts.compression, compression_level=opts.compression_level,
                            row_group_bytes=opts.row_group_bytes)
         info = {

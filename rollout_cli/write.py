@@ -122,7 +122,7 @@ def write_ipc(table: pa.Table, path: str) -> WrittenFile:
     sink = _HashingFile(path)
     try:
         with pa.ipc.new_file(pa.PythonFile(sink, mode="w"), table.schema) as w:
-            w.write_table(table.combine_chunks() if table.num_rows else table)
+            w.write_table(table.combine_chunks())
     finally:
         sink.close()
     return WrittenFile(sink.size, sink.hasher.hexdigest(), 1)

@@ -83,14 +83,16 @@ def _plain_main() -> Iterator[None]:
 
 class PoolEngine:
     """A pool of worker processes started by a fork server that has the pipeline imported
-    (forking a process that already runs Arrow threads is unsafe; spawning each is slow)."""
+    (forking a process that already runs Arrow threads is unsafe; spawning each is slow).
+    Each task gets a fresh process, so the memory a parse task held is returned before the
+    step's finishing task runs."""
 
     def __init__(self, workers: int):
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["rollout_cli.convert"])
         self.workers = workers
         self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_exit_with,
-                                           initargs=(os.getpid(),))
+                                           initargs=(os.getpid(),), max_tasks_per_child=1)
 
     def slots(self) -> int:
         return self.workers

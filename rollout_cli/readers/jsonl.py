@@ -20,8 +20,8 @@ except ImportError:  # pragma: no cover
 
 BLOCK_BYTES = 8 << 20
 _IO_FAULTS = {errno.EIO, errno.ESTALE, errno.ETIMEDOUT}
-CHUNK_RECORDS = 256
-CHUNK_BYTES = 32 << 20  # a chunk also ends after this much JSON, so memory stays bounded for long samples
+CHUNK_RECORDS = 128
+CHUNK_BYTES = 16 << 20  # a chunk also ends after this much JSON, so memory stays bounded for long samples
 
 
 def open_binary(path: str) -> BinaryIO:
