@@ -78,8 +78,8 @@ def _run(fn, as_json: bool, verbose: bool):
 
 @app.command()
 def convert(
-    inputs: List[str] = typer.Argument(..., help="Dump files or folders (searched recursively), or - for stdin JSONL.", show_default=False),
-    out: str = typer.Argument(..., help="Output folder.", show_default=False),
+    inputs: List[str] = typer.Argument(..., help="Dump files or folders (searched recursively; local paths or s3://, gs:// URIs), or - for stdin JSONL.", show_default=False),
+    out: str = typer.Argument(..., help="Output folder (a local path or an s3://, gs:// URI).", show_default=False),
     advantage_estimator: Estimator = typer.Option(Estimator.grpo, "--advantage-estimator", help="As slime's flag: decides mean-centring and std-scaling."),
     n_samples_per_prompt: Optional[int] = typer.Option(None, "--n-samples-per-prompt", help="Group size; needed only where group_index is missing (consecutive chunks), and by --slime-compat (default there: 1)."),
     reward_key: Optional[str] = typer.Option(None, "--reward-key", help="Pick this key from dict rewards."),

@@ -12,7 +12,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import hashing
+from . import hashing, storage
 from . import manifest as manifest_mod
 from . import output
 from .errors import InvalidInputError, Location, Problem, UsageError
@@ -176,7 +176,7 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
             res.problems.extend((base + i, p) for i, p in nc.problems)
             for b in nc.batches:
                 if writer is None:
-                    sink = pa.OSFile(task.stage_path, "wb")
+                    sink = storage.open_write(task.stage_path) if storage.is_uri(task.stage_path) else pa.OSFile(task.stage_path, "wb")
                     writer = pa.ipc.new_file(sink, b.schema)
                 writer.write_batch(b)
             if problem_budget is not None and len(res.problems) >= problem_budget:
@@ -222,6 +222,8 @@ def _locator(chunks: list[NormChunk]) -> Callable[[int], Location]:
 
 
 def _staged(root: str, rel: str) -> str:
+    if storage.is_uri(root):
+        return storage.join(root, rel)
     p = os.path.join(root, rel)
     os.makedirs(os.path.dirname(p), exist_ok=True)
     return p
@@ -260,7 +262,9 @@ def _group_units(group_index: list, ids: np.ndarray) -> np.ndarray:
 
 def _drop_parts(parts: list[PartResult]) -> None:
     for r in parts:
-        if r.stage_path and os.path.exists(r.stage_path):
+        if r.stage_path and storage.is_uri(r.stage_path):
+            storage.delete(r.stage_path)
+        elif r.stage_path and os.path.exists(r.stage_path):
             os.remove(r.stage_path)
 
 
@@ -296,7 +300,8 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     tables = []
     for k, r in enumerate(parts):
         if r.stage_path:
-            t = pa.ipc.open_file(pa.memory_map(r.stage_path)).read_all()
+            src = storage.open_read(r.stage_path, seekable=True) if storage.is_uri(r.stage_path) else pa.memory_map(r.stage_path)
+            t = pa.ipc.open_file(src).read_all()
             if bases[k]:
                 t = t.set_column(0, "_pos", pc.add(t.column("_pos"), pa.scalar(int(bases[k]), pa.int64())))
             tables.append(t)
@@ -563,6 +568,8 @@ def _resume_plan(out: str, units: list[Unit], opts: ConvertOptions, staging_root
 
 
 def _record_done(staging_root: str, res: UnitResult, fingerprint: dict | None) -> None:
+    if storage.is_uri(staging_root):
+        return  # --resume needs a local OUT
     path = _staged(staging_root, f"done/{res.split}-{res.step:012d}.json")
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
@@ -590,7 +597,7 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
         raise UsageError("no input files found (expected .pt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet)")
     opts_d = opts.conversion_options()
     opts_d["reward_mode"] = "slime_compat" if opts.slime_compat else "group_index"
-    created = not os.path.exists(out)
+    created = not storage.exists(out)
     try:
         staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=opts_d)
     except OSError as e:
@@ -638,17 +645,20 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
                 raise InvalidInputError(f"two inputs give {r.split} step {r.step}: {seen[(r.split, r.step)]} and {r.input.display}")
             seen[(r.split, r.step)] = r.input.display
         for r in results:
-            if r.input.path != "-" and r.input.path not in fingerprints and os.path.exists(r.input.path):
+            if r.input.path != "-" and r.input.path not in fingerprints and storage.exists(r.input.path):
                 fingerprints[r.input.path] = _fingerprint(r.input.path)
         rejects_info = None
         all_rejects = [r for res in results for r in res.rejects]
         if all_rejects:
             path = staging.path("rejects.jsonl")
             data = b"".join(orjson.dumps(r) + b"\n" for r in all_rejects)
-            with open(path, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            if storage.is_uri(path):
+                storage.write_bytes(path, data)
+            else:
+                with open(path, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
             rejects_info = {"path": "rejects.jsonl", "count": len(all_rejects), "blake3": hashing.bytes_digest(data)}
         inputs_info = []
         mtimes: dict[str, int] = {}

@@ -5,6 +5,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from . import storage
 from .errors import InvalidInputError, UsageError
 
 EXTENSIONS = {
@@ -101,6 +102,16 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
     for p in paths:
         if p == "-":
             files.append(("-", "<stdin>"))
+        elif storage.is_uri(p):
+            try:
+                found = storage.list_files(p)
+            except FileNotFoundError:
+                raise UsageError(f"{p}: no such file or directory") from None
+            for full in found:
+                if input_format(full) is None:
+                    skipped.append(full)
+                else:
+                    files.append((full, full))
         elif os.path.isdir(p):
             for root, dirs, names in os.walk(p):
                 if os.path.realpath(root) == excluded or _is_output_dir(root):

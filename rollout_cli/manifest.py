@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import __version__, hashing
+from . import __version__, hashing, storage
 from .errors import IntegrityError
 from .schema import SCHEMA_VERSION
 
@@ -13,6 +13,16 @@ FORMAT = "rollout-cli/train-data"
 
 def file_fingerprint(path: str) -> dict:
     """Size, mtime and BLAKE3 digest of an input file."""
+    if storage.is_uri(path):
+        info = storage.file_info(path)
+        h = hashing.new()
+        with storage.open_read(path) as f:
+            while True:
+                block = f.read(8 << 20)
+                if not block:
+                    break
+                h.update(block)
+        return {"size": info.size, "mtime_ns": info.mtime_ns or 0, hashing.ALGORITHM: h.hexdigest()}
     st = os.stat(path)
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, hashing.ALGORITHM: hashing.file_digest(path)}
 

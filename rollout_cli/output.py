@@ -11,6 +11,7 @@ import os
 import shutil
 import uuid
 
+from . import storage
 from .errors import OutputExistsError, UsageError
 
 MANIFEST = "manifest.json"
@@ -147,8 +148,61 @@ def finish_commit(out: str) -> bool:
     return True
 
 
+class RemoteStaging:
+    """Staging for an OUT on an object store (a pyarrow filesystem URI). Object stores have no
+    rename: the commit removes the old manifest first (so the old data is no longer trusted),
+    copies the staged objects into place server-side, and writes the manifest last."""
+
+    def __init__(self, out: str):
+        self.out = out
+        self.root = storage.join(out, f"{STAGING}/run")
+
+    def path(self, *parts: str) -> str:
+        return storage.join(self.root, "/".join(parts))
+
+    def start(self, options: dict) -> None:
+        storage.delete(storage.join(self.out, STAGING))
+        storage.write_bytes(self.path("options.json"), json.dumps(options).encode())
+
+    def abandon(self, keep: bool = False, remove_out: bool = False) -> None:
+        if not keep:
+            storage.delete(storage.join(self.out, STAGING))
+
+    def committing(self) -> bool:
+        return False
+
+    def commit(self, manifest: dict) -> None:
+        target = storage.join(self.out, MANIFEST)
+        storage.delete(target)
+        for name in ENTRIES:
+            storage.delete(storage.join(self.out, name))
+            src = storage.join(self.root, name)
+            if storage.exists(src):
+                storage.copy_tree(src, storage.join(self.out, name))
+        storage.write_bytes(target, (json.dumps(manifest, indent=1) + "\n").encode())
+        storage.delete(storage.join(self.out, STAGING))
+
+
+def _remote_state(out: str) -> str:
+    if storage.exists(storage.join(out, MANIFEST)):
+        return "complete"
+    if any(storage.exists(storage.join(out, n)) for n in (*ENTRIES, STAGING)):
+        return "interrupted"
+    return "empty"
+
+
 def prepare(out: str, *, overwrite: bool = False, resume: bool = False, options: dict | None = None) -> Staging:
     """Check OUT may be written and open a fresh staging area."""
+    if storage.is_uri(out):
+        if resume:
+            raise UsageError("--resume needs a local OUT; on an object store, convert again with --overwrite")
+        st = _remote_state(out)
+        if st != "empty" and not overwrite:
+            what = "holds a converted dataset (manifest.json)" if st == "complete" else "holds an interrupted run"
+            raise OutputExistsError(f"{out}: {what}; pass --overwrite to replace it")
+        remote = RemoteStaging(out)
+        remote.start(options or {})
+        return remote  # type: ignore[return-value]
     st = state(out)
     if st == "foreign":
         raise OutputExistsError(f"{out}: exists and is not a rollout-cli output (not empty); choose another OUT")

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import hashing
+from . import hashing, storage
 from .schema import DICTIONARY_COLUMNS, LIST_COLUMNS
 
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
@@ -21,7 +21,8 @@ class _HashingFile:
     """A write-only file object that hashes what passes through."""
 
     def __init__(self, path: str):
-        self._f = open(path, "wb")
+        self._remote = storage.is_uri(path)
+        self._f = storage.open_write(path) if self._remote else open(path, "wb")
         self.hasher = hashing.new()
         self.size = 0
         self.closed = False
@@ -50,7 +51,8 @@ class _HashingFile:
     def close(self) -> None:
         if not self.closed:
             self._f.flush()
-            os.fsync(self._f.fileno())
+            if not self._remote:
+                os.fsync(self._f.fileno())
             self._f.close()
             self.closed = True
 

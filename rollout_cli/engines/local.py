@@ -53,12 +53,17 @@ def _gone(pid: int) -> bool:
         return False
 
 
-def _exit_with(parent: int) -> None:
-    """Pool-worker initializer: end the worker once the converter process is gone. A SIGKILLed
-    converter otherwise leaves its workers (and the fork server) running, still writing into
-    OUT/.staging."""
+def _exit_with(parent: int, environ: dict | None = None) -> None:
+    """Pool-worker initializer: take the caller's current environment (the fork server may
+    predate it: storage credentials and endpoints live there), and end the worker once the
+    converter process is gone. A SIGKILLed converter otherwise leaves its workers (and the fork
+    server) running, still writing into OUT/.staging."""
     import threading
     import time
+
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
 
     def watch() -> None:
         while not _gone(parent):
@@ -92,7 +97,7 @@ class PoolEngine:
         ctx.set_forkserver_preload(["rollout_cli.convert"])
         self.workers = workers
         self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_exit_with,
-                                           initargs=(os.getpid(),), max_tasks_per_child=1)
+                                           initargs=(os.getpid(), dict(os.environ)), max_tasks_per_child=1)
 
     def slots(self) -> int:
         return self.workers

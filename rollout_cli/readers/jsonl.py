@@ -9,6 +9,7 @@ from typing import BinaryIO, Iterator
 
 import orjson
 
+from .. import storage
 from ..errors import InvalidInputError, Location, Problem
 from .base import RawChunk
 
@@ -28,13 +29,14 @@ def open_binary(path: str) -> BinaryIO:
     """Open a JSONL input for reading bytes, decompressing by extension; '-' is stdin."""
     if path == "-":
         return sys.stdin.buffer
+    raw = storage.open_read(path, seekable=True) if storage.is_uri(path) else None
     if path.endswith(".gz"):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return gzip.open(raw if raw is not None else path, "rb")  # type: ignore[return-value]
     if path.endswith(".zst"):
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), read_across_frames=True)  # type: ignore[return-value]
-    return open(path, "rb")
+        return zstandard.ZstdDecompressor().stream_reader(raw if raw is not None else open(path, "rb"), read_across_frames=True)  # type: ignore[return-value]
+    return raw if raw is not None else open(path, "rb")
 
 
 def _lines(stream: BinaryIO, limit: int | None) -> Iterator[bytes]:
@@ -144,23 +146,32 @@ def peek_first_record(path: str) -> dict | None:
     return None
 
 
+def _next_line_start(f, pos: int, size: int) -> int:
+    """The offset just past the first newline at or after `pos` (or `size`)."""
+    f.seek(pos)
+    while True:
+        block = f.read(1 << 20)
+        if not block:
+            return size
+        k = block.find(b"\n")
+        if k >= 0:
+            return pos + k + 1
+        pos += len(block)
+
+
 def split_ranges(path: str, parts: int, min_bytes: int = 32 << 20) -> list[tuple[int, int]]:
     """Cut a plain JSONL file into up to `parts` newline-aligned byte ranges of similar size."""
-    import os
-
-    size = os.path.getsize(path)
+    size = storage.size(path)
     parts = max(1, min(parts, size // min_bytes or 1))
     if parts == 1:
         return [(0, size)]
     bounds = [0]
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         for k in range(1, parts):
             pos = size * k // parts
             if pos <= bounds[-1]:
                 continue
-            f.seek(pos)
-            rest = f.readline()
-            cut = pos + len(rest)
+            cut = _next_line_start(f, pos, size)
             if cut >= size:
                 break
             if cut > bounds[-1]:

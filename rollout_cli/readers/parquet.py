@@ -7,6 +7,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import storage
 from ..errors import InvalidInputError, Location, Problem
 from ..schema import DICT_FIELDS
 from .base import RawChunk
@@ -16,6 +17,8 @@ CHUNK_ROWS = 1024
 
 def _open(path: str, display: str) -> pq.ParquetFile:
     try:
+        if storage.is_uri(path):
+            return pq.ParquetFile(storage.open_read(path, seekable=True))
         return pq.ParquetFile(path, memory_map=True)
     except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
         raise InvalidInputError(f"{display}: not a readable Parquet file: {e}") from None
@@ -64,7 +67,7 @@ def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_
 def peek_step_value(path: str) -> object | None:
     """The first row's `step` value, when the file has such a column."""
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(storage.open_read(path, seekable=True) if storage.is_uri(path) else path)
     except (OSError, pa.ArrowException, UnicodeDecodeError):
         return None
     if "step" not in pf.schema_arrow.names or pf.metadata.num_rows == 0:

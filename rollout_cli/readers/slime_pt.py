@@ -20,6 +20,11 @@ class PtDump:
 
 
 def load_payload(path: str, display: str, trust_pickle: bool) -> Any:
+    from .. import storage
+
+    if storage.is_uri(path):  # zip archives need a seekable local file
+        with storage.LocalCopy(path) as local:
+            return load_payload(local, display, trust_pickle)
     from . import pt_pickle
 
     try:

@@ -1,0 +1,145 @@
+"""Where inputs and outputs live: local paths, or pyarrow filesystem URIs (`s3://bucket/key`,
+`gs://...`, `hdfs://...`), so a cluster needs no shared POSIX filesystem. S3-compatible stores
+take their endpoint from AWS_ENDPOINT_URL. Local paths keep using the os module directly."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from functools import lru_cache
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_uri(path: str) -> bool:
+    return isinstance(path, str) and bool(_URI.match(path))
+
+
+@lru_cache(maxsize=64)
+def _filesystem(prefix: str):
+    from pyarrow import fs as pafs
+
+    return pafs.FileSystem.from_uri(prefix)[0]
+
+
+def resolve(uri: str):
+    """(pyarrow FileSystem, path inside it) for a URI."""
+    from pyarrow import fs as pafs
+
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/]*)", uri)
+    fs = _filesystem(m.group(1) if m else uri)
+    _, path = pafs.FileSystem.from_uri(uri)
+    return fs, path
+
+
+def _scheme_prefix(uri: str) -> str:
+    return uri[: uri.index("://") + 3]
+
+
+def join(base: str, rel: str) -> str:
+    return base.rstrip("/") + "/" + rel if is_uri(base) else os.path.join(base, rel)
+
+
+def file_info(uri: str):
+    fs, path = resolve(uri)
+    return fs.get_file_info(path)
+
+
+def exists(path: str) -> bool:
+    if not is_uri(path):
+        return os.path.exists(path)
+    from pyarrow import fs as pafs
+
+    return file_info(path).type != pafs.FileType.NotFound
+
+
+def is_dir(path: str) -> bool:
+    if not is_uri(path):
+        return os.path.isdir(path)
+    from pyarrow import fs as pafs
+
+    return file_info(path).type == pafs.FileType.Directory
+
+
+def size(path: str) -> int:
+    return file_info(path).size if is_uri(path) else os.path.getsize(path)
+
+
+def list_files(uri: str) -> list[str]:
+    """Every file under a URI (recursively, sorted), or the URI itself when it is a file."""
+    from pyarrow import fs as pafs
+
+    fs, path = resolve(uri)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.File:
+        return [uri]
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(uri)
+    prefix = _scheme_prefix(uri)
+    return sorted(prefix + i.path for i in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if i.type == pafs.FileType.File)
+
+
+def open_read(uri: str, seekable: bool = False):
+    """A pyarrow input file (seekable) or stream for a URI."""
+    fs, path = resolve(uri)
+    return fs.open_input_file(path) if seekable else fs.open_input_stream(path)
+
+
+def open_write(uri: str):
+    fs, path = resolve(uri)
+    return fs.open_output_stream(path)
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    with open_write(uri) as f:
+        f.write(data)
+
+
+def read_bytes(uri: str) -> bytes:
+    with open_read(uri) as f:
+        return f.read()
+
+
+def delete(uri: str) -> None:
+    """Remove a file or a whole tree; nothing if absent."""
+    from pyarrow import fs as pafs
+
+    fs, path = resolve(uri)
+    t = fs.get_file_info(path).type
+    if t == pafs.FileType.Directory:
+        fs.delete_dir(path)
+    elif t == pafs.FileType.File:
+        fs.delete_file(path)
+
+
+def copy_tree(src: str, dst: str) -> None:
+    """Copy every file under src to the same relative place under dst (server-side on S3)."""
+    fs, spath = resolve(src)
+    _, dpath = resolve(dst)
+    prefix = _scheme_prefix(src)
+    for f in list_files(src):
+        rel = f[len(prefix) + len(spath):].lstrip("/")
+        fs.copy_file(f[len(prefix):], dpath.rstrip("/") + "/" + rel if rel else dpath)
+
+
+class LocalCopy:
+    """A local file for a URI, for readers that need a real file (zip archives); removed on exit."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        self.dir = None
+
+    def __enter__(self) -> str:
+        self.dir = tempfile.mkdtemp(prefix="rollout-cli-")
+        local = os.path.join(self.dir, os.path.basename(self.uri.rstrip("/")) or "input")
+        with open_read(self.uri) as src, open(local, "wb") as dst:
+            while True:
+                block = src.read(8 << 20)
+                if not block:
+                    break
+                dst.write(block)
+        return local
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
