@@ -206,8 +206,7 @@ def _concat_summaries(chunks: list[NormChunk]):
     id_state = np.fromiter((s for c in chunks for s in c.id_state), dtype=np.int8)
     explicit = np.fromiter((0 if v is None else v for c in chunks for v in c.explicit_id), dtype=np.int64, count=len(id_state))
     group_index = [g for c in chunks for g in c.group_index]
-    valid = np.fromiter((v for c in chunks for v in c.valid), dtype=bool, count=len(id_state))
-    return id_state, explicit, group_index, valid
+    return id_state, explicit, group_index
 
 
 def _locator(chunks: list[NormChunk]) -> Callable[[int], Location]:
@@ -292,7 +291,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     chunks = [NormChunk(r.source, r.kind, r.numbers, r.id_state, r.explicit_id, r.group_index, r.valid) for r in parts]
     where = _locator(chunks)
     bases = np.cumsum([0] + [r.records for r in parts])
-    id_state, explicit, group_index, valid = _concat_summaries(chunks)
+    id_state, explicit, group_index = _concat_summaries(chunks)
     n = len(id_state)
     problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
     # the valid rows, in order

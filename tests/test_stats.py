@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from inspect_samples import sample, write_jsonl
 from rollout_cli.convert import ConvertOptions, convert
 from rollout_cli.errors import InvalidInputError, UsageError
 from rollout_cli.stats import ANOMALY_KINDS, InspectOptions, inspect_paths, iter_steps, show_rollout
@@ -25,20 +26,6 @@ ROW_COLUMNS = ("step", "rollout_id", "sample_index", "group_index", "reward", "r
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def sample(index, group, rid=None, reward=1.0, rl=3, mask=None, status="completed", **extra) -> dict:
-    d = {
-        "group_index": group, "index": index, "rollout_id": rid, "prompt": f"prompt {group}", "tokens": list(range(100, 105 + rl)),
-        "response": f"response {index}", "response_length": rl, "label": "x", "reward": reward,
-        "loss_mask": [1] * rl if mask is None else mask, "status": status, "metadata": {},
-    }
-    d.update(extra)
-    return d
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    return path
 
 
 def rows_of(paths, **opts) -> pa.Table:

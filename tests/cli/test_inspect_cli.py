@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import orjson
 import pytest
 from typer.testing import CliRunner
 
+from inspect_samples import sample, write_jsonl
 from rollout_cli.cli import app
 from rollout_cli.stats import ANOMALY_KINDS
 
@@ -61,19 +61,6 @@ def converted(tmp_path_factory) -> dict[str, Path]:
     return outs
 
 
-def sample(index, group, rid=None, reward=1.0, rl=3, mask=None, status="completed", **extra) -> dict:
-    d = {
-        "group_index": group, "index": index, "rollout_id": rid, "prompt": f"prompt {group}", "tokens": list(range(100, 105 + rl)),
-        "response": f"response {index}", "response_length": rl, "label": "x", "reward": reward,
-        "loss_mask": [1] * rl if mask is None else mask, "status": status, "metadata": {},
-    }
-    d.update(extra)
-    return d
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
 
 
 # ------------------------------------------------------------------------------ groups and counts
