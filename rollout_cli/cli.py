@@ -6,6 +6,7 @@ Heavy modules (pyarrow, numpy, torch) are imported inside the commands so that
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import List, Optional
 
@@ -111,6 +112,10 @@ def convert(
     """Convert rollout dumps into sharded train-data Parquet plus a manifest."""
 
     def work():
+        if engine == "local" and (workers or os.cpu_count() or 1) > 1:
+            from .engines.local import start_early
+
+            start_early()
         from .convert import ConvertOptions, convert as run_convert
 
         opts = ConvertOptions(

@@ -1,6 +1,7 @@
 """The pipeline, one step at a time: read -> normalize -> ids and fields -> plan -> write + manifest."""
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
 import os
 import time
@@ -259,6 +260,21 @@ def _group_units(group_index: list, ids: np.ndarray) -> np.ndarray:
     return np.fromiter((labels.setdefault(find(("r", r)), len(labels)) for r in ids.tolist()), dtype=np.int64, count=len(ids))
 
 
+def _read_staged(parts: list[PartResult], bases: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """The parts' staged rows as one table in memory, one chunk per column: the bytes written
+    must not depend on how the parse was cut into chunks and parts (that varies with --workers).
+    The staged files are unmapped on return, so the step's rows are held once, not twice."""
+    tables = []
+    for k, r in enumerate(parts):
+        if r.stage_path:
+            src = storage.open_read(r.stage_path, seekable=True) if storage.is_uri(r.stage_path) else pa.memory_map(r.stage_path)
+            t = pa.ipc.open_file(src).read_all()
+            if bases[k]:
+                t = t.set_column(0, "_pos", pc.add(t.column("_pos"), pa.scalar(int(bases[k]), pa.int64())))
+            tables.append(t)
+    return pa.concat_tables(tables).combine_chunks() if tables else schema.empty_table()
+
+
 def _drop_parts(parts: list[PartResult]) -> None:
     for r in parts:
         if r.stage_path and storage.is_uri(r.stage_path):
@@ -295,16 +311,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     n = len(id_state)
     problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
     # the valid rows, in order
-    schema = pre_schema(opts.keep_text)
-    tables = []
-    for k, r in enumerate(parts):
-        if r.stage_path:
-            src = storage.open_read(r.stage_path, seekable=True) if storage.is_uri(r.stage_path) else pa.memory_map(r.stage_path)
-            t = pa.ipc.open_file(src).read_all()
-            if bases[k]:
-                t = t.set_column(0, "_pos", pc.add(t.column("_pos"), pa.scalar(int(bases[k]), pa.int64())))
-            tables.append(t)
-    pre = pa.concat_tables(tables) if tables else schema.empty_table()
+    pre = _read_staged(parts, bases, pre_schema(opts.keep_text))
     sf = compute_step(
         id_state=id_state, explicit=explicit, group_index=group_index, problems=problems, where=where,
         row_pos=pre.column("_pos").to_numpy(), reward_values=pre.column("_reward_value").to_numpy(),
@@ -329,11 +336,14 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     top = "data" if inp.split == "train" else "eval"
     for r, rows in enumerate(plan.rows):
         rel = f"{top}/step-{step:06d}/shard-{r:05d}-of-{opts.shards:05d}.parquet"
-        # one contiguous chunk per column: the bytes written must not depend on how the parse
-        # was cut into chunks and parts (that varies with --workers); the loader maps it as is
+        # one contiguous chunk per column (take() may leave several), as the loader maps it
         part = (table.take(pa.array(rows)) if opts.shards > 1 else table).combine_chunks()
-        wf = write_parquet(part, _staged(staging_root, rel), compression=opts.compression, compression_level=opts.compression_level,
-                           row_group_bytes=opts.row_group_bytes)
+        mrel = f"mmap/{top}/step-{step:06d}/shard-{r:05d}-of-{opts.shards:05d}.arrow"
+        with cf.ThreadPoolExecutor(1) as side:  # the IPC copy is written while the Parquet pieces are encoded
+            mmap_job = side.submit(write_ipc, part, _staged(staging_root, mrel)) if opts.mmap else None
+            wf = write_parquet(part, _staged(staging_root, rel), compression=opts.compression,
+                               compression_level=opts.compression_level, row_group_bytes=opts.row_group_bytes)
+            mf = mmap_job.result() if mmap_job is not None else None
         info = {
             "path": rel,
             "rows": part.num_rows,
@@ -343,9 +353,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
             "blake3": wf.digest,
             "row_groups": wf.row_groups,
         }
-        if opts.mmap:
-            mrel = f"mmap/{top}/step-{step:06d}/shard-{r:05d}-of-{opts.shards:05d}.arrow"
-            mf = write_ipc(part, _staged(staging_root, mrel))
+        if mf is not None:
             info["mmap"] = {"path": mrel, "bytes": mf.bytes, "blake3": mf.digest}
         shard_infos.append(info)
     _drop_parts(parts)

@@ -6,6 +6,7 @@ all parsed samples and a rejection never shifts a sibling's id.
 """
 from __future__ import annotations
 
+import array
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +76,25 @@ def _number(fld: str, v: Any) -> float:
     return f
 
 
+def _typed_list(v: list, lo: int, hi: int) -> np.ndarray | None:
+    """Fast path for a JSON list of ints: a C-typed copy, or None when the exact checks below
+    must decide (a float, string, null, nested or out-of-range item, or a leading bool)."""
+    if type(v[0]) is bool:
+        return None
+    try:
+        if lo >= 0 and hi <= 1:
+            a = np.frombuffer(bytes(v), dtype=np.uint8)  # bytes() takes ints in [0, 256) only
+        elif lo >= -(2**31) and hi <= INT32_MAX:
+            a = np.frombuffer(array.array("i", v), dtype=np.int32)
+        else:
+            a = np.frombuffer(array.array("q", v), dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if int(a.min()) < lo or int(a.max()) > hi:
+        return None
+    return a
+
+
 def _int_array(fld: str, v: Any, lo: int, hi: int, *, allow_empty: bool = True) -> np.ndarray:
     if not isinstance(v, (list, np.ndarray)):
         raise _Bad(fld, f"expected a list of integers, got {_got(v)}")
@@ -82,6 +102,10 @@ def _int_array(fld: str, v: Any, lo: int, hi: int, *, allow_empty: bool = True) 
         if not allow_empty:
             raise _Bad(fld, "expected a non-empty list of integers, got []")
         return np.zeros(0, dtype=np.int64)
+    if isinstance(v, list):
+        a = _typed_list(v, lo, hi)
+        if a is not None:
+            return a
     try:
         a = np.asarray(v)
     except (ValueError, OverflowError) as e:
@@ -206,7 +230,7 @@ def _validate(rec: dict, reward_key: str | None, keep_text: bool) -> _Row:
             raise _Bad("loss_mask", f"expected a list of 0/1 or null, got {_got(lm)}")
         if len(lm) != rl:
             raise _Bad("loss_mask", f"expected length {rl} (response_length), got {len(lm)}")
-        mask = _int_array("loss_mask", lm, 0, 1).astype(np.uint8) if rl else np.zeros(0, dtype=np.uint8)
+        mask = _int_array("loss_mask", lm, 0, 1).astype(np.uint8, copy=False) if rl else np.zeros(0, dtype=np.uint8)
     rs = rec.get("remove_sample", False)
     if not isinstance(rs, (bool, np.bool_)) and rs is not None:
         raise _Bad("remove_sample", f"expected true/false, got {_got(rs)}")

@@ -2,6 +2,7 @@
 bytes as they are written, fsynced, into the staging area."""
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
 from dataclasses import dataclass
 
@@ -11,9 +12,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import hashing, storage
+from .parquet_stitch import Stitcher
 from .schema import DICTIONARY_COLUMNS, LIST_COLUMNS
 
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
+ENCODE_BATCH_BYTES = 4 << 20
 COMPRESSIONS = ("zstd", "lz4", "snappy", "none")
 
 
@@ -94,26 +97,85 @@ def row_group_bounds(table: pa.Table, row_group_bytes: int) -> list[tuple[int, i
     return bounds
 
 
-def write_parquet(table: pa.Table, path: str, *, compression: str = "zstd", compression_level: int | None = 1,
-                  row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES) -> WrittenFile:
-    """Write `table` to `path` deterministically; return its size, digest and row-group count."""
-    names = table.column_names
-    codec = "none" if compression == "none" else compression
-    level = compression_level if compression == "zstd" else None
-    sink = _HashingFile(path)
-    bounds = row_group_bounds(table, row_group_bytes)
+def _writer_options(names: list[str], compression: str, compression_level: int | None) -> dict:
+    return dict(
+        compression="none" if compression == "none" else compression,
+        compression_level=compression_level if compression == "zstd" else None,
+        use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names],
+        write_statistics=[c for c in names if c not in LIST_COLUMNS],
+    )
+
+
+def column_groups(table: pa.Table) -> list[list[str]]:
+    """How each row group is cut for encoding: every list column that holds values alone (they
+    carry nearly all the bytes), the other columns together; in schema order."""
+    heavy = [c for c in table.column_names if c in LIST_COLUMNS and pc.sum(pc.list_value_length(table.column(c))).as_py()]
+    rest = [c for c in table.column_names if c not in heavy]
+    return [[c] for c in heavy] + ([rest] if rest else [])
+
+
+def _encode(table: pa.Table, options: dict) -> pa.Buffer:
+    # pyarrow's list-column encoder holds several times the values it is given in scratch
+    # memory, so it is given bounded batches; the cut depends on the data only
+    cuts = row_group_bounds(table, ENCODE_BATCH_BYTES)
+    table = pa.Table.from_batches([b for s, e in cuts for b in table.slice(s, e - s).to_batches()], schema=table.schema)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=max(table.num_rows, 1), **_writer_options(table.column_names, **options))
+    return sink.getvalue()
+
+
+def _write_stitched(table: pa.Table, bounds: list[tuple[int, int]], options: dict, sink, threads: int) -> None:
+    groups = column_groups(table)
+    jobs = [table.slice(s, e - s).select(cols) for s, e in bounds for cols in groups]
+    stitcher = Stitcher(_encode(table.schema.empty_table(), options))
+    sink.write(stitcher.header())
+    threads = max(1, min(threads, len(jobs)))
+    window = threads + len(groups)  # pieces in flight: every thread stays busy, memory stays bounded
+    pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="rollout-cli-parquet")
     try:
-        writer = pq.ParquetWriter(
-            pa.PythonFile(sink, mode="w"),
-            table.schema,
-            compression=codec,
-            compression_level=level,
-            use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names],
-            write_statistics=[c for c in names if c not in LIST_COLUMNS],
-        )
-        for s, e in bounds:
-            writer.write_table(table.slice(s, e - s), row_group_size=max(e - s, 1))
-        writer.close()
+        futures: dict[int, cf.Future] = {}
+        for j in range(min(window, len(jobs))):
+            futures[j] = pool.submit(_encode, jobs[j], options)
+        for k in range(len(bounds)):
+            members = []
+            for g in range(len(groups)):
+                j = k * len(groups) + g
+                members.append((stitcher.parse(futures.pop(j).result(), j), 0, j))
+                if j + window < len(jobs):
+                    futures[j + window] = pool.submit(_encode, jobs[j + window], options)
+            for part in stitcher.add(members, k):
+                sink.write(part)
+        sink.write(stitcher.footer())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+def write_parquet(table: pa.Table, path: str, *, compression: str = "zstd", compression_level: int | None = 1,
+                  row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES, threads: int | None = None) -> WrittenFile:
+    """Write `table` to `path` deterministically; return its size, digest and row-group count.
+
+    pyarrow encodes a file on one thread, so each row group is cut into column pieces
+    (`column_groups`) that are encoded as separate in-memory Parquet files on `threads` threads
+    (default: the usable cores), then stitched into one file by copying their column chunks.
+    The pieces do not depend on the thread count, so neither do the bytes."""
+    options = {"compression": compression, "compression_level": compression_level}
+    sink = _HashingFile(path)
+    try:
+        if table.num_rows == 0:
+            bounds = [(0, 0)]
+            with pq.ParquetWriter(pa.PythonFile(sink, mode="w"), table.schema,
+                                  **_writer_options(table.column_names, **options)) as writer:
+                writer.write_table(table)
+        else:
+            bounds = row_group_bounds(table, row_group_bytes)
+            _write_stitched(table, bounds, options, sink, threads or cpu_count())
     finally:
         sink.close()
     return WrittenFile(sink.size, sink.hasher.hexdigest(), len(bounds))

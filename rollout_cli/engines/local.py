@@ -53,6 +53,17 @@ def _gone(pid: int) -> bool:
         return False
 
 
+class _NoPandas:
+    """Import finder that refuses pandas. `pa.array` imports pandas (when it is installed) to
+    check its argument for pandas types, which costs each fresh worker ~0.3 s; no stage ever
+    handles a pandas object, and pyarrow works without it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("pandas is not used by rollout-cli's pipeline workers", name=name)
+        return None
+
+
 def _exit_with(parent: int, environ: dict | None = None) -> None:
     """Pool-worker initializer: take the caller's current environment (the fork server may
     predate it: storage credentials and endpoints live there), and end the worker once the
@@ -64,6 +75,8 @@ def _exit_with(parent: int, environ: dict | None = None) -> None:
     if environ is not None:
         os.environ.clear()
         os.environ.update(environ)
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas())
 
     def watch() -> None:
         while not _gone(parent):
@@ -86,6 +99,19 @@ def _plain_main() -> Iterator[None]:
             sys.modules["__main__"] = main
 
 
+PRELOAD = ["rollout_cli.convert"]
+
+
+def start_early() -> None:
+    """Start the fork server now, so that it imports the pipeline while the caller is still
+    importing its own modules (on another core): the pool's first workers then start at once."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+
+
 class PoolEngine:
     """A pool of worker processes started by a fork server that has the pipeline imported
     (forking a process that already runs Arrow threads is unsafe; spawning each is slow).
@@ -94,7 +120,7 @@ class PoolEngine:
 
     def __init__(self, workers: int):
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["rollout_cli.convert"])
+        ctx.set_forkserver_preload(PRELOAD)
         self.workers = workers
         self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_exit_with,
                                            initargs=(os.getpid(), dict(os.environ)), max_tasks_per_child=1)
