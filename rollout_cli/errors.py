@@ -109,3 +109,8 @@ class OutputError(RolloutCliError):
     """OUT cannot be written: not a directory, no permission, read-only file system, disk full."""
 
     exit_code = ExitCode.OUTPUT_ERROR
+
+
+class StepProblems(Exception):
+    """Invalid samples under --on-error fail: carries the problems to report, in input order
+    (raised by a step's stages, turned into InvalidInputError by `convert`)."""

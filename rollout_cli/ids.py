@@ -19,7 +19,6 @@ import numpy as np
 from .errors import Location, Problem
 from .normalize import ID_EXPLICIT, ID_MISSING
 
-SCOPES = ("strict", "step", "group")
 
 
 @dataclass

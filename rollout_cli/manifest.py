@@ -6,9 +6,9 @@ import os
 
 from . import __version__, hashing, storage
 from .errors import IntegrityError
-from .schema import SCHEMA_VERSION
 
 FORMAT = "rollout-cli/train-data"
+SCHEMA_VERSION = 1  # of the output: this manifest and the shard schema (schema.py stamps it on every shard)
 
 
 def file_fingerprint(path: str) -> dict:

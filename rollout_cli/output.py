@@ -20,6 +20,15 @@ ENTRIES = ("data", "eval", "mmap", "rejects.jsonl")
 JOURNAL = "COMMITTING"
 
 
+def staged_path(root: str, rel: str) -> str:
+    """Where `rel` goes under the staging root (its folder created when local)."""
+    if storage.is_uri(root):
+        return storage.join(root, rel)
+    p = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    return p
+
+
 def fsync_dir(path: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)

@@ -3,18 +3,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+from .manifest import SCHEMA_VERSION
 
 STATUSES = ("pending", "completed", "truncated", "aborted", "failed")
 
-ADVANTAGE_ESTIMATORS = (
-    "grpo",
-    "gspo",
-    "cispo",
-    "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline",
-    "ppo",
-)
 # slime: normalisation runs for these estimators only; std-scaling for the first three only.
 MEAN_CENTRED_ESTIMATORS = frozenset({"grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"})
 STD_SCALED_ESTIMATORS = frozenset({"grpo", "gspo", "cispo"})

@@ -8,14 +8,10 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import InvalidInputError, Location, Problem
+from .errors import InvalidInputError, Location, Problem, StepProblems
 from .fields import rollout_mask_sums
 from .ids import assign_ids
 from .rewards import group_keys, normalize_rewards, slime_compat_rewards
-
-
-class StepProblems(Exception):
-    """Invalid samples under --on-error fail: carries the problems to report, in input order."""
 
 
 @dataclass

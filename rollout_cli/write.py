@@ -12,12 +12,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import hashing, storage
+from .options import DEFAULT_ROW_GROUP_BYTES
 from .parquet_stitch import Stitcher
 from .schema import DICTIONARY_COLUMNS, LIST_COLUMNS
 
-DEFAULT_ROW_GROUP_BYTES = 64 << 20
 ENCODE_BATCH_BYTES = 4 << 20
-COMPRESSIONS = ("zstd", "lz4", "snappy", "none")
 
 
 class _HashingFile:
@@ -119,9 +118,25 @@ def _encode(table: pa.Table, options: dict) -> pa.Buffer:
     # memory, so it is given bounded batches; the cut depends on the data only
     cuts = row_group_bounds(table, ENCODE_BATCH_BYTES)
     table = pa.Table.from_batches([b for s, e in cuts for b in table.slice(s, e - s).to_batches()], schema=table.schema)
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, row_group_size=max(table.num_rows, 1), **_writer_options(table.column_names, **options))
-    return sink.getvalue()
+    # a buffer as large as the encoding can get, written once: a growing one is reallocated and
+    # copied as it doubles; pages never written are never touched, so they cost no memory
+    kw = dict(row_group_size=max(table.num_rows, 1), **_writer_options(table.column_names, **options))
+    buf = pa.allocate_buffer(_encoded_bound(table))
+    sink = pa.FixedSizeBufferWriter(buf)
+    try:
+        pq.write_table(table, sink, **kw)
+    except OSError:  # "write out of bounds": the bound was wrong after all; encode again, growing
+        grow = pa.BufferOutputStream()
+        pq.write_table(table, grow, **kw)
+        return grow.getvalue()
+    return buf.slice(0, sink.tell())
+
+
+def _encoded_bound(table: pa.Table) -> int:
+    """More bytes than the Parquet encoding of `table` can take: PLAIN widens 8- and 16-bit
+    integers to 32 bits, levels and page headers add a little, and an incompressible page
+    comes out slightly larger than it went in."""
+    return 4 * table.nbytes + 64 * table.num_rows + (1 << 20)
 
 
 def _write_stitched(table: pa.Table, bounds: list[tuple[int, int]], options: dict, sink, threads: int) -> None:

@@ -542,3 +542,15 @@ def test_split_step_rejects_and_ids(tmp_path, split_inline):
     rej = read_jsonl(tmp_path / "four" / "rejects.jsonl")
     assert [r["line"] for r in rej] == [21, 27, 34, 35, 36]
     assert rej == read_jsonl(tmp_path / "one" / "rejects.jsonl")
+
+
+def test_the_converting_process_imports_no_arrow_numpy_or_torch():
+    """The driver only plans, schedules and commits: the pool's workers (whose fork server
+    preloads the stages) start while it sets up, and `rollout-cli convert` starts fast."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rollout_cli.cli, rollout_cli.convert, rollout_cli.options, rollout_cli.tasks; "
+            "print(sorted(m for m in ('pyarrow', 'numpy', 'torch', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

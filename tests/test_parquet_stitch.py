@@ -479,3 +479,22 @@ def test_errors_come_before_any_byte(split):
     _, a, _ = split
     with pytest.raises(ValueError):
         stitch(template(), [a], [[(0, 0)]])  # raised by the call, not by iterating
+
+
+def test_stitcher_row_group_at_a_time_equals_stitch():
+    from rollout_cli.parquet_stitch import Stitcher
+
+    t = make_table(90, seed=11)
+    tmpl = template()
+    bounds = [(0, 30), (30, 75), (75, 90)]
+    split = [["tokens"], [c for c in COLUMNS if c != "tokens"]]
+    pieces = [write(t.slice(s, e - s).select(cols)) for s, e in bounds for cols in split]
+    whole = stitch_to_bytes(tmpl, pieces, [[(2 * k, 0), (2 * k + 1, 0)] for k in range(len(bounds))])
+    st = Stitcher(tmpl)
+    out = [st.header()]
+    for k in range(len(bounds)):
+        members = [(st.parse(pieces[j], j), 0, j) for j in (2 * k, 2 * k + 1)]
+        out += st.add(members, k)
+    out.append(st.footer())
+    assert b"".join(bytes(p) for p in out) == whole
+    assert pq.read_table(pa.BufferReader(whole)).equals(t)

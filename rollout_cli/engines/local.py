@@ -64,6 +64,21 @@ class _NoPandas:
         return None
 
 
+def _lean_allocator() -> None:
+    """Workers allocate and free large Arrow buffers (parsed batches, encoder scratch, pieces);
+    jemalloc, told to return freed pages at once, keeps a worker's peak memory lowest (pyarrow's
+    default mimalloc keeps freed pages). ARROW_DEFAULT_MEMORY_POOL, when set, decides instead."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    import pyarrow as pa
+
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+        pa.jemalloc_set_decay_ms(0)
+    except NotImplementedError:  # a pyarrow built without jemalloc keeps its default
+        pass
+
+
 def _exit_with(parent: int, environ: dict | None = None) -> None:
     """Pool-worker initializer: take the caller's current environment (the fork server may
     predate it: storage credentials and endpoints live there), and end the worker once the
@@ -77,6 +92,7 @@ def _exit_with(parent: int, environ: dict | None = None) -> None:
         os.environ.update(environ)
     if "pandas" not in sys.modules:
         sys.meta_path.insert(0, _NoPandas())
+    _lean_allocator()
 
     def watch() -> None:
         while not _gone(parent):
@@ -99,7 +115,7 @@ def _plain_main() -> Iterator[None]:
             sys.modules["__main__"] = main
 
 
-PRELOAD = ["rollout_cli.convert"]
+PRELOAD = ["rollout_cli.convert", "rollout_cli.stages"]
 
 
 def start_early() -> None:
