@@ -6,6 +6,7 @@ pool's workers (whose fork server preloads the stages) start while it is still s
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
 import os
 import time
@@ -88,41 +89,61 @@ def _run(engine, units, tasks, opts, budget, staging_root, fingerprints, notes, 
     pending: dict = {}
     for t in tasks:
         pending[engine.submit(parse_part, t, opts, budget)] = ("parse", t.unit)
-    for unit in units:
-        if unit.input.path != "-" and unit.input.path not in fingerprints:
-            pending[engine.submit(_fingerprint, unit.input.path)] = ("fingerprint", unit.input.path)
+    to_hash = list(dict.fromkeys(u.input.path for u in units if u.input.path != "-" and u.input.path not in fingerprints))
+    hashing_here: dict[str, cf.Future] = {}
+    hasher = None
+    if getattr(engine, "remote", False):  # inputs are hashed where the work runs
+        for path in to_hash:
+            pending[engine.submit(_fingerprint, path)] = ("fingerprint", path)
+    elif to_hash:
+        # on a thread of this process (BLAKE3 and file reads release the GIL): it is idle while
+        # the workers start and parse, and a worker process would cost a core's share
+        hasher = cf.ThreadPoolExecutor(1, thread_name_prefix="rollout-cli-fingerprint")
+        hashing_here = {path: hasher.submit(_fingerprint, path) for path in to_hash}
+
+    def fingerprint_of(path: str) -> None:
+        if path in hashing_here:
+            fingerprints[path] = hashing_here.pop(path).result()
+
     got: dict[int, list[PartResult]] = {}
     finished: dict[int, UnitResult] = {}
     total_rejected = 0
     done_units = 0
-    while pending:
-        for h in engine.wait(list(pending)):
-            kind, key = pending.pop(h)
-            value = engine.result(h)
-            if kind == "fingerprint":
-                fingerprints[key] = value
-            elif kind == "parse":
-                if value.stopped:
-                    raise StepProblems([p for _, p in value.problems])
-                got.setdefault(key, []).append(value)
-                if len(got[key]) == parts_of[key]:
-                    pending[engine.submit(finish_unit, units[key], got.pop(key), opts, staging_root)] = ("finish", key)
-            else:
-                done_units += 1
-                if progress:
-                    progress(units[key].input.display, done_units, len(units))
-                if isinstance(value, str):
-                    notes.append(value)
-                    continue
-                finished[key] = value
-                if on_done:
-                    on_done(value)
-                total_rejected += value.rejected
-                if opts.on_error == "skip" and opts.max_errors is not None and total_rejected > opts.max_errors:
-                    raise InvalidInputError(
-                        f"more than --max-errors {opts.max_errors} samples rejected ({total_rejected} so far); stopped, nothing written",
-                        [_reject_problem(r) for r in value.rejects[: opts.max_errors + 1]],
-                    )
+    try:
+        while pending:
+            for h in engine.wait(list(pending)):
+                kind, key = pending.pop(h)
+                value = engine.result(h)
+                if kind == "fingerprint":
+                    fingerprints[key] = value
+                elif kind == "parse":
+                    if value.stopped:
+                        raise StepProblems([p for _, p in value.problems])
+                    got.setdefault(key, []).append(value)
+                    if len(got[key]) == parts_of[key]:
+                        pending[engine.submit(finish_unit, units[key], got.pop(key), opts, staging_root)] = ("finish", key)
+                else:
+                    done_units += 1
+                    if progress:
+                        progress(units[key].input.display, done_units, len(units))
+                    if isinstance(value, str):
+                        notes.append(value)
+                        continue
+                    finished[key] = value
+                    fingerprint_of(value.input.path)
+                    if on_done:
+                        on_done(value)
+                    total_rejected += value.rejected
+                    if opts.on_error == "skip" and opts.max_errors is not None and total_rejected > opts.max_errors:
+                        raise InvalidInputError(
+                            f"more than --max-errors {opts.max_errors} samples rejected ({total_rejected} so far); stopped, nothing written",
+                            [_reject_problem(r) for r in value.rejects[: opts.max_errors + 1]],
+                        )
+        for path in list(hashing_here):
+            fingerprint_of(path)
+    finally:
+        if hasher is not None:
+            hasher.shutdown(wait=True, cancel_futures=True)
     return list(finished.values())
 
 

@@ -22,7 +22,7 @@ from .readers import read_input
 from .schema import train_schema
 from .step import compute_step
 from .tasks import PartResult, PartTask, Unit, UnitResult
-from .write import write_ipc, write_parquet
+from .write import cpu_count, write_ipc, write_parquet
 
 
 def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None) -> PartResult:
@@ -133,7 +133,12 @@ def _read_staged(parts: list[PartResult], bases: np.ndarray, schema: pa.Schema) 
             if bases[k]:
                 t = t.set_column(0, "_pos", pc.add(t.column("_pos"), pa.scalar(int(bases[k]), pa.int64())))
             tables.append(t)
-    return pa.concat_tables(tables).combine_chunks() if tables else schema.empty_table()
+    if not tables:
+        return schema.empty_table()
+    chunked = pa.concat_tables(tables)
+    with cf.ThreadPoolExecutor(cpu_count(), thread_name_prefix="rollout-cli-combine") as pool:
+        columns = list(pool.map(lambda col: pa.concat_arrays(col.chunks), chunked.columns))
+    return pa.Table.from_arrays(columns, schema=chunked.schema)
 
 
 def _drop_parts(parts: list[PartResult]) -> None:

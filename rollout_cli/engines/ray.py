@@ -147,6 +147,8 @@ class RayEngine:
     process already initialised, else starts a local one with `workers` CPUs (and stops it at
     shutdown; a Ray it did not start is left running)."""
 
+    remote = True  # tasks may run on other nodes: inputs are fingerprinted there too
+
     def __init__(self, address: str | None = None, workers: int | None = None, max_retries: int | None = None):
         ray = self._ray = _import_ray()
         if max_retries is None:
