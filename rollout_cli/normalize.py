@@ -82,15 +82,19 @@ def _typed_list(v: list, lo: int, hi: int) -> np.ndarray | None:
     if type(v[0]) is bool:
         return None
     try:
-        if lo >= 0 and hi <= 1:
+        if lo >= 0 and hi <= 255:
             a = np.frombuffer(bytes(v), dtype=np.uint8)  # bytes() takes ints in [0, 256) only
+            tmin, tmax = 0, 255
         elif lo >= -(2**31) and hi <= INT32_MAX:
             a = np.frombuffer(array.array("i", v), dtype=np.int32)
+            tmin, tmax = -(2**31), INT32_MAX
         else:
             a = np.frombuffer(array.array("q", v), dtype=np.int64)
+            tmin, tmax = -(2**63), 2**63 - 1
     except (TypeError, ValueError, OverflowError):
         return None
-    if int(a.min()) < lo or int(a.max()) > hi:
+    # only the bounds the type does not already guarantee
+    if (lo > tmin and int(a.min()) < lo) or (hi < tmax and int(a.max()) > hi):
         return None
     return a
 

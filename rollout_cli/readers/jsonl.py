@@ -39,8 +39,9 @@ def open_binary(path: str) -> BinaryIO:
     return raw if raw is not None else open(path, "rb")
 
 
-def _lines(stream: BinaryIO, limit: int | None) -> Iterator[bytes]:
-    """Yield lines (without the newline) of at most `limit` bytes read from the stream."""
+def _lines(stream: BinaryIO, limit: int | None) -> Iterator[memoryview]:
+    """Yield the lines (without the newline) of at most `limit` bytes read from the stream, as
+    views into the block read (no copy per line: the JSON parser takes a view)."""
     tail = b""
     left = limit
     while True:
@@ -52,11 +53,27 @@ def _lines(stream: BinaryIO, limit: int | None) -> Iterator[bytes]:
             break
         if left is not None:
             left -= len(block)
-        parts = (tail + block).split(b"\n")
-        tail = parts.pop()
-        yield from parts
+        buf = tail + block if tail else block
+        view = memoryview(buf)
+        find = buf.find
+        pos = 0
+        while True:
+            nl = find(b"\n", pos)
+            if nl < 0:
+                break
+            yield view[pos:nl]
+            pos = nl + 1
+        tail = buf[pos:]
     if tail:
-        yield tail
+        yield memoryview(tail)
+
+
+_SPACE = b" \t\r\x0b\x0c"
+
+
+def _blank(line: memoryview) -> bool:
+    """Empty or whitespace only (copied for the check only when it starts with whitespace)."""
+    return not line or (line[0] in _SPACE and not bytes(line).strip())
 
 
 def read_jsonl(
@@ -92,7 +109,7 @@ def read_jsonl(
         held = 0
         for line in _lines(stream, limit):
             line_no += 1
-            if not line.strip():
+            if _blank(line):
                 continue
             try:
                 rec = loads(line)
