@@ -63,3 +63,26 @@ def test_inline_engine_runs_in_this_process():
     h = engine.submit(_boom)
     with pytest.raises(ValueError, match="bad input"):
         engine.result(h)
+
+
+def test_an_unguarded_script_is_never_rerun_by_workers(tmp_path):
+    """A script calling convert without `if __name__ == "__main__"`: its workers (including the
+    fresh ones the pool starts after each task) must not run it again."""
+    import subprocess
+
+    from tests.conftest import make_sample, write_jsonl
+
+    for step in (1, 2, 3):
+        write_jsonl(tmp_path / "in" / f"step_{step}.jsonl", [make_sample(group_index=0, index=i) for i in range(4)])
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import sys\n"
+        "from rollout_cli.convert import convert, ConvertOptions\n"
+        "print('body', flush=True)\n"
+        "r = convert([sys.argv[1]], sys.argv[2], ConvertOptions(workers=2))\n"
+        "print('steps', r['counts']['steps'], flush=True)\n"
+    )
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "in"), str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["body", "steps", "3"]

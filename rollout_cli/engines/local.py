@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import importlib.machinery
 import multiprocessing as mp
 import os
 import sys
-import types
 from typing import Any, Callable, Iterator
 
 
@@ -103,16 +103,27 @@ def _exit_with(parent: int, environ: dict | None = None) -> None:
 
 
 @contextlib.contextmanager
-def _plain_main() -> Iterator[None]:
-    """Start workers without re-running the caller's __main__ (a script, a notebook, stdin):
-    multiprocessing would import it in every worker; the stage functions need only this package."""
+def _main_not_rerun() -> Iterator[None]:
+    """While workers may start, mark the caller's __main__ (a script, a notebook, `python -m
+    mod`) as one multiprocessing must not re-run: it would import it in every new worker,
+    running an unguarded script's top level again, and the stage functions need only this
+    package. Worker processes are also started by the pool's own thread (a fresh one after each
+    task), so the mark stays for the pool's life; it is a `__spec__` named `__main__`, which
+    multiprocessing skips, and the old value comes back afterwards."""
     main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
+    if main is None:
+        yield
+        return
+    missing = object()
+    old = main.__dict__.get("__spec__", missing)
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
     try:
         yield
     finally:
-        if main is not None:
-            sys.modules["__main__"] = main
+        if old is missing:
+            del main.__spec__
+        else:
+            main.__spec__ = old
 
 
 PRELOAD = ["rollout_cli.convert", "rollout_cli.stages"]
@@ -125,7 +136,8 @@ def start_early() -> None:
     ctx.set_forkserver_preload(PRELOAD)
     from multiprocessing import forkserver
 
-    forkserver.ensure_running()
+    with _main_not_rerun():  # the server would import the caller's __main__ too
+        forkserver.ensure_running()
 
 
 class PoolEngine:
@@ -138,6 +150,8 @@ class PoolEngine:
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(PRELOAD)
         self.workers = workers
+        self._main = _main_not_rerun()
+        self._main.__enter__()
         self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_exit_with,
                                            initargs=(os.getpid(), dict(os.environ)), max_tasks_per_child=1)
 
@@ -145,8 +159,7 @@ class PoolEngine:
         return self.workers
 
     def submit(self, fn: Callable, *args: Any) -> cf.Future:
-        with _plain_main():  # workers are started on demand, by submit
-            return self.pool.submit(fn, *args)
+        return self.pool.submit(fn, *args)
 
     def wait(self, handles: list) -> list:
         done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)
@@ -156,4 +169,7 @@ class PoolEngine:
         return handle.result()
 
     def shutdown(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            self._main.__exit__(None, None, None)

@@ -1,0 +1,33 @@
+"""The `rollout-cli` executable. Before the command line is parsed (typer and rich take a
+while to import), a `convert` that will use the local process pool starts the pool's fork
+server, so that it imports the pipeline on another core meanwhile. The guess is only an
+early start: `convert` itself starts the fork server when it is not running."""
+from __future__ import annotations
+
+import sys
+
+
+def _pool_convert(argv: list[str]) -> bool:
+    """`convert` with the default local engine and more than one worker, by a quick look."""
+    if not argv or argv[0] != "convert" or "-h" in argv or "--help" in argv:
+        return False
+    for i, a in enumerate(argv):
+        value = argv[i + 1] if i + 1 < len(argv) else ""
+        if a == "--engine" and value != "local" or a.startswith("--engine=") and a != "--engine=local":
+            return False
+        if a == "--workers" and value == "1" or a == "--workers=1":
+            return False
+    return True
+
+
+def main() -> None:
+    if _pool_convert(sys.argv[1:]):
+        import os
+
+        if (os.cpu_count() or 1) > 1 or "--workers" in " ".join(sys.argv):
+            from .engines.local import start_early
+
+            start_early()
+    from .cli import main as cli_main
+
+    cli_main()
