@@ -121,15 +121,17 @@ def _encode(table: pa.Table, options: dict) -> pa.Buffer:
     # a buffer as large as the encoding can get, written once: a growing one is reallocated and
     # copied as it doubles; pages never written are never touched, so they cost no memory
     kw = dict(row_group_size=max(table.num_rows, 1), **_writer_options(table.column_names, **options))
-    buf = pa.allocate_buffer(_encoded_bound(table))
-    sink = pa.FixedSizeBufferWriter(buf)
     try:
+        buf = pa.allocate_buffer(_encoded_bound(table))
+        sink = pa.FixedSizeBufferWriter(buf)
         pq.write_table(table, sink, **kw)
-    except OSError:  # "write out of bounds": the bound was wrong after all; encode again, growing
+        return buf.slice(0, sink.tell())
+    except (OSError, MemoryError):
+        # "write out of bounds" (the bound was wrong after all) or no address space for it
+        # (a capped virtual memory): encode again into a growing buffer
         grow = pa.BufferOutputStream()
         pq.write_table(table, grow, **kw)
         return grow.getvalue()
-    return buf.slice(0, sink.tell())
 
 
 def _encoded_bound(table: pa.Table) -> int:

@@ -96,6 +96,18 @@ def test_an_encoding_larger_than_the_bound_is_redone(tmp_path, monkeypatch):
     assert (tmp_path / "small.parquet").read_bytes() == (tmp_path / "ok.parquet").read_bytes()
 
 
+def test_no_room_for_the_sized_buffer_falls_back_to_a_growing_one(tmp_path, monkeypatch):
+    t = train_table(40, seed=6)
+    write.write_parquet(t, str(tmp_path / "ok.parquet"), threads=2)
+
+    def refuse(size):
+        raise MemoryError("capped address space")
+
+    monkeypatch.setattr(write.pa, "allocate_buffer", refuse)
+    write.write_parquet(t, str(tmp_path / "capped.parquet"), threads=2)
+    assert (tmp_path / "capped.parquet").read_bytes() == (tmp_path / "ok.parquet").read_bytes()
+
+
 def test_empty_table(tmp_path):
     t = train_table(5).slice(0, 0)
     wf = write.write_parquet(t, str(tmp_path / "e.parquet"))
