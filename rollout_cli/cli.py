@@ -6,7 +6,6 @@ Heavy modules (pyarrow, numpy, torch) are imported inside the commands so that
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import List, Optional
 
@@ -112,10 +111,6 @@ def convert(
     """Convert rollout dumps into sharded train-data Parquet plus a manifest."""
 
     def work():
-        if engine == "local" and (workers or os.cpu_count() or 1) > 1:
-            from .engines.local import start_early
-
-            start_early()
         from .convert import ConvertOptions, convert as run_convert
 
         opts = ConvertOptions(
@@ -144,6 +139,10 @@ def convert(
             overwrite=overwrite,
             resume=resume,
         )
+        if opts.engine == "local" and opts.worker_count() > 1:
+            from .engines.local import start_early
+
+            start_early()  # a no-op when the executable already started it
         with _progress(quiet or as_json) as progress:
             return run_convert(inputs, out, opts, progress=progress)
 

@@ -300,7 +300,7 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
             changed = sorted(k for k in set(opts_d) | set(prev.get("options", {})) if opts_d.get(k) != prev.get("options", {}).get(k))
             raise UsageError(f"--resume: conversion options differ from the existing output's ({', '.join(changed)}); use --overwrite to reconvert")
         budget = max(1, opts.max_errors if opts.max_errors is not None else 20) if opts.on_error == "fail" else None
-        workers = opts.workers or os.cpu_count() or 1
+        workers = opts.worker_count()
         fingerprints: dict[str, dict] = {}
         reused: dict[int, UnitResult] = {}
         kept: list[UnitResult] = []

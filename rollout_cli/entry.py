@@ -11,23 +11,26 @@ def _pool_convert(argv: list[str]) -> bool:
     """`convert` with the default local engine and more than one worker, by a quick look."""
     if not argv or argv[0] != "convert" or "-h" in argv or "--help" in argv:
         return False
+    workers_given = False
     for i, a in enumerate(argv):
         value = argv[i + 1] if i + 1 < len(argv) else ""
         if a == "--engine" and value != "local" or a.startswith("--engine=") and a != "--engine=local":
             return False
         if a == "--workers" and value == "1" or a == "--workers=1":
             return False
-    return True
+        workers_given = workers_given or a == "--workers" or a.startswith("--workers=")
+    if workers_given:
+        return True
+    from .options import usable_cores
+
+    return usable_cores() > 1
 
 
 def main() -> None:
     if _pool_convert(sys.argv[1:]):
-        import os
+        from .engines.local import start_early
 
-        if (os.cpu_count() or 1) > 1 or "--workers" in " ".join(sys.argv):
-            from .engines.local import start_early
-
-            start_early()
+        start_early()
     from .cli import main as cli_main
 
     cli_main()

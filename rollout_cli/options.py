@@ -3,6 +3,7 @@ sets the settings take. Light to import: the converting process reads it before 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 from .errors import UsageError
@@ -18,6 +19,15 @@ ADVANTAGE_ESTIMATORS = (
 SCOPES = ("strict", "step", "group")  # --rollout-id-scope (see ids.py)
 COMPRESSIONS = ("zstd", "lz4", "snappy", "none")
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and `taskset`
+    narrow; os.cpu_count() counts the machine's): the default --workers and thread count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity API on this platform
+        return os.cpu_count() or 1
 
 
 @dataclass
@@ -77,6 +87,10 @@ class ConvertOptions:
             raise UsageError(f"--step: expected a step number in [0, {2**63 - 1}], got {self.step}")
         if self.overwrite and self.resume:
             raise UsageError("--overwrite and --resume exclude each other")
+
+    def worker_count(self) -> int:
+        """--workers, or all usable cores."""
+        return self.workers or usable_cores()
 
     def conversion_options(self) -> dict:
         """The options that decide the output bytes (recorded; --resume requires them unchanged)."""

@@ -15,14 +15,14 @@ from . import storage
 from .errors import Location, Problem, UsageError
 from .inputs import parse_steps
 from .normalize import NormChunk, normalize_chunk, pre_schema
-from .options import ConvertOptions
+from .options import ConvertOptions, usable_cores
 from .output import staged_path as _staged
 from .plan import plan_shards
 from .readers import read_input
 from .schema import train_schema
 from .step import compute_step
 from .tasks import PartResult, PartTask, Unit, UnitResult
-from .write import cpu_count, write_ipc, write_parquet
+from .write import write_ipc, write_parquet
 
 
 def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None) -> PartResult:
@@ -136,7 +136,7 @@ def _read_staged(parts: list[PartResult], bases: np.ndarray, schema: pa.Schema) 
     if not tables:
         return schema.empty_table()
     chunked = pa.concat_tables(tables)
-    with cf.ThreadPoolExecutor(cpu_count(), thread_name_prefix="rollout-cli-combine") as pool:
+    with cf.ThreadPoolExecutor(usable_cores(), thread_name_prefix="rollout-cli-combine") as pool:
         columns = list(pool.map(lambda col: pa.concat_arrays(col.chunks), chunked.columns))
     return pa.Table.from_arrays(columns, schema=chunked.schema)
 

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import hashing, storage
-from .options import DEFAULT_ROW_GROUP_BYTES
+from .options import DEFAULT_ROW_GROUP_BYTES, usable_cores
 from .parquet_stitch import Stitcher
 from .schema import DICTIONARY_COLUMNS, LIST_COLUMNS
 
@@ -167,13 +167,6 @@ def _write_stitched(table: pa.Table, bounds: list[tuple[int, int]], options: dic
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        return os.cpu_count() or 1
-
-
 def write_parquet(table: pa.Table, path: str, *, compression: str = "zstd", compression_level: int | None = 1,
                   row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES, threads: int | None = None) -> WrittenFile:
     """Write `table` to `path` deterministically; return its size, digest and row-group count.
@@ -192,7 +185,7 @@ def write_parquet(table: pa.Table, path: str, *, compression: str = "zstd", comp
                 writer.write_table(table)
         else:
             bounds = row_group_bounds(table, row_group_bytes)
-            _write_stitched(table, bounds, options, sink, threads or cpu_count())
+            _write_stitched(table, bounds, options, sink, threads or usable_cores())
     finally:
         sink.close()
     return WrittenFile(sink.size, sink.hasher.hexdigest(), len(bounds))
