@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
@@ -20,6 +22,29 @@ if str(TESTS) not in sys.path:
 
 ROOT = TESTS.parent
 SAMPLE_DATA = ROOT / "sample_data"
+SAMPLE_JSONL = SAMPLE_DATA / "jsonl" / "rollout_data"
+
+
+@pytest.fixture(scope="session")
+def sample_out_clean(tmp_path_factory) -> Path:
+    """sample_data/jsonl (3 train steps + 1 eval step) converted in 2 shards per step, with mmap
+    copies, once per session. Never modified: tests take a copy (`sample_out`)."""
+    from typer.testing import CliRunner
+
+    from rollout_cli.cli import app
+
+    out = tmp_path_factory.mktemp("sample_out") / "clean"
+    res = CliRunner().invoke(app, ["convert", str(SAMPLE_JSONL), str(out), "--shards", "2", "--workers", "1", "-q"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+@pytest.fixture
+def sample_out(sample_out_clean, tmp_path) -> Path:
+    """A fresh copy of the clean sample output, for a test to damage."""
+    dst = tmp_path / "out"
+    shutil.copytree(sample_out_clean, dst)
+    return dst
 
 
 def copts(**kw):

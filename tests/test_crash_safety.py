@@ -33,9 +33,8 @@ from typer.testing import CliRunner
 
 from rollout_cli.cli import app
 from rollout_cli.verify import verify_output
+from conftest import ROOT, SAMPLE_JSONL
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_JSONL = ROOT / "sample_data" / "jsonl" / "rollout_data"
 ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 ENV.pop("ROLLOUT_TEST_INTERRUPT", None)
 
@@ -246,19 +245,24 @@ def _events_of_a_full_run(args: list[str]) -> int:
     return int(p.stderr.rsplit("EVENTS=", 1)[1].split()[0])
 
 
+def _input_reference_and_old_output(tmp_path: Path) -> tuple[Path, dict, Path, dict]:
+    """The sample input copied to tmp_path/in; the snapshot of an uninterrupted run's output;
+    and an older output (2 shards per step) with its snapshot, for --overwrite to replace."""
+    src = tmp_path / "in"
+    shutil.copytree(SAMPLE_JSONL, src)
+    ref_out = tmp_path / "ref"
+    assert run_cli(*cli_args(src, ref_out, "--workers", "1")).exit_code == 0
+    old_out = tmp_path / "old"
+    assert run_cli("convert", str(src), str(old_out), "--shards", "2", "-q", "--workers", "1").exit_code == 0
+    return src, snapshot(ref_out), old_out, snapshot(old_out)
+
+
 @pytest.mark.parametrize("scenario", ["fresh", "overwrite"])
 def test_kill_at_every_commit_point(tmp_path, scenario):
     """Small input, so each kill point costs one process start. The child kills itself just
     before its k-th os.replace / shutil.rmtree: after each finished step's record, in the middle
     of the commit (old entries moved aside, new ones moved in), before the manifest, after it."""
-    src = tmp_path / "in"
-    shutil.copytree(SAMPLE_JSONL, src)
-    ref_out = tmp_path / "ref"
-    assert run_cli(*cli_args(src, ref_out, "--workers", "1")).exit_code == 0
-    ref = snapshot(ref_out)
-    old_out = tmp_path / "old"
-    assert run_cli("convert", str(src), str(old_out), "--shards", "2", "-q", "--workers", "1").exit_code == 0
-    old = snapshot(old_out)
+    src, ref, old_out, old = _input_reference_and_old_output(tmp_path)
 
     def prepare(k: int) -> tuple[Path, list[str]]:
         out = tmp_path / f"k{k}" / "out"
@@ -333,14 +337,7 @@ def test_ctrl_c_during_the_commit_never_throws_away_old_or_new_data(tmp_path):
     (the journal, the new entries, the old ones) the way it does for a failure before the commit.
     Afterwards: a complete output that verifies (old or new), or the commit's journal kept so that
     --resume finishes it; and --resume gives the uninterrupted run's bytes."""
-    src = tmp_path / "in"
-    shutil.copytree(SAMPLE_JSONL, src)
-    ref_out = tmp_path / "ref"
-    assert run_cli(*cli_args(src, ref_out, "--workers", "1")).exit_code == 0
-    ref = snapshot(ref_out)
-    old_out = tmp_path / "old"
-    assert run_cli("convert", str(src), str(old_out), "--shards", "2", "-q", "--workers", "1").exit_code == 0
-    old = snapshot(old_out)
+    src, ref, old_out, old = _input_reference_and_old_output(tmp_path)
     probe = tmp_path / "probe" / "out"
     shutil.copytree(old_out, probe)
     n_events = _events_of_a_full_run(cli_args(src, probe, "--workers", "1", "--overwrite"))

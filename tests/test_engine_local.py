@@ -70,7 +70,7 @@ def test_an_unguarded_script_is_never_rerun_by_workers(tmp_path):
     fresh ones the pool starts after each task) must not run it again."""
     import subprocess
 
-    from tests.conftest import make_sample, write_jsonl
+    from conftest import make_sample, write_jsonl
 
     for step in (1, 2, 3):
         write_jsonl(tmp_path / "in" / f"step_{step}.jsonl", [make_sample(group_index=0, index=i) for i in range(4)])

@@ -7,7 +7,6 @@ sizes and checksums fixed up) that nothing else is reported.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +19,8 @@ from rollout_cli.cli import app
 from rollout_cli.errors import ExitCode, IntegrityError, UsageError
 from rollout_cli.schema import train_schema
 from rollout_cli.verify import check_output, digest_of, file_digest, verify_output
+from conftest import ROOT, SAMPLE_JSONL
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_JSONL = ROOT / "sample_data" / "jsonl" / "rollout_data"
 SAMPLE_PARQUET = ROOT / "sample_data" / "parquet" / "rollout_data"
 
 
@@ -31,19 +29,9 @@ def _convert(inputs: list, out: Path, *extra: str) -> None:
     assert res.exit_code == 0, res.output
 
 
-@pytest.fixture(scope="module")
-def clean(tmp_path_factory) -> Path:
-    """sample_data/jsonl (3 train steps + 1 eval step) in 2 shards per step, with mmap copies."""
-    out = tmp_path_factory.mktemp("verify") / "clean"
-    _convert([SAMPLE_JSONL], out, "--shards", "2")
-    return out
-
-
 @pytest.fixture
-def out(clean, tmp_path) -> Path:
-    dst = tmp_path / "out"
-    shutil.copytree(clean, dst)
-    return dst
+def out(sample_out) -> Path:
+    return sample_out
 
 
 def manifest(out: Path) -> dict:

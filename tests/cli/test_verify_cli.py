@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,28 +11,17 @@ import pytest
 from typer.testing import CliRunner
 
 from rollout_cli.cli import app
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLE_JSONL = ROOT / "sample_data" / "jsonl" / "rollout_data"
 
 
 def invoke(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
-@pytest.fixture(scope="module")
-def clean(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("verify_cli") / "clean"
-    res = invoke("convert", str(SAMPLE_JSONL), str(out), "--shards", "2", "--workers", "1", "-q")
-    assert res.exit_code == 0, res.output
-    return out
-
-
 @pytest.fixture
-def out(clean, tmp_path) -> Path:
-    dst = tmp_path / "out"
-    shutil.copytree(clean, dst)
-    return dst
+def out(sample_out) -> Path:
+    return sample_out
 
 
 def corrupt_a_shard(out: Path) -> str:
