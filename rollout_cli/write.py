@@ -118,10 +118,10 @@ def _encode(table: pa.Table, options: dict) -> pa.Buffer:
     # memory, so it is given bounded batches; the cut depends on the data only
     cuts = row_group_bounds(table, ENCODE_BATCH_BYTES)
     table = pa.Table.from_batches([b for s, e in cuts for b in table.slice(s, e - s).to_batches()], schema=table.schema)
-    # a buffer as large as the encoding can get, written once: a growing one is reallocated and
-    # copied as it doubles; pages never written are never touched, so they cost no memory
     kw = dict(row_group_size=max(table.num_rows, 1), **_writer_options(table.column_names, **options))
     try:
+        # a buffer as large as the encoding can get, written once: a growing one is reallocated
+        # and copied as it doubles; pages never written are never touched, so they cost no memory
         buf = pa.allocate_buffer(_encoded_bound(table))
         sink = pa.FixedSizeBufferWriter(buf)
         pq.write_table(table, sink, **kw)
@@ -192,7 +192,8 @@ def write_parquet(table: pa.Table, path: str, *, compression: str = "zstd", comp
 
 
 def write_ipc(table: pa.Table, path: str) -> WrittenFile:
-    """Write an uncompressed Arrow IPC file (one record batch per row group) for memory mapping."""
+    """Write an uncompressed Arrow IPC file, one record batch with one buffer per column (what the
+    loader maps), for memory mapping."""
     sink = _HashingFile(path)
     try:
         with pa.ipc.new_file(pa.PythonFile(sink, mode="w"), table.schema) as w:

@@ -79,11 +79,12 @@ def _lean_allocator() -> None:
         pass
 
 
-def _exit_with(parent: int, environ: dict | None = None) -> None:
+def _worker_init(parent: int, environ: dict | None = None) -> None:
     """Pool-worker initializer: take the caller's current environment (the fork server may
-    predate it: storage credentials and endpoints live there), and end the worker once the
-    converter process is gone. A SIGKILLed converter otherwise leaves its workers (and the fork
-    server) running, still writing into OUT/.staging."""
+    predate it: storage credentials and endpoints live there), refuse pandas and set the
+    allocator (see _NoPandas, _lean_allocator), and end the worker once the converter process
+    is gone. A SIGKILLed converter otherwise leaves its workers (and the fork server) running,
+    still writing into OUT/.staging."""
     import threading
     import time
 
@@ -152,7 +153,7 @@ class PoolEngine:
         self.workers = workers
         self._main = _main_not_rerun()
         self._main.__enter__()
-        self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_exit_with,
+        self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                            initargs=(os.getpid(), dict(os.environ)), max_tasks_per_child=1)
 
     def slots(self) -> int:
