@@ -1,0 +1,101 @@
+"""JSON lines parsed with simdjson: a sample's long numeric lists (tokens, masks, log-probs)
+come out as numpy arrays without ever becoming Python numbers, which is most of what parsing
+a sample with a general-purpose JSON library costs.
+
+The result must be what `orjson.loads` gives for the same line, with those lists as arrays of
+the same values. Whenever that is not certain, `SampleParser.parse` returns None and the
+caller parses the line with orjson instead (which also words any error)."""
+from __future__ import annotations
+
+import numpy as np
+import simdjson
+
+# field -> simdjson buffer type: 'i' signed 64-bit integers, 'd' doubles (integers widen)
+NUMERIC_LISTS = {
+    "tokens": "i",
+    "loss_mask": "i",
+    "rollout_log_probs": "d",
+    "teacher_log_probs": "d",
+    "rollout_top_p_token_ids": "i",
+    "rollout_top_p_token_offsets": "i",
+}
+_DTYPES = {"i": np.int64, "d": np.float64}
+_ESCAPED_BRACKET = b"\\u005"  # the start of "\u005b"/"\u005B", a '[' written as an escape
+
+
+def _unbox(v):
+    if isinstance(v, simdjson.Object):
+        return v.as_dict()
+    if isinstance(v, simdjson.Array):
+        return v.as_list()
+    return v
+
+
+def _lists(v) -> tuple[int, int]:
+    """(lists, '[' characters in strings and keys) in a plain value."""
+    if isinstance(v, str):
+        return 0, v.count("[")
+    lists = chars = 0
+    if isinstance(v, list):
+        lists = 1
+        items = v
+    elif isinstance(v, dict):
+        chars = sum(k.count("[") for k in v)
+        items = v.values()
+    else:
+        return 0, 0
+    for x in items:
+        if not isinstance(x, (int, float)) and x is not None:
+            a, b = _lists(x)
+            lists += a
+            chars += b
+    return lists, chars
+
+
+class SampleParser:
+    """Parses one JSON object per call; keep one per reader (it reuses its buffers)."""
+
+    def __init__(self) -> None:
+        self._parser = simdjson.Parser()
+
+    def parse(self, block: bytes, start: int, end: int) -> dict | None:
+        """The object on `block[start:end]`, or None when orjson must decide."""
+        try:
+            return self._parse(block, start, end)
+        except Exception:  # invalid JSON, a list of mixed types, a number out of range...
+            return None
+
+    def _parse(self, block: bytes, start: int, end: int) -> dict | None:
+        doc = self._parser.parse(memoryview(block)[start:end])
+        if not isinstance(doc, simdjson.Object):
+            return None
+        keys = list(doc.keys())
+        if len(set(keys)) != len(keys) or any("\0" in k for k in keys):
+            return None  # a key twice (orjson keeps the last value), or one lookups cannot take
+        rec = {}
+        v = None
+        lists = chars = 0  # lists met, and '[' characters met in strings and keys
+        for k in keys:
+            v = doc[k]
+            kind = NUMERIC_LISTS.get(k)
+            if kind is not None and isinstance(v, simdjson.Array):
+                # as_buffer flattens nested lists: the bracket count below rules them out
+                rec[k] = np.frombuffer(v.as_buffer(of_type=kind), dtype=_DTYPES[kind])
+                lists += 1
+            else:
+                rec[k] = v = _unbox(v)
+                if not isinstance(v, (int, float)) and v is not None:
+                    a, b = _lists(v)
+                    lists += a
+                    chars += b
+            chars += k.count("[")
+        del doc, v  # no simdjson proxy may outlive the call: the parser is reused
+        # every '[' in the line opens a list or is a character of a string; when the count is
+        # that of the lists and characters met, the numeric lists held no nested list. A '['
+        # written as an escape is met but not counted, so if the strings hold any '[' at all,
+        # the line must have none written that way.
+        if block.count(b"[", start, end) != lists + chars:
+            return None
+        if chars and block.find(_ESCAPED_BRACKET, start, end) >= 0:
+            return None
+        return rec
