@@ -4,6 +4,7 @@ server, so that it imports the pipeline on another core meanwhile. The guess is 
 early start: `convert` itself starts the fork server when it is not running."""
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -21,7 +22,7 @@ def _pool_convert(argv: list[str]) -> bool:
         workers_given = workers_given or a == "--workers" or a.startswith("--workers=")
     if workers_given:
         return True
-    from .options import usable_cores
+    from .engines import usable_cores
 
     return usable_cores() > 1
 
@@ -33,4 +34,25 @@ def main() -> None:
         start_early()
     from .cli import main as cli_main
 
-    cli_main()
+    try:
+        cli_main()
+    except SystemExit as e:
+        _leave(e.code)
+    _leave(0)
+
+
+def _leave(code) -> None:
+    """Exit at once with `code` (as SystemExit reads it), skipping the interpreter's teardown:
+    the command has closed and synced its files and shut its workers and Ray down, and freeing
+    every imported module's objects would take longer than a small conversion's commit."""
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
+            pass
+    os._exit(code)

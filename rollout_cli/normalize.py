@@ -160,6 +160,17 @@ def _finite32(fld: str, a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _i64(v: Any) -> bool:
+    """The simdjson reader's integer list (an int64 array): its values are checked later, for a
+    whole batch at once (`_build`)."""
+    return type(v) is np.ndarray and v.dtype == np.int64 and v.ndim == 1
+
+
+def _f64(v: Any) -> bool:
+    """The simdjson reader's number list (a float64 array), checked later like `_i64`'s."""
+    return type(v) is np.ndarray and v.dtype == np.float64 and v.ndim == 1
+
+
 def _json_text(fld: str, v: Any) -> str | None:
     if v is None:
         return None
@@ -213,12 +224,16 @@ class _Row:
     text: tuple | None
 
 
-def _validate(rec: dict, reward_key: str | None, keep_text: bool) -> _Row:
+def _validate(rec: dict, reward_key: str | None, keep_text: bool, lazy: bool = False) -> _Row:
+    """One sample's row. With `lazy`, the value ranges of the simdjson reader's long lists are
+    left to `_build` (every other check runs here)."""
     sample_index = _opt_int(rec, "index")
     group_index = _opt_int(rec, "group_index")
     if "tokens" not in rec:
         raise _Bad("tokens", "missing")
-    tokens = _int_array("tokens", rec["tokens"], 0, INT32_MAX, allow_empty=False)
+    tokens = rec["tokens"]
+    if not (lazy and _i64(tokens) and len(tokens)):
+        tokens = _int_array("tokens", tokens, 0, INT32_MAX, allow_empty=False)
     n_tok = len(tokens)
     rl = rec.get("response_length")
     if not _is_int(rl):
@@ -234,11 +249,16 @@ def _validate(rec: dict, reward_key: str | None, keep_text: bool) -> _Row:
             raise _Bad("loss_mask", f"expected a list of 0/1 or null, got {_got(lm)}")
         if len(lm) != rl:
             raise _Bad("loss_mask", f"expected length {rl} (response_length), got {len(lm)}")
-        mask = _int_array("loss_mask", lm, 0, 1).astype(np.uint8, copy=False) if rl else np.zeros(0, dtype=np.uint8)
+        if lazy and _i64(lm):
+            mask = lm
+        else:
+            mask = _int_array("loss_mask", lm, 0, 1).astype(np.uint8, copy=False) if rl else np.zeros(0, dtype=np.uint8)
     rs = rec.get("remove_sample", False)
     if not isinstance(rs, (bool, np.bool_)) and rs is not None:
         raise _Bad("remove_sample", f"expected true/false, got {_got(rs)}")
     if rs:
+        if mask is lm:  # kept lazily, and about to be replaced: its values are checked now
+            _int_array("loss_mask", lm, 0, 1)
         mask = np.zeros(rl, dtype=np.uint8)
     if "status" not in rec:
         raise _Bad("status", "missing")
@@ -265,9 +285,11 @@ def _validate(rec: dict, reward_key: str | None, keep_text: bool) -> _Row:
         sn = md.get("source_name")
         source_name = sn if isinstance(sn, str) and sn else "unknown"
     lp = rec.get("rollout_log_probs")
-    lp = None if lp is None else _float_array("rollout_log_probs", lp, rl)
+    if lp is not None and not (lazy and _f64(lp) and len(lp) == rl):
+        lp = _float_array("rollout_log_probs", lp, rl)
     tlp = rec.get("teacher_log_probs")
-    tlp = None if tlp is None else _float_array("teacher_log_probs", tlp, rl)
+    if tlp is not None and not (lazy and _f64(tlp) and len(tlp) == rl):
+        tlp = _float_array("teacher_log_probs", tlp, rl)
     tp_ids, tp_off = rec.get("rollout_top_p_token_ids"), rec.get("rollout_top_p_token_offsets")
     if (tp_ids is None) != (tp_off is None):
         missing = "rollout_top_p_token_offsets" if tp_off is None else "rollout_top_p_token_ids"
@@ -337,16 +359,42 @@ class NormChunk:
     batches: list[pa.RecordBatch] = field(default_factory=list)
 
 
-def _list_array(arrays: list, dtype, nullable: bool) -> pa.Array:
+class _Unchecked(Exception):
+    """A value the lazy checks let through is out of range: the batch is validated again, exactly."""
+
+
+def _in_range(lo: int, hi: int):
+    def check(values: np.ndarray) -> bool:
+        return values.dtype != np.int64 or not len(values) or (int(values.min()) >= lo and int(values.max()) <= hi)
+
+    return check
+
+
+def _float32(values: np.ndarray) -> np.ndarray:
+    if values.dtype != np.float64:
+        return values.astype(np.float32, copy=False)
+    with np.errstate(over="ignore"):  # beyond float32 range becomes inf, which fails the check
+        out = values.astype(np.float32)
+    if not np.isfinite(out).all():
+        raise _Unchecked
+    return out
+
+
+def _list_array(arrays: list, dtype, nullable: bool, check=None) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """A list column of `arrays` (None for a null row), its values cast to `dtype` after `check`
+    passes on them (else _Unchecked); also returns the offsets and the cast values."""
     lens = np.fromiter((0 if a is None else len(a) for a in arrays), dtype=np.int64, count=len(arrays))
     offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
     np.cumsum(lens, out=offsets[1:])
     present = [a for a in arrays if a is not None]
-    values = np.concatenate(present).astype(dtype, copy=False) if present else np.zeros(0, dtype=dtype)
+    values = np.concatenate(present) if present else np.zeros(0, dtype=dtype)
+    if check is not None and not check(values):
+        raise _Unchecked
+    values = _float32(values) if dtype == np.float32 else values.astype(dtype, copy=False)
     mask = None
     if nullable and len(present) != len(arrays):
         mask = pa.array(np.fromiter((a is None for a in arrays), dtype=bool, count=len(arrays)))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask), offsets, values
 
 
 PRE_FIELDS = [
@@ -381,27 +429,32 @@ def pre_schema(keep_text: bool) -> pa.Schema:
 
 
 def _build(rows: list[_Row], pos: list[int], keep_text: bool) -> pa.RecordBatch:
+    """The rows as a batch; the long lists' lazily kept values are checked here, per column
+    (_Unchecked when one is out of range)."""
     rexp_flat = [None if r.rexp is None else r.rexp.reshape(-1) for r in rows]
     rexp_shape = [None if r.rexp is None else np.asarray(r.rexp.shape, dtype=np.int32) for r in rows]
+    tokens, _, _ = _list_array([r.tokens for r in rows], np.int32, False, _in_range(0, INT32_MAX))
+    mask, mask_offsets, mask_values = _list_array([r.loss_mask for r in rows], np.uint8, False, _in_range(0, 1))
+    totals = np.concatenate([[0], np.cumsum(mask_values, dtype=np.int64)])
     cols = [
         pa.array(pos, pa.int64()),
         pa.array([r.sample_index for r in rows], pa.int64()),
         pa.array([r.group_index for r in rows], pa.int64()),
-        _list_array([r.tokens for r in rows], np.int32, False),
+        tokens,
         pa.array([r.response_length for r in rows], pa.int32()),
         pa.array([len(r.tokens) for r in rows], pa.int32()),
-        _list_array([r.loss_mask for r in rows], np.uint8, False),
+        mask,
         pa.array([r.reward_value for r in rows], pa.float64()),
         pa.array([r.raw_reward for r in rows], pa.float64()),
         pa.array([r.status == "truncated" for r in rows], pa.bool_()),
         pa.array([r.status for r in rows], pa.string()),
-        pa.array([int(r.loss_mask.sum(dtype=np.int64)) for r in rows], pa.int64()),
-        _list_array([r.lp for r in rows], np.float32, True),
-        _list_array([r.tlp for r in rows], np.float32, True),
-        _list_array([r.tp_ids for r in rows], np.int32, True),
-        _list_array([r.tp_off for r in rows], np.int32, True),
-        _list_array(rexp_flat, np.int32, True),
-        _list_array(rexp_shape, np.int32, True),
+        pa.array(totals[mask_offsets[1:]] - totals[mask_offsets[:-1]], pa.int64()),
+        _list_array([r.lp for r in rows], np.float32, True)[0],
+        _list_array([r.tlp for r in rows], np.float32, True)[0],
+        _list_array([r.tp_ids for r in rows], np.int32, True)[0],
+        _list_array([r.tp_off for r in rows], np.int32, True)[0],
+        _list_array(rexp_flat, np.int32, True)[0],
+        _list_array(rexp_shape, np.int32, True)[0],
         pa.array([r.round_number for r in rows], pa.int64()),
         pa.array([r.source_name for r in rows], pa.string()),
         pa.array([r.train_metadata for r in rows], pa.string()),
@@ -421,6 +474,14 @@ def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, k
                     step: int | None = None) -> NormChunk:
     """Validate one chunk; `base_pos` is the position of its first record in the unit. With
     `step`, a record's own `step` field must be that step."""
+    try:
+        return _normalize(chunk, base_pos, reward_key, keep_text, step, lazy=True)
+    except _Unchecked:  # a lazily kept value is out of range: the exact checks find and word it
+        return _normalize(chunk, base_pos, reward_key, keep_text, step, lazy=False)
+
+
+def _normalize(chunk: RawChunk, base_pos: int, reward_key: str | None, keep_text: bool, step: int | None,
+               lazy: bool) -> NormChunk:
     n = len(chunk.records)
     out = NormChunk(chunk.source, chunk.kind, chunk.numbers, [ID_MISSING] * n, [None] * n, [None] * n, [False] * n)
     rows: list[_Row] = []
@@ -442,7 +503,13 @@ def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, k
         try:
             if step is not None and rec.get("step") is not None and (not _is_int(rec["step"]) or int(rec["step"]) != step):
                 raise _Bad("step", f"expected {step} (this file's step), got {_got(rec['step'])}")
-            row = _validate(rec, reward_key, keep_text)
+            try:
+                row = _validate(rec, reward_key, keep_text, lazy)
+            except _Bad:
+                if not lazy:
+                    raise
+                # a lazily kept value may be what the exact checks, in their order, fail first
+                row = _validate(rec, reward_key, keep_text)
         except _Bad as e:
             out.problems.append((i, Problem(chunk.location(i), e.field, e.message)))
             continue

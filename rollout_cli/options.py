@@ -3,9 +3,9 @@ sets the settings take. Light to import: the converting process reads it before 
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
+from .engines import usable_cores
 from .errors import UsageError
 
 ADVANTAGE_ESTIMATORS = (
@@ -19,15 +19,6 @@ ADVANTAGE_ESTIMATORS = (
 SCOPES = ("strict", "step", "group")  # --rollout-id-scope (see ids.py)
 COMPRESSIONS = ("zstd", "lz4", "snappy", "none")
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, which containers and `taskset`
-    narrow; os.cpu_count() counts the machine's): the default --workers and thread count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity API on this platform
-        return os.cpu_count() or 1
 
 
 @dataclass

@@ -12,10 +12,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import storage
+from .engines import usable_cores
 from .errors import Location, Problem, UsageError
 from .inputs import parse_steps
 from .normalize import NormChunk, normalize_chunk, pre_schema
-from .options import ConvertOptions, usable_cores
+from .options import ConvertOptions
 from .output import staged_path as _staged
 from .plan import plan_shards
 from .readers import read_input

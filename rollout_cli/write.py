@@ -12,7 +12,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import hashing, storage
-from .options import DEFAULT_ROW_GROUP_BYTES, usable_cores
+from .engines import usable_cores
+from .options import DEFAULT_ROW_GROUP_BYTES
 from .parquet_stitch import Stitcher
 from .schema import DICTIONARY_COLUMNS, LIST_COLUMNS
 

@@ -6,6 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import make_sample, write_pt
 from rollout_cli.errors import Location
@@ -343,3 +345,43 @@ def test_pt_problem_names_sample_position(tmp_path):
 def test_location_strings():
     assert str(Location("a.jsonl", "line", 3)) == "a.jsonl:line 3"
     assert Location("a.parquet", "row", 0).to_dict() == {"file": "a.parquet", "row": 0}
+
+
+# the simdjson reader gives the long lists as int64/float64 arrays, whose value checks run once
+# per batch; the results must be those of the per-record checks lists get
+_ints = st.lists(st.sampled_from([0, 1, 7, 2**31 - 1, 2**31, -1, 2]), min_size=0, max_size=6)
+_floats = st.lists(st.sampled_from([0.0, -0.5, 1e-45, 3.5e38, 1e39, -1e39, 7]), max_size=6)
+
+
+@st.composite
+def _record(draw):
+    tokens = draw(_ints)
+    rl = draw(st.integers(0, len(tokens)))
+    rec = {"index": draw(st.integers(0, 9)), "group_index": 0, "tokens": tokens, "response_length": rl,
+           "loss_mask": draw(st.one_of(st.none(), st.lists(st.sampled_from([0, 1, 1, 2, -1]), min_size=rl, max_size=rl))),
+           "rollout_log_probs": draw(st.one_of(st.none(), st.lists(st.sampled_from([0.0, -0.25, 1e39, 3e38]), min_size=rl, max_size=rl))),
+           "teacher_log_probs": draw(st.one_of(st.none(), _floats)),
+           "status": draw(st.sampled_from(["completed", "completed", "lost"])), "reward": 1.0}
+    if draw(st.booleans()):
+        rec["remove_sample"] = True
+    return rec
+
+
+def _as_arrays(rec: dict) -> dict:
+    out = dict(rec)
+    for k, dtype in (("tokens", np.int64), ("loss_mask", np.int64), ("rollout_log_probs", np.float64), ("teacher_log_probs", np.float64)):
+        if isinstance(out.get(k), list):
+            out[k] = np.array(out[k], dtype=dtype)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_record(), min_size=1, max_size=6))
+def test_property_batch_checks_match_per_record_checks(records):
+    numbers = list(range(1, len(records) + 1))
+    exact = normalize_chunk(_chunk(records, numbers=numbers), 0, reward_key=None, keep_text=False)
+    batch = normalize_chunk(_chunk([_as_arrays(r) for r in records], numbers=numbers), 0, reward_key=None, keep_text=False)
+    assert [(i, str(p)) for i, p in batch.problems] == [(i, str(p)) for i, p in exact.problems]
+    assert batch.valid == exact.valid
+    assert len(batch.batches) == len(exact.batches)
+    assert all(a.equals(b) for a, b in zip(batch.batches, exact.batches))

@@ -2,7 +2,17 @@
 Ray tasks. All give byte-identical output; only where the work runs differs."""
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Protocol
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and `taskset`
+    narrow; os.cpu_count() counts the machine's): the default --workers and thread count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity API on this platform
+        return os.cpu_count() or 1
 
 
 class Engine(Protocol):

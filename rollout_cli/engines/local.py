@@ -127,7 +127,7 @@ def _main_not_rerun() -> Iterator[None]:
             main.__spec__ = old
 
 
-PRELOAD = ["rollout_cli.convert", "rollout_cli.stages"]
+PRELOAD = ["rollout_cli.convert", "rollout_cli.stages", "rollout_cli.readers.jsonl", "rollout_cli.readers.simd"]
 
 
 def start_early() -> None:

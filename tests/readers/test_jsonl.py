@@ -27,6 +27,11 @@ BAD = [  # (overrides, the problem's field and message) as the checks word them 
     ({"loss_mask": [1]}, "loss_mask", "expected length 2 (response_length), got 1"),
     ({"rollout_log_probs": [-0.5]}, "rollout_log_probs", "expected length 2 (response_length), got 1"),
     ({"rollout_log_probs": [-0.5, 1e39]}, "rollout_log_probs", "expected finite numbers, got inf at position 1"),
+    # a range problem the simdjson path's lazy checks pass over, then a later problem: the
+    # exact checks still report the first one
+    ({"tokens": [5, -1, 7, 8], "status": "lost"}, "tokens", "expected values in [0, 2147483647], got -1"),
+    ({"loss_mask": [1, 2], "reward": "high"}, "loss_mask", "expected values in [0, 1], got 2"),
+    ({"teacher_log_probs": [1e39, 0.0], "train_metadata": 5}, "teacher_log_probs", "expected finite numbers, got inf at position 0"),
 ]
 
 
@@ -94,10 +99,12 @@ def test_the_same_batches_from_either_parser(tmp_path, monkeypatch):
     lines = []
     for i in range(40):
         n = int(rng.integers(3, 50))
-        lines.append(orjson.dumps(_sample(i, tokens=rng.integers(0, 2**31 - 1, n).tolist(), response_length=n - 1,
-                                          loss_mask=rng.integers(0, 2, n - 1).tolist(),
-                                          rollout_log_probs=(-rng.random(n - 1)).tolist(),
-                                          teacher_log_probs=(-rng.random(n - 1)).tolist())))
+        rl = 0 if i % 7 == 3 else n - 1  # some with empty responses
+        mask = None if i % 9 == 2 else rng.integers(0, 2, rl).tolist()
+        extra = {"remove_sample": True} if i % 5 == 1 else {}
+        lines.append(orjson.dumps(_sample(i, tokens=rng.integers(0, 2**31 - 1, n).tolist(), response_length=rl,
+                                          loss_mask=mask, rollout_log_probs=(-rng.random(rl)).tolist(),
+                                          teacher_log_probs=(-rng.random(rl)).tolist(), **extra)))
     path = _write(tmp_path, lines)
 
     def tables():
@@ -105,6 +112,9 @@ def test_the_same_batches_from_either_parser(tmp_path, monkeypatch):
                 for b in normalize_chunk(c, 0, reward_key=None, keep_text=False).batches]
 
     fast = tables()
+    for b in fast:  # each row's mask total is its mask's sum
+        sums = [sum(m) for m in b.column("loss_mask").to_pylist()]
+        assert b.column("_mask_total").to_pylist() == sums
     monkeypatch.setattr(simd.SampleParser, "parse", lambda self, block, a, b: None)
     slow = tables()
     assert len(fast) == len(slow) and all(a.equals(b) for a, b in zip(fast, slow))
