@@ -87,17 +87,14 @@ def _run(engine, units, tasks, opts, budget, staging_root, fingerprints, notes, 
     for t in tasks:
         parts_of[t.unit] = parts_of.get(t.unit, 0) + 1
     pending: dict = {}
-    for t in tasks:
-        pending[engine.submit(parse_part, t, opts, budget)] = ("parse", t.unit)
     to_hash = list(dict.fromkeys(u.input.path for u in units if u.input.path != "-" and u.input.path not in fingerprints))
     hashing_here: dict[str, cf.Future] = {}
     hasher = None
-    if getattr(engine, "remote", False):  # inputs are hashed where the work runs
-        for path in to_hash:
-            pending[engine.submit(_fingerprint, path)] = ("fingerprint", path)
-    elif to_hash:
-        # on a thread of this process (BLAKE3 and file reads release the GIL): it is idle while
-        # the workers start and parse, and a worker process would cost a core's share
+    remote = getattr(engine, "remote", False)  # inputs are then hashed where the work runs
+    if to_hash and not remote:
+        # on a thread of this process (BLAKE3 and file reads release the GIL), started before
+        # the first task: it hashes while this process waits for the pool's fork server to
+        # finish its imports, instead of taking a core's share from a parsing worker later
         hasher = cf.ThreadPoolExecutor(1, thread_name_prefix="rollout-cli-fingerprint")
         hashing_here = {path: hasher.submit(_fingerprint, path) for path in to_hash}
 
@@ -110,6 +107,11 @@ def _run(engine, units, tasks, opts, budget, staging_root, fingerprints, notes, 
     total_rejected = 0
     done_units = 0
     try:
+        for t in tasks:
+            pending[engine.submit(parse_part, t, opts, budget)] = ("parse", t.unit)
+        if remote:
+            for path in to_hash:
+                pending[engine.submit(_fingerprint, path)] = ("fingerprint", path)
         while pending:
             for h in engine.wait(list(pending)):
                 kind, key = pending.pop(h)
