@@ -9,7 +9,6 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import storage
 from .engines import usable_cores
@@ -132,7 +131,7 @@ def _read_staged(parts: list[PartResult], bases: np.ndarray, schema: pa.Schema) 
             src = storage.open_read(r.stage_path, seekable=True) if storage.is_uri(r.stage_path) else pa.memory_map(r.stage_path)
             t = pa.ipc.open_file(src).read_all()
             if bases[k]:
-                t = t.set_column(0, "_pos", pc.add(t.column("_pos"), pa.scalar(int(bases[k]), pa.int64())))
+                t = t.set_column(0, "_pos", pa.array(t.column("_pos").to_numpy() + int(bases[k])))
             tables.append(t)
     if not tables:
         return schema.empty_table()

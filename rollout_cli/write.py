@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import hashing, storage
@@ -70,15 +69,28 @@ class WrittenFile:
     row_groups: int
 
 
+def list_lengths(col: pa.ChunkedArray) -> np.ndarray:
+    """Each row's list length (0 for a null row), read from the offsets and validity buffers:
+    pyarrow.compute would do it, but importing it costs the pool's fork server 50 ms before the
+    first parse, and the workers need nothing else from it."""
+    out = []
+    for ch in col.chunks:
+        n = len(ch)
+        lens = np.diff(np.frombuffer(ch.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * ch.offset)).astype(np.int64)
+        if ch.null_count:
+            bits = np.unpackbits(np.frombuffer(ch.buffers()[0], dtype=np.uint8), bitorder="little")
+            lens[bits[ch.offset : ch.offset + n] == 0] = 0
+        out.append(lens)
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
 def row_bytes(table: pa.Table) -> np.ndarray:
     """Approximate uncompressed bytes of each row (list payloads dominate)."""
     est = np.full(table.num_rows, 64, dtype=np.int64)
     for name in table.column_names:
         col = table.column(name)
         if pa.types.is_list(col.type):
-            width = col.type.value_type.bit_width // 8
-            lens = pc.list_value_length(col).fill_null(0)
-            est += lens.to_numpy().astype(np.int64) * width
+            est += list_lengths(col) * (col.type.value_type.bit_width // 8)
     return est
 
 
@@ -115,7 +127,7 @@ def _writer_options(names: list[str], compression: str, compression_level: int |
 def column_groups(table: pa.Table) -> list[list[str]]:
     """How each row group is cut for encoding: every list column that holds values alone (they
     carry nearly all the bytes), the other columns together; in schema order."""
-    heavy = [c for c in table.column_names if c in LIST_COLUMNS and pc.sum(pc.list_value_length(table.column(c))).as_py()]
+    heavy = [c for c in table.column_names if c in LIST_COLUMNS and list_lengths(table.column(c)).any()]
     rest = [c for c in table.column_names if c not in heavy]
     return [[c] for c in heavy] + ([rest] if rest else [])
 

@@ -45,6 +45,18 @@ def test_pool_workers_never_import_pandas():
         engine.shutdown()
 
 
+def test_the_preloaded_pipeline_leaves_out_pandas_and_arrow_compute():
+    """What the fork server imports before the first worker starts: pyarrow.compute (50 ms) and
+    pandas (0.3 s) would only delay the first parse."""
+    import subprocess
+
+    from rollout_cli.engines.local import PRELOAD
+
+    code = f"import sys; import {', '.join(PRELOAD)}; print(sorted(m for m in ('pandas', 'pyarrow.compute', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_pool_gives_each_task_a_fresh_process_and_delivers_errors():
     start_early()  # harmless when the fork server is already up
     engine = PoolEngine(2)

@@ -54,6 +54,19 @@ def direct(table: pa.Table, bounds) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def test_list_lengths_read_from_the_buffers():
+    arr = pa.array([[1, 2], None, [], [3, 4, 5], None, [6]], pa.list_(pa.int32()))
+    # a null row over a non-empty segment (Arrow allows it) counts 0, as list_value_length says
+    odd = pa.ListArray.from_arrays(pa.array([0, 2, 4, 4], pa.int32()), pa.array(range(4), pa.int32()),
+                                   mask=pa.array([False, True, False]))
+    col = pa.chunked_array([arr.slice(1, 4), arr.slice(0, 1), odd, arr.slice(5)])
+    want = [0, 0, 3, 0, 2, 2, 0, 0, 1]
+    assert write.list_lengths(col).tolist() == want
+    import pyarrow.compute as pc
+    assert pc.list_value_length(col).fill_null(0).to_pylist() == want
+    assert write.list_lengths(pa.chunked_array([], pa.list_(pa.int32()))).tolist() == []
+
+
 def test_column_groups_put_each_filled_list_column_alone():
     t = train_table(20)
     groups = write.column_groups(t)
