@@ -397,6 +397,15 @@ def _list_array(arrays: list, dtype, nullable: bool, check=None) -> tuple[pa.Arr
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask), offsets, values
 
 
+def _row_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Each row's sum of its list's values (0 for an empty list)."""
+    out = np.zeros(len(offsets) - 1, dtype=np.int64)
+    filled = offsets[1:] > offsets[:-1]
+    if filled.any():  # reduceat sums from each listed start to the next: empty rows are left out
+        out[filled] = np.add.reduceat(values, offsets[:-1][filled], dtype=np.int64)
+    return out
+
+
 PRE_FIELDS = [
     pa.field("_pos", pa.int64()),
     pa.field("sample_index", pa.int64()),
@@ -435,7 +444,6 @@ def _build(rows: list[_Row], pos: list[int], keep_text: bool) -> pa.RecordBatch:
     rexp_shape = [None if r.rexp is None else np.asarray(r.rexp.shape, dtype=np.int32) for r in rows]
     tokens, _, _ = _list_array([r.tokens for r in rows], np.int32, False, _in_range(0, INT32_MAX))
     mask, mask_offsets, mask_values = _list_array([r.loss_mask for r in rows], np.uint8, False, _in_range(0, 1))
-    totals = np.concatenate([[0], np.cumsum(mask_values, dtype=np.int64)])
     cols = [
         pa.array(pos, pa.int64()),
         pa.array([r.sample_index for r in rows], pa.int64()),
@@ -448,7 +456,7 @@ def _build(rows: list[_Row], pos: list[int], keep_text: bool) -> pa.RecordBatch:
         pa.array([r.raw_reward for r in rows], pa.float64()),
         pa.array([r.status == "truncated" for r in rows], pa.bool_()),
         pa.array([r.status for r in rows], pa.string()),
-        pa.array(totals[mask_offsets[1:]] - totals[mask_offsets[:-1]], pa.int64()),
+        pa.array(_row_sums(mask_values, mask_offsets), pa.int64()),
         _list_array([r.lp for r in rows], np.float32, True)[0],
         _list_array([r.tlp for r in rows], np.float32, True)[0],
         _list_array([r.tp_ids for r in rows], np.int32, True)[0],
