@@ -19,6 +19,7 @@ from . import manifest as manifest_mod
 from . import output
 from .engines import make_engine
 from .errors import InvalidInputError, Location, Problem, StepProblems, UsageError
+from .handover import can_hand_over
 from .inputs import InputFile, discover, parse_steps
 from .options import ConvertOptions
 from .output import staged_path as _staged
@@ -106,6 +107,35 @@ def _run(engine, units, tasks, opts, budget, staging_root, fingerprints, notes, 
     finished: dict[int, UnitResult] = {}
     total_rejected = 0
     done_units = 0
+    running: dict[int, dict[int, PartTask]] = {}  # parse tasks not back yet, per unit and part
+    for t in tasks:
+        running.setdefault(t.unit, {})[t.part] = t
+    asked: set[str] = set()
+
+    def hand_over() -> None:
+        """With a core idle and nothing queued, send a worker to take over the rest of the
+        largest part still being parsed (handover.py): parts cut to equal sizes rarely finish
+        together, and steps differ in size."""
+        if remote or engine.slots() < 2 or len(pending) >= engine.slots():
+            return
+
+        def size(t: PartTask) -> int:
+            return (t.end if t.end is not None else os.path.getsize(t.input.path)) - t.start
+
+        candidates = [t for parts in running.values() for t in parts.values()
+                      if t.take_from is None and t.stage_path not in asked and can_hand_over(t)]
+        if not candidates:
+            return
+        victim = max(candidates, key=size)
+        u = victim.unit
+        k = parts_of[u]  # parts are numbered in the order they are made
+        taker = PartTask(u, k, victim.input, 0, None, _staged(staging_root, f"parts/u{u:05d}-p{k:04d}.arrow"),
+                         take_from=victim.stage_path)
+        asked.add(victim.stage_path)
+        parts_of[u] += 1
+        running[u][k] = taker
+        pending[engine.submit(parse_part, taker, opts, budget)] = ("parse", u)
+
     try:
         for t in tasks:
             pending[engine.submit(parse_part, t, opts, budget)] = ("parse", t.unit)
@@ -113,6 +143,7 @@ def _run(engine, units, tasks, opts, budget, staging_root, fingerprints, notes, 
             for path in to_hash:
                 pending[engine.submit(_fingerprint, path)] = ("fingerprint", path)
         while pending:
+            hand_over()
             for h in engine.wait(list(pending)):
                 kind, key = pending.pop(h)
                 value = engine.result(h)
@@ -122,6 +153,7 @@ def _run(engine, units, tasks, opts, budget, staging_root, fingerprints, notes, 
                     if value.stopped:
                         raise StepProblems([p for _, p in value.problems])
                     got.setdefault(key, []).append(value)
+                    running[key].pop(value.part, None)
                     if len(got[key]) == parts_of[key]:
                         pending[engine.submit(finish_unit, units[key], got.pop(key), opts, staging_root)] = ("finish", key)
                 else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import sys
 from typing import Callable
 
 import numpy as np
@@ -13,6 +14,7 @@ import pyarrow as pa
 from . import storage
 from .engines import usable_cores
 from .errors import Location, Problem, UsageError
+from .handover import Offer, can_hand_over, take_over
 from .inputs import parse_steps
 from .normalize import NormChunk, normalize_chunk, pre_schema
 from .options import ConvertOptions
@@ -26,13 +28,26 @@ from .write import write_ipc, write_parquet
 
 
 def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None) -> PartResult:
-    """Stages 1-2 for one part: read, validate, stage the valid rows as Arrow IPC."""
+    """Stages 1-2 for one part: read, validate, stage the valid rows as Arrow IPC. A part of a
+    plain JSONL file may hand the rest of its range over to an idle worker (handover.py), and
+    a task with `take_from` is that worker's: it parses what it is given, maybe nothing."""
     payload: dict = {}
     res = PartResult(task.unit, task.part, 0, 0, task.input.display, "line", [], [], [], [], [], [], None)
+    start, end = task.start, task.end
+    if task.take_from is not None:
+        given = take_over(task.take_from)
+        if given is None:
+            Offer(task.stage_path, task.input.path).close()  # nothing to hand over in turn
+            res.start = sys.maxsize  # nothing: ordered last
+            return res
+        start, end = given
+    res.start = start
+    offer = Offer(task.stage_path, task.input.path) if can_hand_over(task) else None
     writer = None
     sink = None
     try:
-        for raw in read_input(task.input, trust_pickle=opts.trust_pickle, payload=payload, start=task.start, end=task.end):
+        for raw in read_input(task.input, trust_pickle=opts.trust_pickle, payload=payload, start=start, end=end,
+                              handover=offer):
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
                                  step=task.input.step if task.input.format != "pt" else None)
             res.records += len(raw)
@@ -153,7 +168,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     """Stages 3-6 for one step: ids, rejects, rewards and fields, shard plan, shard files.
     Returns a note instead when the input turns out to hold nothing to convert."""
     inp = unit.input
-    parts = sorted(parts, key=lambda r: r.part)
+    parts = sorted(parts, key=lambda r: (r.start, r.part))
     if any(r.train_dump for r in parts):
         _drop_parts(parts)
         return f"{inp.display}: slime train-side dump (format_version key), skipped"

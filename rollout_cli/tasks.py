@@ -25,6 +25,7 @@ class PartTask:
     start: int
     end: int | None
     stage_path: str
+    take_from: str | None = None  # an idle worker's task: the rest of the part staged there
 
 
 @dataclass
@@ -47,6 +48,7 @@ class PartResult:
     step_from_payload: int | None = None
     train_dump: bool = False
     stopped: bool = False  # hit the problem budget
+    start: int = 0  # the byte offset it starts at: parts are put in this order
 
 
 @dataclass

@@ -9,18 +9,19 @@ __all__ = ["RawChunk", "read_input"]
 
 
 def read_input(inp, *, trust_pickle: bool = False, payload: dict | None = None, start: int = 0, end: int | None = None,
-               chunk_records: int | None = None) -> Iterator[RawChunk]:
+               chunk_records: int | None = None, handover=None) -> Iterator[RawChunk]:
     """Read an InputFile (or its byte range, for plain JSONL) by its format.
 
     `payload` receives what the file says about itself: `step` and `train_dump` for `.pt`
-    dumps, `lines` consumed for JSONL.
+    dumps, `lines` consumed for JSONL. `handover` (plain JSONL only) lets another worker take
+    over the rest of the range.
     """
     payload = {} if payload is None else payload
     extra = {} if chunk_records is None else {"chunk_records": chunk_records}
     if inp.format == "jsonl":
         from .jsonl import read_jsonl
 
-        yield from read_jsonl(inp.path, inp.display, start=start, end=end, stats=payload, **extra)
+        yield from read_jsonl(inp.path, inp.display, start=start, end=end, stats=payload, handover=handover, **extra)
     elif inp.format == "parquet":
         from .parquet import read_parquet
 

@@ -87,12 +87,14 @@ def read_jsonl(
     first_line: int = 1,
     chunk_records: int = CHUNK_RECORDS,
     stats: dict | None = None,
+    handover=None,
 ) -> Iterator[RawChunk]:
     """Parse `path` (or its newline-aligned byte range [start, end)) into chunks of records.
 
     Blank lines are skipped; a line that is not a JSON object becomes a record of None with
     its problem, so the caller can count and report it. `stats["lines"]` gets the number of
-    lines consumed.
+    lines consumed. With `handover` (a handover.Offer, for a plain file), the range may end
+    early where the rest was handed over to another worker.
     """
     display = display or path
     try:
@@ -113,7 +115,16 @@ def read_jsonl(
         problems: dict[int, Problem] = {}
         line_no = first_line - 1
         held = 0
+        pos = start  # where the next line starts
+        stop = end if end is not None or handover is None else storage.size(path)
         for buf, a, b in _lines(stream, limit):
+            line_start = pos
+            pos += b - a + 1
+            if handover is not None:
+                if stop is not None and line_start >= stop:
+                    break  # the rest was handed over
+                if handover.open and not line_no & 7:
+                    stop = handover.poll(line_start, stop) or stop
             line_no += 1
             if _blank(buf, a, b):
                 continue
@@ -152,6 +163,8 @@ def read_jsonl(
             raise
         raise InvalidInputError(f"{display}: cannot read: {e}") from None
     finally:
+        if handover is not None:
+            handover.close()
         if stream is not sys.stdin.buffer:
             stream.close()
 
