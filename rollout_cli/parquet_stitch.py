@@ -3,9 +3,7 @@
 Each piece is a complete Parquet file holding some rows and some of the columns of a shared
 schema. `stitch` copies the pieces' column-chunk bytes unchanged, in the template's leaf-column
 order, and writes a new footer (the template's schema and metadata, the pieces' column-chunk
-metadata with every file offset moved to its new position). A column of a row group may come
-from several pieces that hold consecutive rows: their chunks' pages then follow each other as
-one column chunk, whose metadata adds theirs up.
+metadata with every file offset moved to its new position).
 
 The footer is a Thrift compact-protocol `FileMetaData` struct; this module carries a small
 generic codec for that protocol (`decode_struct` / `encode_struct`) that keeps every field,
@@ -542,75 +540,6 @@ def _moved(chunk: _Chunk, new_start: int) -> TStruct:
     return cc
 
 
-# ColumnMetaData fields of a merged chunk: must be equal in every part, or are summed
-_CMD_SAME = (1, 3, 4, 8)
-_CMD_SUMMED = (5, 6, 7)
-
-
-def _merged(chunks: list[_Chunk], new_start: int, what: str) -> TStruct:
-    """One ColumnChunk for several chunks of the same column laid out back to back from
-    `new_start` (their pages in order, as one writer would have written them): sizes and value
-    counts, encodings, page-encoding counts and level histograms add up. A chunk with a
-    dictionary or index page or with statistics cannot be merged (its values would need
-    decoding), so it is refused."""
-    mds = [c.cc.get(3) for c in chunks]
-    for md in mds:
-        for fid, name in ((_CMD_DICT_PAGE, "a dictionary page"), (_CMD_INDEX_PAGE, "an index page"),
-                          (12, "statistics"), (17, "geospatial statistics")):
-            if md.get(fid) is not None:
-                raise ValueError(f"{what}: a chunk with {name} cannot be merged with another")
-        if md.get(16) is not None and not set(md.get(16).ids()) <= {1, 2, 3}:
-            raise ValueError(f"{what}: unknown size statistics cannot be merged")
-    first = mds[0]
-
-    def same(md: TStruct) -> bytes:
-        return encode_struct(TStruct([f for f in md.fields if f[0] in _CMD_SAME]))
-
-    if any(same(md) != same(first) for md in mds[1:]):
-        raise ValueError(f"{what}: chunks differ in type, path, codec or key-value metadata")
-    if any((md.get(16) is None) != (first.get(16) is None) for md in mds):
-        raise ValueError(f"{what}: size statistics in some chunks only")
-    if not all(md.get(_CMD_DATA_PAGE) for md in mds):
-        raise ValueError(f"{what}: an empty chunk cannot be merged with another")
-    out = first.copy()
-    for fid in _CMD_SUMMED:
-        out.set(fid, I64, sum(md.get(fid) for md in mds))
-    encodings: list[int] = []
-    for md in mds:
-        encodings += [e for e in md.get(2).items if e not in encodings]
-    out.set(2, LIST, TList(I32, encodings))
-    if any(md.get(13) is not None for md in mds):
-        counts: dict[tuple[int, int], int] = {}
-        for md in mds:
-            for st in (md.get(13).items if md.get(13) is not None else []):
-                key = (st.get(1), st.get(2))
-                counts[key] = counts.get(key, 0) + st.get(3)
-        out.set(13, LIST, TList(STRUCT, [TStruct([[1, I32, t], [2, I32, e], [3, I32, n]]) for (t, e), n in counts.items()]))
-    if first.get(16) is not None:
-        size = TStruct([])
-        for fid, ttype in ((1, I64), (2, LIST), (3, LIST)):
-            vals = [md.get(16).get(fid) for md in mds]
-            if all(v is None for v in vals):
-                continue
-            if any(v is None for v in vals):
-                raise ValueError(f"{what}: size statistics field {fid} in some chunks only")
-            if ttype == I64:
-                size.set(fid, I64, sum(vals))
-            else:
-                if len({len(v.items) for v in vals}) != 1:
-                    raise ValueError(f"{what}: level histograms of different lengths")
-                size.set(fid, LIST, TList(I64, [sum(x) for x in zip(*(v.items for v in vals))]))
-        out.set(16, STRUCT, size)
-    c0 = chunks[0]
-    out.set(_CMD_DATA_PAGE, I64, first.get(_CMD_DATA_PAGE) + new_start - c0.start)
-    cc = c0.cc.copy()
-    cc.set(3, STRUCT, out)
-    off = cc.get(2)
-    if off:
-        cc.set(2, I64, off + new_start - c0.start)
-    return cc
-
-
 class Stitcher:
     """Builds one Parquet file a row group at a time, so that pieces can be encoded, written
     and freed in order. `header()`, then `add()` per final row group, then `footer()`; the
@@ -639,42 +568,36 @@ class Stitcher:
 
     def add(self, members: Sequence[tuple[Any, int]], k: int | None = None) -> list[memoryview]:
         """The next row group, from (parsed piece, row group index) pairs (pieces from `parse`);
-        returns its column chunks, in template column order, as zero-copy slices. A column that
-        several members hold is their chunks in member order (rows split across pieces, see
-        `_merged`); every column must come to the same number of rows."""
+        returns its column chunks, in template column order, as zero-copy slices."""
         k = len(self._out_rgs) if k is None else k
         tleaf_list = self._tleaf_list
-        slots: list[list] = [[] for _ in tleaf_list]
-        rows = [0] * len(tleaf_list)
+        slots: list = [None] * len(tleaf_list)
+        num_rows = None
         for piece, r, p in members:
             if not (isinstance(r, int) and 0 <= r < len(piece.row_groups)):
                 raise ValueError(f"row group {k}: piece {p} has no row group {r!r}")
             rg = piece.row_groups[r]
+            if num_rows is None:
+                num_rows = rg.num_rows
+            elif rg.num_rows != num_rows:
+                raise ValueError(f"row group {k}: piece {p} row group {r} has {rg.num_rows} rows, "
+                                 f"expected {num_rows}")
             for t, chunk in rg.chunks:
-                slots[t].append((piece, chunk))
-                rows[t] += rg.num_rows
-        missing = [_name(tleaf_list[t].path) for t, s in enumerate(slots) if not s]
+                if slots[t] is not None:
+                    raise ValueError(f"row group {k}: column {_name(tleaf_list[t].path)!r} supplied twice")
+                slots[t] = (piece, chunk)
+        missing = [_name(tleaf_list[t].path) for t, s in enumerate(slots) if s is None]
         if missing:
             raise ValueError(f"row group {k}: missing columns {missing}")
-        num_rows = rows[0]
-        for t, n in enumerate(rows):
-            if n != num_rows:
-                raise ValueError(f"row group {k}: column {_name(tleaf_list[t].path)!r} has {n} rows, "
-                                 f"expected {num_rows}")
         columns = []
         parts: list[memoryview] = []
         first = pos = self._pos
         uncompressed = 0
-        for t, slot in enumerate(slots):
-            if len(slot) == 1:
-                cc = _moved(slot[0][1], pos)
-            else:
-                cc = _merged([chunk for _, chunk in slot], pos, f"row group {k} column {_name(tleaf_list[t].path)!r}")
-            columns.append(cc)
-            uncompressed += cc.get(3).get(6)
-            for piece, chunk in slot:
-                parts.append(piece.view[chunk.start : chunk.start + chunk.size])
-                pos += chunk.size
+        for piece, chunk in slots:
+            columns.append(_moved(chunk, pos))
+            parts.append(piece.view[chunk.start : chunk.start + chunk.size])
+            uncompressed += chunk.cc.get(3).get(6)
+            pos += chunk.size
         # As pyarrow writes it: file_offset is the first chunk's first page (0 for an empty
         # chunk), and no ordinal (pyarrow sets it only in encrypted files).
         md0 = columns[0].get(3)
@@ -705,9 +628,8 @@ def stitch(template, pieces: Sequence, row_groups: Sequence[Sequence[tuple[int, 
     key-value metadata, created_by and column orders). `pieces` are Parquet files, each holding a
     subset of the template's leaf columns. Final row group k is made of the column chunks of the
     `(piece index, row group index)` pairs in `row_groups[k]`, which must supply every leaf column
-    with the same number of rows: once, or in consecutive row ranges (in pair order) merged into
-    one chunk; chunks are laid out in template column order and yielded as zero-copy slices of
-    the piece buffers. All checks run before this returns, so a ValueError
+    exactly once with equal row counts; chunks are laid out in template column order and yielded
+    as zero-copy slices of the piece buffers. All checks run before this returns, so a ValueError
     is raised before any byte is produced.
     """
     st = Stitcher(template)

@@ -17,9 +17,6 @@ from .parquet_stitch import Stitcher
 from .schema import DICTIONARY_COLUMNS, LIST_COLUMNS
 
 ENCODE_BATCH_BYTES = 4 << 20
-# a list column of a row group is encoded in pieces of about this many row bytes, stitched into
-# one column chunk: a row group's token column alone would otherwise take as long as all else
-PIECE_BYTES = 8 << 20
 
 
 class _HashingFile:
@@ -96,18 +93,15 @@ def row_bytes(table: pa.Table) -> np.ndarray:
 
 def row_group_bounds(table: pa.Table, row_group_bytes: int) -> list[tuple[int, int]]:
     """Cut rows into consecutive groups of at most `row_group_bytes` (a lone larger row alone)."""
-    if table.num_rows == 0:
+    n = table.num_rows
+    if n == 0:
         return [(0, 0)]
-    return _cut(np.cumsum(row_bytes(table)), 0, table.num_rows, row_group_bytes)
-
-
-def _cut(cum: np.ndarray, start: int, stop: int, limit: int) -> list[tuple[int, int]]:
-    """Rows [start, stop) in consecutive runs of at most `limit` bytes; `cum` holds the running
-    total of the rows' bytes (a lone larger row alone)."""
+    cum = np.cumsum(row_bytes(table))
     bounds = []
-    base = int(cum[start - 1]) if start else 0
-    while start < stop:
-        end = min(int(np.searchsorted(cum, base + limit, side="right")), stop)
+    start = 0
+    base = 0
+    while start < n:
+        end = int(np.searchsorted(cum, base + row_group_bytes, side="right"))
         end = max(end, start + 1)
         bounds.append((start, end))
         base = int(cum[end - 1])
@@ -160,44 +154,25 @@ def _encoded_bound(table: pa.Table) -> int:
     return 4 * table.nbytes + 64 * table.num_rows + (1 << 20)
 
 
-def _jobs(table: pa.Table, bounds: list[tuple[int, int]]) -> list[list[tuple[list[str], int, int]]]:
-    """Per row group, the pieces to encode as (columns, first row, end row), in stitching order:
-    each filled list column in runs of rows of about PIECE_BYTES (so that no one piece holds
-    the others up), the other columns together."""
-    groups = column_groups(table)
-    cum = np.cumsum(row_bytes(table))
-    out = []
-    for s, e in bounds:
-        jobs = []
-        for cols in groups:
-            if len(cols) == 1 and cols[0] in LIST_COLUMNS:
-                jobs += [(cols, a, b) for a, b in _cut(cum, s, e, PIECE_BYTES)]
-            else:
-                jobs.append((cols, s, e))
-        out.append(jobs)
-    return out
-
-
 def _write_stitched(table: pa.Table, bounds: list[tuple[int, int]], options: dict, sink, threads: int) -> None:
-    per_group = _jobs(table, bounds)
-    jobs = [(k, table.slice(s, e - s).select(cols)) for k, group in enumerate(per_group) for cols, s, e in group]
+    groups = column_groups(table)
+    jobs = [table.slice(s, e - s).select(cols) for s, e in bounds for cols in groups]
     stitcher = Stitcher(_encode(table.schema.empty_table(), options))
     sink.write(stitcher.header())
     threads = max(1, min(threads, len(jobs)))
-    window = 2 * threads  # pieces in flight: every thread stays busy, memory stays bounded
+    window = threads + len(groups)  # pieces in flight: every thread stays busy, memory stays bounded
     pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="rollout-cli-parquet")
     try:
         futures: dict[int, cf.Future] = {}
         for j in range(min(window, len(jobs))):
-            futures[j] = pool.submit(_encode, jobs[j][1], options)
-        j = 0
-        for k in range(len(per_group)):
+            futures[j] = pool.submit(_encode, jobs[j], options)
+        for k in range(len(bounds)):
             members = []
-            while j < len(jobs) and jobs[j][0] == k:
+            for g in range(len(groups)):
+                j = k * len(groups) + g
                 members.append((stitcher.parse(futures.pop(j).result(), j), 0, j))
                 if j + window < len(jobs):
-                    futures[j + window] = pool.submit(_encode, jobs[j + window][1], options)
-                j += 1
+                    futures[j + window] = pool.submit(_encode, jobs[j + window], options)
             for part in stitcher.add(members, k):
                 sink.write(part)
         sink.write(stitcher.footer())
@@ -209,11 +184,10 @@ def write_parquet(table: pa.Table, path: str, *, compression: str = "zstd", comp
                   row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES, threads: int | None = None) -> WrittenFile:
     """Write `table` to `path` deterministically; return its size, digest and row-group count.
 
-    pyarrow encodes a file on one thread, so each row group is cut into pieces (`_jobs`: each
-    filled list column in runs of rows, the other columns together) that are encoded as separate
-    in-memory Parquet files on `threads` threads (default: the usable cores), then stitched into
-    one file by copying their column chunks. The cuts depend on the data only, not on the thread
-    count, so neither do the bytes."""
+    pyarrow encodes a file on one thread, so each row group is cut into column pieces
+    (`column_groups`) that are encoded as separate in-memory Parquet files on `threads` threads
+    (default: the usable cores), then stitched into one file by copying their column chunks.
+    The pieces do not depend on the thread count, so neither do the bytes."""
     options = {"compression": compression, "compression_level": compression_level}
     sink = _HashingFile(path)
     try:

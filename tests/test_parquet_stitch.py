@@ -238,80 +238,6 @@ def test_column_split_pieces():
     check_layout(out, [25, 35])
 
 
-def _row_split(t: pa.Table, heavy: list[str], cuts: list[int], **kw):
-    """Pieces that hold each heavy column in row ranges cut at `cuts`, the rest whole, and the
-    one row group made of them (heavy ranges in row order)."""
-    bounds = list(zip([0] + cuts, cuts + [t.num_rows]))
-    rest = [c for c in t.column_names if c not in heavy]
-    pieces, members = [write(t.select(rest), **kw)], [(0, 0)]
-    for c in heavy:
-        for s, e in bounds:
-            pieces.append(write(t.select([c]).slice(s, e - s), **kw))
-            members.append((len(pieces) - 1, 0))
-    return pieces, members
-
-
-def test_a_column_from_row_ranges_of_several_pieces():
-    t = make_table(120, seed=11, max_len=40)
-    heavy = ["tokens", "loss_mask", "rollout_log_probs"]
-    pieces, members = _row_split(t, heavy, [30, 31, 90])
-    out = stitch_to_bytes(template(), pieces, [members])
-    back = read(out)
-    assert back.equals(t)
-    check_layout(out, [120])
-    # the merged chunk's metadata adds up its parts'
-    md = pq.ParquetFile(pa.BufferReader(out)).metadata.row_group(0)
-    cols = {md.column(j).path_in_schema: md.column(j) for j in range(md.num_columns)}
-    parts = [pq.ParquetFile(pa.BufferReader(p)).metadata.row_group(0).column(0) for p in pieces[1:5]]
-    tok = cols["tokens.list.element"]
-    assert tok.num_values == sum(p.num_values for p in parts)
-    assert tok.total_compressed_size == sum(p.total_compressed_size for p in parts)
-    assert tok.total_uncompressed_size == sum(p.total_uncompressed_size for p in parts)
-    assert tok.statistics is None and not tok.has_dictionary_page
-    raw = read_footer(out)[0].get(4).items[0].get(1).items
-    tok_raw = next(cc.get(3) for cc in raw if cc.get(3).get(3).items[0] == b"tokens")
-    stats = [read_footer(p)[0].get(4).items[0].get(1).items[0].get(3) for p in pieces[1:5]]
-    assert [e.get(3) for e in tok_raw.get(13).items] == [sum(s.get(13).items[0].get(3) for s in stats)]
-    for fid in (2, 3):  # level histograms
-        want = [sum(v) for v in zip(*(s.get(16).get(fid).items for s in stats))]
-        assert tok_raw.get(16).get(fid).items == want
-    # pyarrow reads it page by page, also a row range in the middle
-    f = pq.ParquetFile(pa.BufferReader(out))
-    batches = list(f.iter_batches(batch_size=7, columns=["tokens"]))
-    assert pa.Table.from_batches(batches).column("tokens").combine_chunks().equals(t.column("tokens").combine_chunks())
-
-
-def test_merged_output_is_read_by_polars_and_duckdb(tmp_path):
-    pl = pytest.importorskip("polars")
-    duckdb = pytest.importorskip("duckdb")
-    t = make_table(200, seed=12, max_len=30)
-    pieces, members = _row_split(t, ["tokens", "rollout_log_probs"], [50, 120])
-    path = tmp_path / "merged.parquet"
-    path.write_bytes(stitch_to_bytes(template(), pieces, [members]))
-    tok_sum = pc.sum(pc.list_flatten(t["tokens"]).cast(pa.int64())).as_py()
-    df = pl.read_parquet(path)
-    assert df.height == 200 and df["tokens"].explode().cast(pl.Int64).sum() == tok_sum
-    assert df["rollout_log_probs"].null_count() == t["rollout_log_probs"].null_count
-    con = duckdb.connect()
-    got = con.execute(f"SELECT sum(x)::BIGINT FROM (SELECT unnest(tokens) AS x FROM '{path}')").fetchone()[0]
-    assert got == tok_sum
-
-
-def test_refuses_to_merge_chunks_that_need_decoding():
-    t = make_table(40, seed=13)
-    with pytest.raises(ValueError, match="'reward': a chunk with statistics cannot be merged"):
-        pieces, members = _row_split(t, ["reward"], [10])
-        stitch(template(), pieces, [members])
-    with pytest.raises(ValueError, match="'status': a chunk with a dictionary page cannot be merged"):
-        pieces, members = _row_split(t, ["status"], [10])
-        stitch(template(), pieces, [members])
-    with pytest.raises(ValueError, match="differ in type, path, codec"):
-        a = write(t.select(["tokens"]).slice(0, 10), compression="snappy")
-        b = write(t.select(["tokens"]).slice(10, 30))
-        rest = write(t.select([c for c in COLUMNS if c != "tokens"]))
-        stitch(template(), [rest, a, b], [[(0, 0), (1, 0), (2, 0)]])
-
-
 def test_pieces_out_of_template_order_and_mixed_codecs():
     t = make_table(20, seed=5)
     groups = [["status", "tokens"], ["rollout_log_probs", "step"],
@@ -435,19 +361,6 @@ def test_property_stitched_reads_back_as_source(case):
     assert out == write(t, bounds).to_pybytes()
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(2, 60), seed=st.integers(0, 2**16), max_len=st.sampled_from([0, 3, 30]),
-       heavy=st.sets(st.sampled_from(["tokens", "loss_mask", "rollout_log_probs"]), min_size=1),
-       data=st.data())
-def test_property_row_split_columns_read_back_as_source(n, seed, max_len, heavy, data):
-    t = make_table(n, seed, max_len)
-    cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), min_size=1, max_size=5)))
-    pieces, members = _row_split(t, sorted(heavy), cuts)
-    out = stitch_to_bytes(template(), pieces, [members])
-    assert read(out).equals(t)
-    check_layout(out, [n])
-
-
 # ---------------------------------------------------------------------------------------------
 # Refusals
 
@@ -490,15 +403,15 @@ def test_refuses_bad_row_group_lists(split):
     t, a, b = split
     tmpl = template()
     other = write(t.select(["tokens"]).slice(0, 10))
-    with pytest.raises(ValueError, match="'tokens.list.element' has 40 rows, expected 20"):
+    with pytest.raises(ValueError, match="'tokens.list.element' supplied twice"):
         stitch(tmpl, [a, b, a], [[(0, 0), (1, 0), (2, 0)]])
-    with pytest.raises(ValueError, match="'tokens.list.element' has 20 rows, expected 40"):
-        stitch(tmpl, [b, a, b], [[(0, 0), (1, 0), (2, 0)]])
+    with pytest.raises(ValueError, match="'tokens.list.element' supplied twice"):
+        stitch(tmpl, [a, b], [[(0, 0), (1, 0), (0, 0)]])
     with pytest.raises(ValueError, match=r"missing columns \['tokens.list.element'\]"):
         stitch(tmpl, [a, b], [[(1, 0)]])
     with pytest.raises(ValueError, match="missing columns"):
         stitch(tmpl, [a, b], [[]])
-    with pytest.raises(ValueError, match="'tokens.list.element' has 10 rows, expected 20"):
+    with pytest.raises(ValueError, match="has 10 rows, expected 20"):
         stitch(tmpl, [b, other], [[(0, 0), (1, 0)]])
     with pytest.raises(ValueError, match="no piece 2"):
         stitch(tmpl, [a, b], [[(0, 0), (2, 0)]])

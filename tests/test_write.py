@@ -1,6 +1,5 @@
-"""write: a shard's Parquet file is encoded as pieces on several threads and stitched; its bytes
-do not depend on the thread count, and while no list column is cut into runs of rows they are
-those of pyarrow writing the same row groups in one go."""
+"""write: a shard's Parquet file is encoded as column pieces on several threads and stitched;
+its bytes are those of pyarrow writing the same row groups in one go, whatever the thread count."""
 from __future__ import annotations
 
 import numpy as np
@@ -137,48 +136,6 @@ def test_ipc_copy_is_one_batch_of_the_table(tmp_path):
         assert reader.num_record_batches == 1
         assert reader.read_all().equals(t)
     assert wf.digest == hashing.bytes_digest((tmp_path / "s.arrow").read_bytes())
-
-
-def test_list_columns_are_encoded_in_runs_of_rows(tmp_path, monkeypatch):
-    t = train_table(300, seed=9)
-    rgb = 1 << 17
-    monkeypatch.setattr(write, "PIECE_BYTES", 1 << 13)
-    jobs = write._jobs(t, write.row_group_bounds(t, rgb))
-    heavy = [j for group in jobs for j in group if j[0] in (["tokens"], ["loss_mask"], ["rollout_log_probs"])]
-    assert len(heavy) > 3 * len(jobs)  # several runs per list column and row group
-    for group in jobs:  # the runs of a column cover its row group in order
-        for col in (["tokens"], ["rollout_log_probs"]):
-            runs = [(a, b) for c, a, b in group if c == col]
-            assert runs[0][0] == group[-1][1] and runs[-1][1] == group[-1][2]
-            assert all(x[1] == y[0] for x, y in zip(runs, runs[1:]))
-    outs = set()
-    for threads in (1, 3):
-        path = tmp_path / f"{threads}.parquet"
-        wf = write.write_parquet(t, str(path), row_group_bytes=rgb, threads=threads)
-        outs.add(path.read_bytes())
-        assert wf.row_groups == len(jobs)
-    assert len(outs) == 1
-    back = pq.read_table(tmp_path / "1.parquet")
-    assert back.equals(t)
-    md = pq.ParquetFile(tmp_path / "1.parquet").metadata
-    assert md.num_row_groups == len(jobs) and md.row_group(0).num_rows == jobs[0][-1][2] - jobs[0][-1][1]
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(1, 120), seed=st.integers(0, 10_000), piece=st.sampled_from([1 << 10, 1 << 14]),
-       threads=st.integers(1, 4))
-def test_property_runs_of_rows_read_back(tmp_path_factory, n, seed, piece, threads):
-    t = train_table(n, seed=seed, max_len=500)
-    old, write.PIECE_BYTES = write.PIECE_BYTES, piece
-    try:
-        path = tmp_path_factory.mktemp("w") / "p.parquet"
-        write.write_parquet(t, str(path), row_group_bytes=1 << 16, threads=threads)
-        single = tmp_path_factory.mktemp("w") / "s.parquet"
-        write.write_parquet(t, str(single), row_group_bytes=1 << 16, threads=1)
-    finally:
-        write.PIECE_BYTES = old
-    assert path.read_bytes() == single.read_bytes()
-    assert pq.read_table(path).equals(t)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
