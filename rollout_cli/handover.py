@@ -22,6 +22,7 @@ import os
 import time
 
 from . import storage
+from .readers.jsonl import next_line_start
 
 # the least a range must have left to be split: the taker's start costs a few milliseconds
 MIN_REST_BYTES = 8 << 20
@@ -68,8 +69,8 @@ class Offer:
         self.open = False
         cut = None
         if end - pos >= MIN_REST_BYTES:
-            with open(self._input, "rb") as f:
-                cut = _line_start_at_or_after(f, pos + (end - pos) // 2, end)
+            with open(self._input, "rb") as f:  # the first line starting at or after the middle
+                cut = next_line_start(f, pos + (end - pos) // 2 - 1, end)
             if cut >= end:
                 cut = None
         _write_atomic(self._base + ".answer", "-" if cut is None else f"{cut} {end}")
@@ -118,16 +119,3 @@ def take_over(stage_path: str) -> tuple[int, int] | None:
                     raise HandoverLost(f"{stage_path}: a handover request was taken but never answered") from None
         time.sleep(_WAIT_S)
 
-
-def _line_start_at_or_after(f, pos: int, end: int) -> int:
-    """The offset just past the first newline at or after `pos - 1` (so `pos` itself when it
-    starts a line), or `end`."""
-    f.seek(pos - 1)
-    while True:
-        block = f.read(1 << 16)
-        if not block:
-            return end
-        k = block.find(b"\n")
-        if k >= 0:
-            return min(pos + k, end)
-        pos += len(block)

@@ -188,7 +188,7 @@ def peek_first_record(path: str) -> dict | None:
     return None
 
 
-def _next_line_start(f, pos: int, size: int) -> int:
+def next_line_start(f, pos: int, size: int) -> int:
     """The offset just past the first newline at or after `pos` (or `size`)."""
     f.seek(pos)
     while True:
@@ -213,7 +213,7 @@ def split_ranges(path: str, parts: int, min_bytes: int = 32 << 20) -> list[tuple
             pos = size * k // parts
             if pos <= bounds[-1]:
                 continue
-            cut = _next_line_start(f, pos, size)
+            cut = next_line_start(f, pos, size)
             if cut >= size:
                 break
             if cut > bounds[-1]:
