@@ -60,13 +60,8 @@ class Offer:
     def poll(self, pos: int, end: int) -> int | None:
         """A new end for this part (a line start) if a worker asked for the rest, else None.
         `pos` is the offset of the next line to parse, `end` the current end."""
-        if not self.open or not os.path.exists(self._base + ".ask"):
+        if not self._claim():
             return None
-        try:
-            os.rename(self._base + ".ask", self._base + ".taken")
-        except FileNotFoundError:  # withdrawn meanwhile
-            return None
-        self.open = False
         cut = None
         if end - pos >= MIN_REST_BYTES:
             with open(self._input, "rb") as f:  # the first line starting at or after the middle
@@ -80,27 +75,32 @@ class Offer:
         """No more lines will be parsed: a request still open gets "-"."""
         with open(self._base + ".done", "w"):
             pass
-        if self.open and os.path.exists(self._base + ".ask"):
-            try:
-                os.rename(self._base + ".ask", self._base + ".taken")
-            except FileNotFoundError:
-                return
-            self.open = False
+        if self._claim():
             _write_atomic(self._base + ".answer", "-")
+
+    def _claim(self) -> bool:
+        """Take a pending request (once per part), unless the asker withdrew it first."""
+        if not self.open or not os.path.exists(self._base + ".ask"):
+            return False
+        try:
+            os.rename(self._base + ".ask", self._base + ".taken")
+        except FileNotFoundError:  # withdrawn meanwhile
+            return False
+        self.open = False
+        return True
 
 
 def take_over(stage_path: str) -> tuple[int, int] | None:
     """The idle side: ask the part staged at `stage_path` for the rest of its range; the byte
     range handed over, or None (too little left, already finished, or asked by another)."""
-    base = stage_path
     try:
-        os.close(os.open(base + ".ask", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(stage_path + ".ask", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return None
     started = time.monotonic()
     while True:
         try:
-            with open(base + ".answer") as f:
+            with open(stage_path + ".answer") as f:
                 text = f.read()
         except FileNotFoundError:
             pass
@@ -110,9 +110,9 @@ def take_over(stage_path: str) -> tuple[int, int] | None:
             a, b = text.split()
             return int(a), int(b)
         waited = time.monotonic() - started
-        if os.path.exists(base + ".done") or waited > _PATIENCE_S:
+        if os.path.exists(stage_path + ".done") or waited > _PATIENCE_S:
             try:
-                os.rename(base + ".ask", base + ".withdrawn")
+                os.rename(stage_path + ".ask", stage_path + ".withdrawn")
                 return None
             except FileNotFoundError:  # taken: its answer is being written
                 if waited > 2 * _PATIENCE_S:

@@ -29,20 +29,20 @@ from .write import write_ipc, write_parquet
 
 def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None) -> PartResult:
     """Stages 1-2 for one part: read, validate, stage the valid rows as Arrow IPC. A part of a
-    plain JSONL file may hand the rest of its range over to an idle worker (handover.py), and
-    a task with `take_from` is that worker's: it parses what it is given, maybe nothing."""
+    plain JSONL file may hand the rest of its range over to an idle worker (handover.py); a
+    task with `take_from` is that worker's: it parses what it is given (maybe nothing), and
+    hands nothing over in turn."""
     payload: dict = {}
     res = PartResult(task.unit, task.part, 0, 0, task.input.display, "line", [], [], [], [], [], [], None)
     start, end = task.start, task.end
     if task.take_from is not None:
         given = take_over(task.take_from)
         if given is None:
-            Offer(task.stage_path, task.input.path).close()  # nothing to hand over in turn
             res.start = sys.maxsize  # nothing: ordered last
             return res
         start, end = given
     res.start = start
-    offer = Offer(task.stage_path, task.input.path) if can_hand_over(task) else None
+    offer = Offer(task.stage_path, task.input.path) if task.take_from is None and can_hand_over(task) else None
     writer = None
     sink = None
     try:

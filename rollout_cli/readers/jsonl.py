@@ -116,12 +116,12 @@ def read_jsonl(
         line_no = first_line - 1
         held = 0
         pos = start  # where the next line starts
-        stop = end if end is not None or handover is None else storage.size(path)
+        stop = storage.size(path) if handover is not None and end is None else end
         for buf, a, b in _lines(stream, limit):
             line_start = pos
             pos += b - a + 1
             if handover is not None:
-                if stop is not None and line_start >= stop:
+                if line_start >= stop:
                     break  # the rest was handed over
                 if handover.open and not line_no & 7:
                     stop = handover.poll(line_start, stop) or stop
