@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Shard -> GPU throughput of rollout_cli.load, as a ratio to a plain pinned host-to-device copy.
+"""Shard -> GPU throughput of rollout_cli.loader.load, as a ratio to a plain pinned host-to-device copy.
 
 What is timed (median of --reps runs after one warm-up, each run from a warm page cache):
 
@@ -38,7 +38,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from rollout_cli.load import PackedBatch, open_dataset  # noqa: E402
+from rollout_cli.loader.load import PackedBatch, open_dataset  # noqa: E402
 
 _ALIGN = 64
 
@@ -55,7 +55,7 @@ def ensure_output(data_dir: str, size_mb: float, seed: int, shards: int, compres
         print(f"generating {src} ({size_mb:g} MiB) ...", file=sys.stderr, flush=True)
         subprocess.run([sys.executable, os.path.join(HERE, "gen_rollouts.py"), "--target-mb", str(size_mb),
                         "--seed", str(seed), "--out", src, "-q"], check=True)
-    from rollout_cli.convert import ConvertOptions, convert
+    from rollout_cli.run.convert import ConvertOptions, convert
 
     print(f"converting to {out} ...", file=sys.stderr, flush=True)
     t = time.perf_counter()

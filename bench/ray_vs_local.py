@@ -48,7 +48,7 @@ t_init = time.perf_counter()
 
 @ray.remote
 def first():
-    import rollout_cli.convert  # what a stage task needs on its worker
+    import rollout_cli.run.convert  # what a stage task needs on its worker
     return 1
 
 ray.get([first.remote() for _ in range(int(sys.argv[1]))])
@@ -62,7 +62,7 @@ print(json.dumps({"import": t_import - t0, "init": t_init - t_import, "first_tas
 WARM = r"""
 import json, sys, time
 import ray
-from rollout_cli.convert import ConvertOptions, convert
+from rollout_cli.run.convert import ConvertOptions, convert
 workers, reps, out, inputs = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 local = []
 for _ in range(reps):
@@ -73,7 +73,7 @@ ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
 
 @ray.remote
 def warm():
-    import rollout_cli.convert
+    import rollout_cli.run.convert
     return 1
 
 ray.get([warm.remote() for _ in range(workers)])

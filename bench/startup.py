@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""CLI start-up cost: wall time of `rollout-cli --help`, and what `import rollout_cli.cli` pulls in.
+"""CLI start-up cost: wall time of `rollout-cli --help`, and what `import rollout_cli.cli.app` pulls in.
 
 * median (and min/max) wall time of `rollout-cli --help` over --runs runs after one
   warm-up, next to `python -c pass` as the interpreter floor;
-* in a fresh `python -X importtime -c "import rollout_cli.cli"`: whether torch (and other
-  heavy packages) end up in sys.modules, the total import time of rollout_cli.cli and the
+* in a fresh `python -X importtime -c "import rollout_cli.cli.app"`: whether torch (and other
+  heavy packages) end up in sys.modules, the total import time of rollout_cli.cli.app and the
   slowest imports (cumulative).
 
     python bench/startup.py [--runs 10]
@@ -28,7 +28,7 @@ HEAVY = ("torch", "pyarrow", "pyarrow.parquet", "numpy", "polars", "pandas", "da
 
 PROBE = r"""
 import json, sys
-import rollout_cli.cli
+import rollout_cli.cli.app
 print("@@" + json.dumps({m: m in sys.modules for m in %r}))
 """ % (HEAVY,)
 
@@ -78,20 +78,20 @@ def main(argv=None):
 
     p = subprocess.run([sys.executable, "-X", "importtime", "-c", PROBE], capture_output=True, text=True)
     if p.returncode != 0:
-        print(f"error: `import rollout_cli.cli` failed:\n{p.stderr[-2000:]}", file=sys.stderr)
+        print(f"error: `import rollout_cli.cli.app` failed:\n{p.stderr[-2000:]}", file=sys.stderr)
         return 2
     loaded = json.loads(next(l for l in p.stdout.splitlines() if l.startswith("@@"))[2:])
     rows = parse_importtime(p.stderr)
-    cli_us = next((c for n, _, c in rows if n == "rollout_cli.cli"), None)
+    cli_us = next((c for n, _, c in rows if n == "rollout_cli.cli.app"), None)
     top = sorted(rows, key=lambda r: -r[2])
     top_level = [r for r in top if "." not in r[0] or r[0].startswith("rollout_cli")][:10]
 
     print(f"`rollout-cli --help`: median {helpt['median_s'] * 1e3:.0f} ms "
           f"(min {helpt['min_s'] * 1e3:.0f}, max {helpt['max_s'] * 1e3:.0f}) over {a.runs} runs; "
           f"`python -c pass`: {floor['median_s'] * 1e3:.0f} ms")
-    print(f"import rollout_cli.cli: {cli_us / 1e3:.0f} ms cumulative (-X importtime)" if cli_us else
-          "import rollout_cli.cli: (not in -X importtime output)")
-    print(f"torch imported by rollout_cli.cli: {'YES' if loaded['torch'] else 'no'}")
+    print(f"import rollout_cli.cli.app: {cli_us / 1e3:.0f} ms cumulative (-X importtime)" if cli_us else
+          "import rollout_cli.cli.app: (not in -X importtime output)")
+    print(f"torch imported by rollout_cli.cli.app: {'YES' if loaded['torch'] else 'no'}")
     print("heavy modules loaded: " + (", ".join(m for m, v in loaded.items() if v) or "none"))
     print("slowest imports (cumulative ms): " + ", ".join(f"{n} {c / 1e3:.0f}" for n, _, c in top_level))
 

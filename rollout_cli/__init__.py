@@ -10,11 +10,11 @@ __all__ = ["__version__", "convert", "ConvertOptions", "open_dataset", "PackedBa
 def __getattr__(name: str):
     # keep `import rollout_cli` light: pyarrow-heavy and torch-heavy parts load on first use
     if name in ("convert", "ConvertOptions"):
-        from . import convert as _c
+        from .run import convert as _c
 
         return getattr(_c, name)
     if name in ("open_dataset", "PackedBatch", "RankDataset"):
-        from . import load as _l
+        from .loader import load as _l
 
         return getattr(_l, name)
     raise AttributeError(name)

@@ -22,17 +22,17 @@ def _pool_convert(argv: list[str]) -> bool:
         workers_given = workers_given or a == "--workers" or a.startswith("--workers=")
     if workers_given:
         return True
-    from .engines import usable_cores
+    from .core.cores import usable_cores
 
     return usable_cores() > 1
 
 
 def main() -> None:
     if _pool_convert(sys.argv[1:]):
-        from .engines.local import start_early
+        from .run.engines.local import start_early
 
         start_early()
-    from .cli import main as cli_main
+    from .cli.app import main as cli_main
 
     try:
         cli_main()

@@ -31,7 +31,7 @@ def sample_out_clean(tmp_path_factory) -> Path:
     copies, once per session. Never modified: tests take a copy (`sample_out`)."""
     from typer.testing import CliRunner
 
-    from rollout_cli.cli import app
+    from rollout_cli.cli.app import app
 
     out = tmp_path_factory.mktemp("sample_out") / "clean"
     res = CliRunner().invoke(app, ["convert", str(SAMPLE_JSONL), str(out), "--shards", "2", "--workers", "1", "-q"])
@@ -50,7 +50,7 @@ def sample_out(sample_out_clean, tmp_path) -> Path:
 def copts(**kw):
     """ConvertOptions for tests: one worker (in-process; a process pool costs seconds to start
     on a 2-core machine) and no Arrow IPC sidecar, unless a test asks for them."""
-    from rollout_cli.convert import ConvertOptions
+    from rollout_cli.run.convert import ConvertOptions
 
     kw.setdefault("workers", 1)
     kw.setdefault("mmap", False)

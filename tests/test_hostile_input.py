@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from typer.testing import CliRunner
 
-from rollout_cli.cli import app
-from rollout_cli.verify import verify_output
+from rollout_cli.cli.app import app
+from rollout_cli.verify.check import verify_output
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data"
@@ -546,8 +546,8 @@ def _enospc(*a, **k):
 def test_disk_full_leaves_the_old_output_untouched(tmp_path, monkeypatch, where):
     """BUG (today: exit 1, 'internal error: OSError'). A full disk is not our bug: a clear message,
     a non-1 exit code, no manifest of the new run, and the previous output exactly as it was."""
-    import rollout_cli.output as output_mod
-    import rollout_cli.write as write_mod
+    import rollout_cli.output.commit as output_mod
+    import rollout_cli.output.write as write_mod
 
     src = SAMPLE / "jsonl" / "rollout_data"
     out = tmp_path / "out"

@@ -13,8 +13,8 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
-from rollout_cli.convert import ConvertOptions, convert
-from rollout_cli.schema import train_schema
+from rollout_cli.run.convert import ConvertOptions, convert
+from rollout_cli.core.schema import train_schema
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLE_JSONL = os.path.join(os.path.dirname(HERE), "sample_data", "jsonl")

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 import slime_reference as ref
 from conftest import copts, make_sample, read_jsonl, read_rows, write_jsonl
-from rollout_cli.convert import convert
-from rollout_cli.ids import assign_ids
-from rollout_cli.normalize import ID_EXPLICIT, ID_MISSING
-from rollout_cli.rewards import normalize_rewards
+from rollout_cli.run.convert import convert
+from rollout_cli.pipeline.ids import assign_ids
+from rollout_cli.pipeline.validate import ID_EXPLICIT, ID_MISSING
+from rollout_cli.pipeline.rewards import normalize_rewards
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True, database=None)
 

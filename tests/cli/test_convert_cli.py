@@ -13,8 +13,8 @@ from typer.core import TyperOption
 from typer.testing import CliRunner
 
 from conftest import ROOT, SAMPLE_DATA, make_sample, read_rows, write_jsonl
-from rollout_cli.cli import app
-from rollout_cli.convert import ConvertOptions
+from rollout_cli.cli.app import app
+from rollout_cli.run.convert import ConvertOptions
 
 FAST = ["--workers", "1", "--no-mmap"]
 
@@ -208,9 +208,9 @@ def test_cli_defaults_equal_library_defaults():
 
 
 def test_import_and_help_never_import_torch():
-    code = "import rollout_cli.cli, sys; assert 'torch' not in sys.modules"
+    code = "import rollout_cli.cli.app, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
-    code = ("import sys\nfrom typer.testing import CliRunner\nfrom rollout_cli.cli import app\n"
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom rollout_cli.cli.app import app\n"
             "r = CliRunner().invoke(app, ['convert', '--help'])\nassert r.exit_code == 0\n"
             "assert 'torch' not in sys.modules, 'torch imported by --help'\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

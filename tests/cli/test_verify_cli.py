@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rollout_cli.cli import app
+from rollout_cli.cli.app import app
 from conftest import ROOT
 
 

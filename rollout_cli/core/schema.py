@@ -1,0 +1,104 @@
+"""The train-row schema (the output contract), slime's key names, and the sample fields read."""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from .versions import SCHEMA_VERSION  # noqa: F401 (stamped on every shard)
+
+STATUSES = ("pending", "completed", "truncated", "aborted", "failed")
+
+# slime: normalisation runs for these estimators only; std-scaling for the first three only.
+MEAN_CENTRED_ESTIMATORS = frozenset({"grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"})
+STD_SCALED_ESTIMATORS = frozenset({"grpo", "gspo", "cispo"})
+
+INT32_MAX = 2**31 - 1
+
+_i32_list = pa.list_(pa.int32())
+_f32_list = pa.list_(pa.float32())
+
+# Always present, never null (sample_index and group_index may be null).
+CORE_FIELDS: list[pa.Field] = [
+    pa.field("step", pa.int64(), nullable=False),
+    pa.field("rollout_id", pa.int64(), nullable=False),
+    pa.field("sample_index", pa.int64()),
+    pa.field("group_index", pa.int64()),
+    pa.field("tokens", _i32_list, nullable=False),
+    pa.field("response_length", pa.int32(), nullable=False),
+    pa.field("total_length", pa.int32(), nullable=False),
+    pa.field("loss_mask", pa.list_(pa.uint8()), nullable=False),
+    pa.field("reward", pa.float32(), nullable=False),
+    pa.field("raw_reward", pa.float64(), nullable=False),
+    pa.field("truncated", pa.bool_(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("rollout_mask_sum", pa.int64(), nullable=False),
+]
+
+# Always present in every shard; null where the input lacks them.
+OPTIONAL_FIELDS: list[pa.Field] = [
+    pa.field("rollout_log_probs", _f32_list),
+    pa.field("teacher_log_probs", _f32_list),
+    pa.field("rollout_top_p_token_ids", _i32_list),
+    pa.field("rollout_top_p_token_offsets", _i32_list),
+    pa.field("rollout_routed_experts", _i32_list),
+    pa.field("rollout_routed_experts_shape", _i32_list),
+    pa.field("round_number", pa.int64()),
+    pa.field("source_name", pa.string()),
+    pa.field("train_metadata", pa.string()),
+    pa.field("multimodal_train_inputs", pa.string()),
+]
+
+# Only with `convert --keep-text`.
+TEXT_FIELDS: list[pa.Field] = [
+    pa.field("prompt", pa.string()),
+    pa.field("response", pa.string()),
+    pa.field("label", pa.string()),
+]
+
+# Large list columns: PLAIN encoding, no statistics (dictionary pages cost write time and bytes).
+LIST_COLUMNS = tuple(f.name for f in CORE_FIELDS + OPTIONAL_FIELDS if pa.types.is_list(f.type))
+DICTIONARY_COLUMNS = ("status", "source_name")
+
+
+def train_schema(keep_text: bool = False) -> pa.Schema:
+    """The schema every shard carries."""
+    fields = CORE_FIELDS + OPTIONAL_FIELDS + (TEXT_FIELDS if keep_text else [])
+    return pa.schema(fields, metadata={b"rollout_cli.schema_version": str(SCHEMA_VERSION).encode()})
+
+
+# Column name -> the key of slime's train_data dict (RolloutManager._convert_samples_to_train_data).
+SLIME_KEYS = {
+    "tokens": "tokens",
+    "response_length": "response_lengths",
+    "reward": "rewards",
+    "raw_reward": "raw_reward",
+    "truncated": "truncated",
+    "sample_index": "sample_indices",
+    "rollout_id": "rollout_ids",
+    "loss_mask": "loss_masks",
+    "rollout_mask_sum": "rollout_mask_sums",
+    "round_number": "round_number",
+    "rollout_log_probs": "rollout_log_probs",
+    "teacher_log_probs": "teacher_log_probs",
+    "rollout_top_p_token_ids": "rollout_top_p_token_ids",
+    "rollout_top_p_token_offsets": "rollout_top_p_token_offsets",
+    "rollout_routed_experts": "rollout_routed_experts",
+    "source_name": "source_names",
+    "total_length": "total_lengths",
+    "train_metadata": "metadata",
+    "multimodal_train_inputs": "multimodal_train_inputs",
+}
+
+# Fields of slime's Sample.to_dict() that hold dicts; Parquet inputs may carry them as JSON text.
+DICT_FIELDS = frozenset(
+    {
+        "metadata",
+        "train_metadata",
+        "spec_info",
+        "prefix_cache_info",
+        "trace",
+        "multimodal_inputs",
+        "multimodal_train_inputs",
+        "apply_chat_template_kwargs",
+        "reward",
+    }
+)

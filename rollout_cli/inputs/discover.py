@@ -1,0 +1,172 @@
+"""Stage 1 (discovery): which files to read, their format, step and split."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from ..core import storage
+from ..core.errors import InvalidInputError, UsageError
+
+EXTENSIONS = {
+    ".pt": "pt",
+    ".jsonl": "jsonl",
+    ".jsonl.gz": "jsonl",
+    ".jsonl.zst": "jsonl",
+    ".parquet": "parquet",
+}
+_EVAL = re.compile(r"eval_(\d+)")
+_DIGITS = re.compile(r"(\d+)")
+
+
+@dataclass
+class InputFile:
+    path: str  # what is opened ("-" for stdin)
+    display: str  # what messages and the manifest show
+    format: str  # pt | jsonl | parquet
+    step: int | None
+    split: str  # train | eval
+    step_from: str  # payload | field | name | option
+
+
+def input_format(path: str) -> str | None:
+    name = path.lower()
+    for ext in sorted(EXTENSIONS, key=len, reverse=True):
+        if name.endswith(ext):
+            return EXTENSIONS[ext]
+    return None
+
+
+def _stem(path: str) -> str:
+    name = os.path.basename(path)
+    for ext in sorted(EXTENSIONS, key=len, reverse=True):
+        if name.lower().endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
+MAX_STEP = 2**63 - 1
+
+
+def check_step(value, what: str) -> int:
+    """A step number: an integer in [0, 2**63 - 1] (the int64 `step` column; steps count from 0)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what}: step: expected an integer step number, got {value!r}")
+    if not 0 <= value <= MAX_STEP:
+        raise InvalidInputError(f"{what}: step: expected a step number in [0, {MAX_STEP}], got {value}")
+    return value
+
+
+def _step_from_name(path: str) -> tuple[int | None, str]:
+    stem = _stem(path)
+    m = _EVAL.search(stem)
+    if m:
+        return check_step(int(m.group(1)), path), "eval"
+    runs = _DIGITS.findall(stem)
+    return (check_step(int(runs[-1]), path) if runs else None), "train"
+
+
+def _field_step(path: str, fmt: str) -> int | None:
+    value = None
+    if fmt == "jsonl":
+        from .jsonl import peek_first_record
+
+        rec = peek_first_record(path)
+        value = rec.get("step") if rec else None
+    elif fmt == "parquet":
+        from .parquet import peek_step_value
+
+        value = peek_step_value(path)
+    if value is None:
+        return None
+    return check_step(value, path)
+
+
+def is_train_side_dump(path: str) -> bool:
+    """slime's `--save-debug-train-data` / `--dump-details` train dumps live under train_data/."""
+    return "train_data" in os.path.normpath(path).split(os.sep)
+
+
+def _is_output_dir(path: str) -> bool:
+    """A rollout-cli output folder (complete or interrupted): never read back as input."""
+    return os.path.isfile(os.path.join(path, "manifest.json")) or os.path.isdir(os.path.join(path, ".staging"))
+
+
+def discover(paths: list[str], step: int | None = None, exclude: str | None = None) -> tuple[list[InputFile], list[str], list[str]]:
+    """Resolve inputs to files; returns (inputs, skipped non-input files, notes). Folders that
+    are rollout-cli outputs (and `exclude`, the output being written) are not searched."""
+    excluded = os.path.realpath(exclude) if exclude else None
+    files: list[tuple[str, str]] = []
+    skipped: list[str] = []
+    notes: list[str] = []
+    for p in paths:
+        if p == "-":
+            files.append(("-", "<stdin>"))
+        elif storage.is_uri(p):
+            try:
+                found = storage.list_files(p)
+            except FileNotFoundError:
+                raise UsageError(f"{p}: no such file or directory") from None
+            for full in found:
+                if input_format(full) is None:
+                    skipped.append(full)
+                else:
+                    files.append((full, full))
+        elif os.path.isdir(p):
+            for root, dirs, names in os.walk(p):
+                if os.path.realpath(root) == excluded or _is_output_dir(root):
+                    notes.append(f"{root}: a rollout-cli output folder, not read as input")
+                    dirs[:] = []
+                    continue
+                dirs.sort()
+                for name in sorted(names):
+                    full = os.path.join(root, name)
+                    if input_format(full) is None:
+                        skipped.append(full)
+                    else:
+                        files.append((full, full))
+        elif os.path.exists(p):
+            if input_format(p) is None:
+                raise UsageError(f"{p}: not a supported input (expected {', '.join(sorted(EXTENSIONS))})")
+            files.append((p, p))
+        else:
+            raise UsageError(f"{p}: no such file or directory")
+    if step is not None and len(files) != 1:
+        raise UsageError("--step applies to a single input (stdin or one file)")
+    out: list[InputFile] = []
+    for path, display in files:
+        if is_train_side_dump(path):
+            notes.append(f"{display}: slime train-side dump (train_data/), skipped")
+            continue
+        fmt = "jsonl" if path == "-" else input_format(path)
+        assert fmt is not None
+        name_step, split = _step_from_name(path) if path != "-" else (None, "train")
+        if step is not None:
+            out.append(InputFile(path, display, fmt, step, split, "option"))
+            continue
+        if path == "-":
+            raise UsageError("reading stdin needs --step N")
+        field_step = _field_step(path, fmt) if fmt != "pt" else None
+        if field_step is not None:
+            out.append(InputFile(path, display, fmt, field_step, split, "field"))
+        else:
+            out.append(InputFile(path, display, fmt, name_step, split, "name"))
+            if name_step is None and fmt != "pt":
+                raise UsageError(
+                    f"{display}: cannot tell its step: put the step number in the file name, give samples a `step` field, or pass --step"
+                )
+    return out, skipped, notes
+
+
+def parse_steps(spec: str | None) -> tuple[int | None, int | None]:
+    """`A:B` (inclusive), `A:`, `:B` or `A`."""
+    if not spec:
+        return None, None
+    try:
+        if ":" in spec:
+            a, b = spec.split(":", 1)
+            return (int(a) if a else None), (int(b) if b else None)
+        v = int(spec)
+        return v, v
+    except ValueError:
+        raise UsageError(f"--steps: expected A:B, A:, :B or A (integers), got {spec!r}") from None

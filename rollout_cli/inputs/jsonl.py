@@ -1,0 +1,222 @@
+"""JSONL reader: one Sample.to_dict() object per line; plain, gzip, zstd, or stdin."""
+from __future__ import annotations
+
+import errno
+import gzip
+import zlib
+import sys
+from typing import BinaryIO, Iterator
+
+import orjson
+
+from ..core import storage
+from ..core.errors import InvalidInputError, Location, Problem
+from .base import RawChunk
+
+try:
+    from zstandard import ZstdError as _ZstdError
+except ImportError:  # pragma: no cover
+    class _ZstdError(Exception):
+        pass
+
+BLOCK_BYTES = 8 << 20
+_IO_FAULTS = {errno.EIO, errno.ESTALE, errno.ETIMEDOUT}
+CHUNK_RECORDS = 128
+CHUNK_BYTES = 16 << 20  # a chunk also ends after this much JSON, so memory stays bounded for long samples
+# a line the simdjson path hands over to orjson is parsed twice: once this many lines have been
+# handed over, and they are most of those tried, a reader stops trying that path
+_FAST_MISSES = 64
+
+
+def open_binary(path: str) -> BinaryIO:
+    """Open a JSONL input for reading bytes, decompressing by extension; '-' is stdin."""
+    if path == "-":
+        return sys.stdin.buffer
+    raw = storage.open_read(path, seekable=True) if storage.is_uri(path) else None
+    if path.endswith(".gz"):
+        return gzip.open(raw if raw is not None else path, "rb")  # type: ignore[return-value]
+    if path.endswith(".zst"):
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(raw if raw is not None else open(path, "rb"), read_across_frames=True)  # type: ignore[return-value]
+    return raw if raw is not None else open(path, "rb")
+
+
+def _lines(stream: BinaryIO, limit: int | None) -> Iterator[tuple[bytes, int, int]]:
+    """Yield the lines of at most `limit` bytes read from the stream as (block, start, end):
+    positions in the block read, without the newline (no copy per line)."""
+    tail = b""
+    left = limit
+    while True:
+        want = BLOCK_BYTES if left is None else min(BLOCK_BYTES, left)
+        if want <= 0:
+            break
+        block = stream.read(want)
+        if not block:
+            break
+        if left is not None:
+            left -= len(block)
+        buf = tail + block if tail else block
+        find = buf.find
+        pos = 0
+        while True:
+            nl = find(b"\n", pos)
+            if nl < 0:
+                break
+            yield buf, pos, nl
+            pos = nl + 1
+        tail = buf[pos:]
+    if tail:
+        yield tail, 0, len(tail)
+
+
+_SPACE = b" \t\r\x0b\x0c"
+
+
+def _blank(buf: bytes, start: int, end: int) -> bool:
+    """Empty or whitespace only (copied for the check only when it starts with whitespace)."""
+    return start == end or (buf[start] in _SPACE and not buf[start:end].strip())
+
+
+def read_jsonl(
+    path: str,
+    display: str | None = None,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    first_line: int = 1,
+    chunk_records: int = CHUNK_RECORDS,
+    stats: dict | None = None,
+    handover=None,
+) -> Iterator[RawChunk]:
+    """Parse `path` (or its newline-aligned byte range [start, end)) into chunks of records.
+
+    Blank lines are skipped; a line that is not a JSON object becomes a record of None with
+    its problem, so the caller can count and report it. `stats["lines"]` gets the number of
+    lines consumed. With `handover` (a handover.Offer, for a plain file), the range may end
+    early where the rest was handed over to another worker.
+    """
+    display = display or path
+    try:
+        stream = open_binary(path)
+    except OSError as e:
+        raise InvalidInputError(f"{display}: cannot open: {e.strerror or e}") from None
+    from .simd import SampleParser  # numpy: not for the converting process, which only splits files
+
+    loads = orjson.loads
+    fast = SampleParser().parse
+    fast_tries = fast_misses = 0
+    try:
+        if start:
+            stream.seek(start)
+        limit = None if end is None else end - start
+        numbers: list[int] = []
+        records: list = []
+        problems: dict[int, Problem] = {}
+        line_no = first_line - 1
+        held = 0
+        pos = start  # where the next line starts
+        stop = storage.size(path) if handover is not None and end is None else end
+        for buf, a, b in _lines(stream, limit):
+            line_start = pos
+            pos += b - a + 1
+            if handover is not None:
+                if line_start >= stop:
+                    break  # the rest was handed over
+                if handover.open and not line_no & 7:
+                    stop = handover.poll(line_start, stop) or stop
+            line_no += 1
+            if _blank(buf, a, b):
+                continue
+            rec = None
+            if fast_misses < _FAST_MISSES or 2 * fast_misses < fast_tries:
+                fast_tries += 1
+                rec = fast(buf, a, b)
+                fast_misses += rec is None
+            try:
+                if rec is None:
+                    rec = loads(memoryview(buf)[a:b])
+            except orjson.JSONDecodeError as e:
+                problems[len(records)] = Problem(Location(display, "line", line_no), None, f"invalid JSON: {e}")
+                rec = None
+            else:
+                if not isinstance(rec, dict):
+                    problems[len(records)] = Problem(
+                        Location(display, "line", line_no), None, f"expected a JSON object, got {type(rec).__name__}"
+                    )
+                    rec = None
+            numbers.append(line_no)
+            records.append(rec)
+            held += b - a
+            if len(records) >= chunk_records or held >= CHUNK_BYTES:
+                yield RawChunk(display, "line", numbers, records, problems)
+                numbers, records, problems = [], [], {}
+                held = 0
+        if records:
+            yield RawChunk(display, "line", numbers, records, problems)
+        if stats is not None:
+            stats["lines"] = line_no - first_line + 1
+    except (OSError, EOFError, ValueError, zlib.error, _ZstdError) as e:
+        # gzip/zstd raise these for corrupt or truncated streams; a storage fault is no input
+        # error (the Ray engine retries it)
+        if isinstance(e, orjson.JSONDecodeError) or (isinstance(e, OSError) and e.errno in _IO_FAULTS):
+            raise
+        raise InvalidInputError(f"{display}: cannot read: {e}") from None
+    finally:
+        if handover is not None:
+            handover.close()
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def peek_first_record(path: str) -> dict | None:
+    """The first parseable JSON object of a JSONL file, or None (used to find a `step` field)."""
+    if path == "-":
+        return None
+    try:
+        with open_binary(path) as f:
+            head = f.read(1 << 20)
+    except (OSError, EOFError, ValueError, zlib.error, _ZstdError):
+        return None
+    for line in head.split(b"\n")[:-1] or [head]:
+        if line.strip():
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                return None
+            return rec if isinstance(rec, dict) else None
+    return None
+
+
+def next_line_start(f, pos: int, size: int) -> int:
+    """The offset just past the first newline at or after `pos` (or `size`)."""
+    f.seek(pos)
+    while True:
+        block = f.read(1 << 20)
+        if not block:
+            return size
+        k = block.find(b"\n")
+        if k >= 0:
+            return pos + k + 1
+        pos += len(block)
+
+
+def split_ranges(path: str, parts: int, min_bytes: int = 32 << 20) -> list[tuple[int, int]]:
+    """Cut a plain JSONL file into up to `parts` newline-aligned byte ranges of similar size."""
+    size = storage.size(path)
+    parts = max(1, min(parts, size // min_bytes or 1))
+    if parts == 1:
+        return [(0, size)]
+    bounds = [0]
+    with open_binary(path) as f:
+        for k in range(1, parts):
+            pos = size * k // parts
+            if pos <= bounds[-1]:
+                continue
+            cut = next_line_start(f, pos, size)
+            if cut >= size:
+                break
+            if cut > bounds[-1]:
+                bounds.append(cut)
+    bounds.append(size)
+    return list(zip(bounds[:-1], bounds[1:]))

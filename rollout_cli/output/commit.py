@@ -1,0 +1,226 @@
+"""The output directory: staging, the exists check, and the atomic commit.
+
+Everything a run writes goes to `OUT/.staging/` first. The commit moves the staged entries into
+place and writes `manifest.json` last: the manifest is the commit marker, so readers trust
+`OUT/data` only when it exists. A `COMMITTING` journal makes an interrupted commit finishable.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+
+from ..core import storage
+from ..core.errors import OutputExistsError, UsageError
+
+MANIFEST = "manifest.json"
+STAGING = ".staging"
+ENTRIES = ("data", "eval", "mmap", "rejects.jsonl")
+JOURNAL = "COMMITTING"
+
+
+def staged_path(root: str, rel: str) -> str:
+    """Where `rel` goes under the staging root (its folder created when local)."""
+    if storage.is_uri(root):
+        return storage.join(root, rel)
+    p = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    return p
+
+
+def fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def state(out: str) -> str:
+    """'absent', 'empty', 'complete' (has a manifest), 'interrupted' (ours, no manifest) or 'foreign'."""
+    if not os.path.exists(out):
+        return "absent"
+    if not os.path.isdir(out):
+        return "foreign"
+    names = set(os.listdir(out))
+    if MANIFEST in names:
+        return "complete"
+    if names & (set(ENTRIES) | {STAGING}):
+        return "interrupted"
+    return "empty" if not names else "foreign"
+
+
+class Staging:
+    """A run's staging area under OUT/.staging/run/."""
+
+    def __init__(self, out: str):
+        self.out = out
+        self.root = os.path.join(out, STAGING, "run")
+
+    def path(self, *parts: str) -> str:
+        p = os.path.join(self.root, *parts)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        return p
+
+    def start(self, options: dict, keep: bool = False) -> None:
+        """Open the staging area; with keep (--resume), an interrupted run's finished steps stay
+        if it used the same options."""
+        opt_path = os.path.join(self.root, "options.json")
+        if keep and os.path.exists(opt_path):
+            with open(opt_path) as f:
+                before = json.load(f)
+            if before != options:
+                changed = sorted(k for k in set(before) | set(options) if before.get(k) != options.get(k))
+                raise UsageError(
+                    f"--resume: conversion options differ from the interrupted run's ({', '.join(changed)}); use --overwrite to start over"
+                )
+        elif os.path.exists(self.root):
+            shutil.rmtree(self.root)
+        if os.path.exists(os.path.join(self.root, "parts")):
+            shutil.rmtree(os.path.join(self.root, "parts"))
+        os.makedirs(self.root, exist_ok=True)
+        write_json_atomic(opt_path, options)
+
+    def abandon(self, keep: bool = False, remove_out: bool = False) -> None:
+        """Drop this run's staging after a failure, so OUT is as it was before the run."""
+        if keep:
+            return
+        shutil.rmtree(os.path.join(self.out, STAGING), ignore_errors=True)
+        if remove_out:
+            try:
+                os.rmdir(self.out)
+            except OSError:
+                pass
+
+    def commit(self, manifest: dict) -> None:
+        """Move staged entries into OUT and write the manifest last (roll-forward safe)."""
+        write_json_atomic(os.path.join(self.root, MANIFEST), manifest)
+        # The journal is the whole plan of renames, decided once. Whether a step is done can be
+        # read off the disk (an "aside" step when its destination exists, an "in" step when its
+        # source is gone), so replaying the plan after a crash is idempotent.
+        rel_root = os.path.join(STAGING, "run")
+        old = os.path.join(STAGING, "old", uuid.uuid4().hex)  # never a leftover of an earlier commit
+        plan = []
+        if os.path.exists(os.path.join(self.out, MANIFEST)):
+            plan.append(["aside", MANIFEST, os.path.join(old, MANIFEST)])
+        for name in ENTRIES:
+            if os.path.lexists(os.path.join(self.out, name)) and not os.path.exists(os.path.join(self.root, name + ".keep")):
+                plan.append(["aside", name, os.path.join(old, name)])
+            if os.path.lexists(os.path.join(self.root, name)):
+                plan.append(["in", os.path.join(rel_root, name), name])
+        plan.append(["in", os.path.join(rel_root, MANIFEST), MANIFEST])
+        write_json_atomic(os.path.join(self.root, JOURNAL), {"plan": plan})
+        finish_commit(self.out)
+
+    def committing(self) -> bool:
+        """True once the commit has begun (its journal exists): then it must be rolled forward."""
+        return os.path.exists(os.path.join(self.root, JOURNAL))
+
+
+def finish_commit(out: str) -> bool:
+    """Complete a commit whose journal exists (after a crash too); False if none was pending."""
+    root = os.path.join(out, STAGING, "run")
+    journal = os.path.join(root, JOURNAL)
+    if not os.path.exists(journal):
+        return False
+    with open(journal) as f:
+        plan = json.load(f)["plan"]
+    last_src, last_dst = (os.path.join(out, p) for p in plan[-1][1:])
+    if os.path.lexists(last_src) or not os.path.exists(last_dst):  # else: done, only the cleanup was cut short
+        for kind, src, dst in plan:
+            src, dst = os.path.join(out, src), os.path.join(out, dst)
+            done = os.path.lexists(dst) if kind == "aside" else not os.path.lexists(src)
+            if not done and os.path.lexists(src):
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                os.replace(src, dst)
+        fsync_dir(out)
+    os.remove(journal)  # first: a staging area without a journal is never replayed
+    fsync_dir(root)
+    shutil.rmtree(os.path.join(out, STAGING), ignore_errors=True)
+    return True
+
+
+class RemoteStaging:
+    """Staging for an OUT on an object store (a pyarrow filesystem URI). Object stores have no
+    rename: the commit removes the old manifest first (so the old data is no longer trusted),
+    copies the staged objects into place server-side, and writes the manifest last."""
+
+    def __init__(self, out: str):
+        self.out = out
+        self.root = storage.join(out, f"{STAGING}/run")
+
+    def path(self, *parts: str) -> str:
+        return storage.join(self.root, "/".join(parts))
+
+    def start(self, options: dict) -> None:
+        storage.delete(storage.join(self.out, STAGING))
+        storage.write_bytes(self.path("options.json"), json.dumps(options).encode())
+
+    def abandon(self, keep: bool = False, remove_out: bool = False) -> None:
+        if not keep:
+            storage.delete(storage.join(self.out, STAGING))
+
+    def committing(self) -> bool:
+        return False
+
+    def commit(self, manifest: dict) -> None:
+        target = storage.join(self.out, MANIFEST)
+        storage.delete(target)
+        for name in ENTRIES:
+            storage.delete(storage.join(self.out, name))
+            src = storage.join(self.root, name)
+            if storage.exists(src):
+                storage.copy_tree(src, storage.join(self.out, name))
+        storage.write_bytes(target, (json.dumps(manifest, indent=1) + "\n").encode())
+        storage.delete(storage.join(self.out, STAGING))
+
+
+def _remote_state(out: str) -> str:
+    if storage.exists(storage.join(out, MANIFEST)):
+        return "complete"
+    if any(storage.exists(storage.join(out, n)) for n in (*ENTRIES, STAGING)):
+        return "interrupted"
+    return "empty"
+
+
+def prepare(out: str, *, overwrite: bool = False, resume: bool = False, options: dict | None = None) -> Staging:
+    """Check OUT may be written and open a fresh staging area."""
+    if storage.is_uri(out):
+        if resume:
+            raise UsageError("--resume needs a local OUT; on an object store, convert again with --overwrite")
+        st = _remote_state(out)
+        if st != "empty" and not overwrite:
+            what = "holds a converted dataset (manifest.json)" if st == "complete" else "holds an interrupted run"
+            raise OutputExistsError(f"{out}: {what}; pass --overwrite to replace it")
+        remote = RemoteStaging(out)
+        remote.start(options or {})
+        return remote  # type: ignore[return-value]
+    st = state(out)
+    if st == "foreign":
+        raise OutputExistsError(f"{out}: exists and is not a rollout-cli output (not empty); choose another OUT")
+    if st in ("complete", "interrupted") and not (overwrite or resume):
+        what = "holds a converted dataset (manifest.json)" if st == "complete" else "holds an interrupted run"
+        raise OutputExistsError(f"{out}: {what}; pass --overwrite to replace it or --resume to continue it")
+    if resume:
+        finish_commit(out)
+    os.makedirs(out, exist_ok=True)
+    staging = Staging(out)
+    staging.start(options or {}, keep=resume)
+    return staging

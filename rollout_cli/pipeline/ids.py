@@ -1,0 +1,155 @@
+"""Stage 3: the rollout-id rule (one id per rollout execution, never `sample.index`).
+
+Explicit ids are kept. Samples without one get, in order, the smallest non-negative integers
+that no explicit id of the step uses (slime's rule since its #2031). The scope decides what an
+explicit id shared by samples of different prompt groups means:
+
+- strict (default): an error; two executions that reuse one id would be merged silently.
+- step: one rollout, as slime does.
+- group: ids are unique within a prompt group only; the first (group, id) key in order keeps
+  the value, later keys with the same value get fresh ids the way missing ids do.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..core.errors import Location, Problem
+from .validate import ID_EXPLICIT, ID_MISSING
+
+
+
+@dataclass
+class IdResult:
+    ids: np.ndarray  # int64, one per record; meaningless where not assigned
+    assigned: np.ndarray  # bool: False for records whose own id was invalid
+    problems: list[tuple[int, Problem]] = field(default_factory=list)  # strict-scope conflicts
+    anomalies: list[dict] = field(default_factory=list)
+
+
+def _fresh_ids(taken: np.ndarray, count: int) -> np.ndarray:
+    """The `count` smallest non-negative integers not in `taken`."""
+    taken = np.unique(taken[taken >= 0])
+    candidates = np.arange(count + len(taken), dtype=np.int64)
+    return np.setdiff1d(candidates, taken, assume_unique=True)[:count]
+
+
+def assign_ids(
+    id_state: np.ndarray,
+    explicit: np.ndarray,
+    group_index: list,
+    scope: str = "strict",
+    where: Callable[[int], Location] | None = None,
+) -> IdResult:
+    """Assign rollout ids over all parsed records of one step, in input order."""
+    n = len(id_state)
+    ids = np.zeros(n, dtype=np.int64)
+    is_explicit = id_state == ID_EXPLICIT
+    is_missing = id_state == ID_MISSING
+    ids[is_explicit] = explicit[is_explicit]
+    problems: list[tuple[int, Problem]] = []
+    remap_positions = np.zeros(0, dtype=np.int64)
+    keys_of: dict[int, list] = {}
+    if is_explicit.any():
+        for i in np.flatnonzero(is_explicit).tolist():
+            keys = keys_of.setdefault(int(ids[i]), [])
+            g = group_index[i]
+            if g not in keys:
+                keys.append(g)
+    conflicts = {v: gs for v, gs in keys_of.items() if len(gs) > 1}
+    if conflicts and scope == "strict":
+        for v, gs in conflicts.items():
+            members = [i for i in np.flatnonzero(is_explicit & (ids == v)).tolist()]
+            shown = ", ".join(str(where(i)) if where else str(i) for i in members[:4])
+            msg = (
+                f"explicit id {v} is used by samples of different prompt groups "
+                f"{', '.join('null' if g is None else str(g) for g in gs)} ({shown}); two executions may have reused it. "
+                "Pass --rollout-id-scope step to merge them as slime does, or --rollout-id-scope group to keep them apart"
+            )
+            for i in members:
+                problems.append((i, Problem(where(i) if where else Location("?"), "rollout_id", msg)))
+    if conflicts and scope == "group":
+        # later (group, id) keys of a reused value are remapped like missing ids
+        remap = np.zeros(n, dtype=bool)
+        for v, gs in conflicts.items():
+            first = gs[0]
+            for i in np.flatnonzero(is_explicit & (ids == v)).tolist():
+                if group_index[i] != first:
+                    remap[i] = True
+        remap_positions = np.flatnonzero(remap)
+        units: list[tuple] = []  # allocation order: missing samples and first sight of each remapped key
+        unit_of: dict[tuple, int] = {}
+        need = is_missing | remap
+        order = np.flatnonzero(need).tolist()
+        slot = np.zeros(n, dtype=np.int64)
+        for i in order:
+            if is_missing[i]:
+                key = ("missing", i)
+            else:
+                key = ("key", group_index[i], int(ids[i]))
+            if key not in unit_of:
+                unit_of[key] = len(units)
+                units.append(key)
+            slot[i] = unit_of[key]
+        fresh = _fresh_ids(explicit[is_explicit], len(units))
+        ids[order] = fresh[slot[order]]
+    else:
+        m = int(is_missing.sum())
+        if m:
+            ids[is_missing] = _fresh_ids(explicit[is_explicit], m)
+    assigned = is_explicit | is_missing
+    result = IdResult(ids, assigned, problems)
+    result.anomalies = find_id_anomalies(ids, assigned, is_explicit, is_missing, where, conflicts, scope, remap_positions)
+    return result
+
+
+def find_id_anomalies(ids, assigned, is_explicit, is_missing, where, conflicts, scope, remapped) -> list[dict]:
+    """Non-adjacent siblings, mixed missing/explicit ids, and ids reused across prompt groups."""
+    out: list[dict] = []
+    loc = (lambda i: str(where(i))) if where else str
+    if is_explicit.any() and is_missing.any():
+        out.append(
+            {
+                "kind": "mixed_ids",
+                "level": "info",
+                "message": f"{int(is_explicit.sum())} samples carry explicit ids and {int(is_missing.sum())} have none; "
+                "missing ids are filled with the smallest integers no explicit id uses",
+            }
+        )
+    if conflicts and scope != "strict":
+        for v, gs in conflicts.items():
+            out.append(
+                {
+                    "kind": "id_reused_across_groups",
+                    "level": "warning",
+                    "rollout_id": v,
+                    "groups": gs,
+                    "message": f"explicit id {v} appears in prompt groups {gs}: "
+                    + ("merged into one rollout (--rollout-id-scope step)" if scope == "step" else "split per group (--rollout-id-scope group)"),
+                }
+            )
+    pos = np.flatnonzero(assigned)
+    if len(pos):
+        vals = ids[pos]
+        order = np.argsort(vals, kind="stable")
+        sv, sp = vals[order], pos[order]
+        starts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
+        ends = np.r_[starts[1:], len(sv)]
+        # a rollout is adjacent when its positions, among assigned records, are consecutive
+        rank = np.empty(len(pos), dtype=np.int64)
+        rank[np.argsort(pos)] = np.arange(len(pos))
+        rk = rank[order]
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            if e - s > 1 and rk[e - 1] - rk[s] + 1 != e - s:
+                out.append(
+                    {
+                        "kind": "non_adjacent_siblings",
+                        "level": "warning",
+                        "rollout_id": int(sv[s]),
+                        "where": [loc(int(i)) for i in sp[s:e][:6].tolist()],
+                        "message": f"the {e - s} samples of rollout {int(sv[s])} are not adjacent in the input",
+                    }
+                )
+    return out

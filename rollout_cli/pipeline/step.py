@@ -1,0 +1,128 @@
+"""Stages 3-4 for one step on small per-sample data: rollout ids, the reject rule, rewards and
+rollout mask sums. Shared by `convert` (which then writes the rows) and `inspect` (which only
+shows them), so both always agree."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..core.errors import InvalidInputError, Location, Problem, StepProblems
+from .fields import rollout_mask_sums
+from .ids import assign_ids
+from .rewards import group_keys, normalize_rewards, slime_compat_rewards
+
+
+@dataclass
+class StepFields:
+    ids: np.ndarray  # per record (meaningful where assigned)
+    assigned: np.ndarray  # per record
+    rejected: np.ndarray  # per record: invalid, or a sibling of an invalid record
+    rejects: list[dict]  # one per rejected record: where, field, reason
+    keep: np.ndarray  # per valid row (aligned with row_pos): survives
+    rewards: np.ndarray  # per kept row, float32 (NaN where groups are unknown)
+    mask_sums: np.ndarray  # per kept row, int64
+    anomalies: list[dict] = field(default_factory=list)
+    problems: list[tuple[int, Problem]] = field(default_factory=list)  # own problems, by record position
+    reasons: dict[int, Problem] = field(default_factory=dict)  # first problem per rejected record
+    group_keys: list = field(default_factory=list)  # per kept row: its prompt-group key
+    groups_known: bool = True  # False: some rows lack group_index and no n was given
+
+
+def compute_step(
+    *,
+    id_state: np.ndarray,
+    explicit: np.ndarray,
+    group_index: list,
+    problems: list[tuple[int, Problem]],
+    where: Callable[[int], Location],
+    row_pos: np.ndarray,
+    reward_values: np.ndarray,
+    mask_totals: np.ndarray,
+    split: str,
+    step: int,
+    opts,
+    fail: bool,
+    unknown_groups_ok: bool = False,
+) -> StepFields:
+    """Ids over all parsed records; rejects (a rejected sample rejects its whole rollout); then
+    rewards and mask sums over the surviving rows. `row_pos` gives each valid row's record
+    position; `opts` is a ConvertOptions (or anything with the same reward and id fields).
+    Rows without group_index need --n-samples-per-prompt; with `unknown_groups_ok` they are
+    kept as one-sample groups and their rewards come back as NaN instead of an error."""
+    n = len(id_state)
+    idr = assign_ids(id_state, explicit, group_index, opts.rollout_id_scope, where)
+    problems = sorted(list(problems) + idr.problems, key=lambda t: t[0])
+    if problems and fail:
+        raise StepProblems([p for _, p in problems])
+    rejected = np.zeros(n, dtype=bool)
+    reason: dict[int, Problem] = {}
+    for i, p in problems:
+        reason.setdefault(i, p)
+        rejected[i] = True
+    bad_ids = np.unique(idr.ids[rejected & idr.assigned])
+    if len(bad_ids):
+        rejected |= idr.assigned & np.isin(idr.ids, bad_ids)
+    rejects: list[dict] = []
+    if rejected.any():
+        first_by_id: dict[int, int] = {}
+        for i, _ in problems:
+            if idr.assigned[i]:
+                first_by_id.setdefault(int(idr.ids[i]), i)
+        for i in np.flatnonzero(rejected).tolist():
+            rec = where(i).to_dict()
+            rec["split"], rec["step"] = split, step
+            if i in reason:
+                rec["field"], rec["reason"] = reason[i].field, reason[i].message
+            else:
+                j = first_by_id[int(idr.ids[i])]
+                rec["field"] = None
+                rec["reason"] = f"sibling of rejected sample {where(j)} (rollout {int(idr.ids[i])}): {reason[j].field}: {reason[j].message}"
+            if idr.assigned[i]:
+                rec["rollout_id"] = int(idr.ids[i])
+            rejects.append(rec)
+    keep = ~rejected[row_pos] if len(row_pos) else np.zeros(0, dtype=bool)
+    pos = row_pos[keep]
+    ids = idr.ids[pos]
+    values = reward_values[keep]
+    gi = [group_index[p] for p in pos.tolist()]
+    groups_known = True
+    compat = getattr(opts, "slime_compat", False)
+    try:
+        keys = group_keys(gi, opts.n_samples_per_prompt) if split != "eval" and not compat else None
+    except ValueError:
+        if not unknown_groups_ok:
+            k = next(i for i, g in enumerate(gi) if g is None)
+            raise InvalidInputError(
+                f"{where(int(pos[k]))}: group_index: missing, so prompt groups are unknown; "
+                "pass --n-samples-per-prompt N to group consecutive samples"
+            ) from None
+        keys, groups_known = None, False
+    if keys is None:
+        keys = [g if g is not None else ("sample", k) for k, g in enumerate(gi)]
+    if split == "eval":
+        rewards = values.astype(np.float32)
+    elif not groups_known:
+        rewards = np.full(len(values), np.nan, dtype=np.float32)
+    elif compat:
+        rewards = slime_compat_rewards(
+            values,
+            advantage_estimator=opts.advantage_estimator,
+            rewards_normalization=opts.rewards_normalization,
+            grpo_std_normalization=opts.grpo_std_normalization,
+            n_samples_per_prompt=opts.n_samples_per_prompt or 1,
+            rollout_batch_size=opts.rollout_batch_size or 0,
+        )
+    else:
+        rewards = normalize_rewards(
+            values,
+            keys,
+            advantage_estimator=opts.advantage_estimator,
+            rewards_normalization=opts.rewards_normalization,
+            grpo_std_normalization=opts.grpo_std_normalization,
+            n_samples_per_prompt=opts.n_samples_per_prompt,
+        )
+    sums = rollout_mask_sums(ids, mask_totals[keep])
+    anomalies = [dict(a, step=step, split=split) for a in idr.anomalies]
+    return StepFields(idr.ids, idr.assigned, rejected, rejects, keep, rewards, sums, anomalies, problems, reason, keys, groups_known)

@@ -1,0 +1,176 @@
+"""Local engines: inline (one process) and a process pool over the machine's cores."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import importlib.machinery
+import multiprocessing as mp
+import os
+import sys
+from typing import Any, Callable, Iterator
+
+
+class _Done:
+    def __init__(self, value: Any = None, error: BaseException | None = None):
+        self.value, self.error = value, error
+
+
+class InlineEngine:
+    """Runs each task when it is submitted, in this process."""
+
+    def slots(self) -> int:
+        return 1
+
+    def submit(self, fn: Callable, *args: Any) -> _Done:
+        try:
+            return _Done(fn(*args))
+        except Exception as e:  # delivered by result(), as a pool would
+            return _Done(error=e)
+
+    def wait(self, handles: list) -> list:
+        return list(handles)
+
+    def result(self, handle: _Done) -> Any:
+        if handle.error is not None:
+            raise handle.error
+        return handle.value
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # killed, not yet reaped by its parent
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+class _NoPandas:
+    """Import finder that refuses pandas. `pa.array` imports pandas (when it is installed) to
+    check its argument for pandas types, which costs each fresh worker ~0.3 s; no stage ever
+    handles a pandas object, and pyarrow works without it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("pandas is not used by rollout-cli's pipeline workers", name=name)
+        return None
+
+
+def _lean_allocator() -> None:
+    """Workers allocate and free large Arrow buffers (parsed batches, encoder scratch, pieces);
+    jemalloc, told to return freed pages at once, keeps a worker's peak memory lowest (pyarrow's
+    default mimalloc keeps freed pages). ARROW_DEFAULT_MEMORY_POOL, when set, decides instead."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    import pyarrow as pa
+
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+        pa.jemalloc_set_decay_ms(0)
+    except NotImplementedError:  # a pyarrow built without jemalloc keeps its default
+        pass
+
+
+def _worker_init(parent: int, environ: dict | None = None) -> None:
+    """Pool-worker initializer: take the caller's current environment (the fork server may
+    predate it: storage credentials and endpoints live there), refuse pandas and set the
+    allocator (see _NoPandas, _lean_allocator), and end the worker once the converter process
+    is gone. A SIGKILLed converter otherwise leaves its workers (and the fork server) running,
+    still writing into OUT/.staging."""
+    import threading
+    import time
+
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas())
+    _lean_allocator()
+
+    def watch() -> None:
+        while not _gone(parent):
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="rollout-cli-parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """While workers may start, mark the caller's __main__ (a script, a notebook, `python -m
+    mod`) as one multiprocessing must not re-run: it would import it in every new worker,
+    running an unguarded script's top level again, and the stage functions need only this
+    package. Worker processes are also started by the pool's own thread (a fresh one after each
+    task), so the mark stays for the pool's life; it is a `__spec__` named `__main__`, which
+    multiprocessing skips, and the old value comes back afterwards."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    missing = object()
+    old = main.__dict__.get("__spec__", missing)
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        if old is missing:
+            del main.__spec__
+        else:
+            main.__spec__ = old
+
+
+PRELOAD = ["rollout_cli.run.convert", "rollout_cli.run.stages", "rollout_cli.inputs.jsonl", "rollout_cli.inputs.simd"]
+
+
+def start_early() -> None:
+    """Start the fork server now, so that it imports the pipeline while the caller is still
+    importing its own modules (on another core): the pool's first workers then start at once."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    from multiprocessing import forkserver
+
+    with _main_not_rerun():  # the server would import the caller's __main__ too
+        forkserver.ensure_running()
+
+
+class PoolEngine:
+    """A pool of worker processes started by a fork server that has the pipeline imported
+    (forking a process that already runs Arrow threads is unsafe; spawning each is slow).
+    Each task gets a fresh process, so the memory a parse task held is returned before the
+    step's finishing task runs."""
+
+    def __init__(self, workers: int):
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
+        self.workers = workers
+        self._main = _main_not_rerun()
+        self._main.__enter__()
+        self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                           initargs=(os.getpid(), dict(os.environ)), max_tasks_per_child=1)
+
+    def slots(self) -> int:
+        return self.workers
+
+    def submit(self, fn: Callable, *args: Any) -> cf.Future:
+        return self.pool.submit(fn, *args)
+
+    def wait(self, handles: list) -> list:
+        done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)
+        return list(done)
+
+    def result(self, handle: cf.Future) -> Any:
+        return handle.result()
+
+    def shutdown(self) -> None:
+        try:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            self._main.__exit__(None, None, None)

@@ -1,0 +1,257 @@
+"""The work of one step, as it runs in a worker: parse a part of an input (read, validate,
+stage the valid rows), then finish the step (ids, rejects, rewards and fields, shard plan, shard
+files). The converting process (convert.py) only schedules these and commits the result."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import sys
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from ..core import storage
+from ..core.cores import usable_cores
+from ..core.errors import Location, Problem, UsageError
+from .handover import Offer, can_hand_over, take_over
+from ..inputs.discover import parse_steps
+from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
+from ..core.options import ConvertOptions
+from ..output.commit import staged_path as _staged
+from ..pipeline.plan import plan_shards
+from ..inputs.registry import read_input
+from ..core.schema import train_schema
+from ..pipeline.step import compute_step
+from .tasks import PartResult, PartTask, Unit, UnitResult
+from ..output.write import write_ipc, write_parquet
+
+
+def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None) -> PartResult:
+    """Stages 1-2 for one part: read, validate, stage the valid rows as Arrow IPC. A part of a
+    plain JSONL file may hand the rest of its range over to an idle worker (handover.py); a
+    task with `take_from` is that worker's: it parses what it is given (maybe nothing), and
+    hands nothing over in turn."""
+    payload: dict = {}
+    res = PartResult(task.unit, task.part, 0, 0, task.input.display, "line", [], [], [], [], [], [], None)
+    start, end = task.start, task.end
+    if task.take_from is not None:
+        given = take_over(task.take_from)
+        if given is None:
+            res.start = sys.maxsize  # nothing: ordered last
+            return res
+        start, end = given
+    res.start = start
+    offer = Offer(task.stage_path, task.input.path) if task.take_from is None and can_hand_over(task) else None
+    writer = None
+    sink = None
+    try:
+        for raw in read_input(task.input, trust_pickle=opts.trust_pickle, payload=payload, start=start, end=end,
+                              handover=offer):
+            nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
+                                 step=task.input.step if task.input.format != "pt" else None)
+            res.records += len(raw)
+            res.kind = nc.kind
+            res.numbers.extend(nc.numbers)
+            res.id_state.extend(nc.id_state)
+            res.explicit_id.extend(nc.explicit_id)
+            res.group_index.extend(nc.group_index)
+            res.valid.extend(nc.valid)
+            base = res.records - len(raw)
+            res.problems.extend((base + i, p) for i, p in nc.problems)
+            for b in nc.batches:
+                if writer is None:
+                    sink = storage.open_write(task.stage_path) if storage.is_uri(task.stage_path) else pa.OSFile(task.stage_path, "wb")
+                    writer = pa.ipc.new_file(sink, b.schema)
+                writer.write_batch(b)
+            if problem_budget is not None and len(res.problems) >= problem_budget:
+                res.stopped = True
+                break
+    finally:
+        if writer is not None:
+            writer.close()
+        if sink is not None:
+            sink.close()
+    res.stage_path = task.stage_path if writer is not None else None
+    res.lines = payload.get("lines", 0)
+    res.step_from_payload = payload.get("step")
+    res.train_dump = bool(payload.get("train_dump"))
+    return res
+
+
+def _shift_lines(r: PartResult, offset: int) -> None:
+    if not offset:
+        return
+    r.numbers = [n + offset for n in r.numbers]
+    r.problems = [(i, Problem(Location(p.location.file, p.location.kind, (p.location.number or 0) + offset), p.field, p.message))
+                  for i, p in r.problems]
+
+
+def _concat_summaries(chunks: list[NormChunk]):
+    id_state = np.fromiter((s for c in chunks for s in c.id_state), dtype=np.int8)
+    explicit = np.fromiter((0 if v is None else v for c in chunks for v in c.explicit_id), dtype=np.int64, count=len(id_state))
+    group_index = [g for c in chunks for g in c.group_index]
+    return id_state, explicit, group_index
+
+
+def _locator(chunks: list[NormChunk]) -> Callable[[int], Location]:
+    starts = np.cumsum([0] + [len(c.numbers) for c in chunks])
+
+    def where(pos: int) -> Location:
+        k = int(np.searchsorted(starts, pos, side="right")) - 1
+        c = chunks[k]
+        return Location(c.source, c.kind, c.numbers[pos - int(starts[k])])
+
+    return where
+
+
+def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray, mask_sums: np.ndarray, keep_text: bool) -> pa.Table:
+    schema = train_schema(keep_text)
+    n = pre.num_rows
+    computed = {
+        "step": pa.array(np.full(n, step, dtype=np.int64)),
+        "rollout_id": pa.array(ids, pa.int64()),
+        "reward": pa.array(rewards, pa.float32()),
+        "rollout_mask_sum": pa.array(mask_sums, pa.int64()),
+    }
+    cols = [computed[f.name] if f.name in computed else pre.column(f.name) for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _group_units(group_index: list, ids: np.ndarray) -> np.ndarray:
+    """Labels of the units that keep both prompt groups and rollouts whole (union-find)."""
+    parent: dict = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for g, r in zip(group_index, ids.tolist()):
+        a, b = find(("r", r)), find(("g", g) if g is not None else ("r", r))
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    labels: dict = {}
+    return np.fromiter((labels.setdefault(find(("r", r)), len(labels)) for r in ids.tolist()), dtype=np.int64, count=len(ids))
+
+
+def _read_staged(parts: list[PartResult], bases: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """The parts' staged rows as one table in memory, one chunk per column: the bytes written
+    must not depend on how the parse was cut into chunks and parts (that varies with --workers).
+    The staged files are unmapped on return, so the step's rows are held once, not twice."""
+    tables = []
+    for k, r in enumerate(parts):
+        if r.stage_path:
+            src = storage.open_read(r.stage_path, seekable=True) if storage.is_uri(r.stage_path) else pa.memory_map(r.stage_path)
+            t = pa.ipc.open_file(src).read_all()
+            if bases[k]:
+                t = t.set_column(0, "_pos", pa.array(t.column("_pos").to_numpy() + int(bases[k])))
+            tables.append(t)
+    if not tables:
+        return schema.empty_table()
+    chunked = pa.concat_tables(tables)
+    with cf.ThreadPoolExecutor(usable_cores(), thread_name_prefix="rollout-cli-combine") as pool:
+        columns = list(pool.map(lambda col: pa.concat_arrays(col.chunks), chunked.columns))
+    return pa.Table.from_arrays(columns, schema=chunked.schema)
+
+
+def _drop_parts(parts: list[PartResult]) -> None:
+    for r in parts:
+        if r.stage_path and storage.is_uri(r.stage_path):
+            storage.delete(r.stage_path)
+        elif r.stage_path and os.path.exists(r.stage_path):
+            os.remove(r.stage_path)
+
+
+def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, staging_root: str) -> UnitResult | str:
+    """Stages 3-6 for one step: ids, rejects, rewards and fields, shard plan, shard files.
+    Returns a note instead when the input turns out to hold nothing to convert."""
+    inp = unit.input
+    parts = sorted(parts, key=lambda r: (r.start, r.part))
+    if any(r.train_dump for r in parts):
+        _drop_parts(parts)
+        return f"{inp.display}: slime train-side dump (format_version key), skipped"
+    payload_step = parts[0].step_from_payload
+    step = payload_step if payload_step is not None else unit.step
+    if step is None:
+        raise UsageError(f"{inp.display}: cannot tell its step: no rollout_id key in the dump and no number in its name")
+    lo, hi = parse_steps(opts.steps)
+    if (lo is not None and step < lo) or (hi is not None and step > hi):
+        _drop_parts(parts)
+        return f"{inp.display}: step {step} is outside --steps {opts.steps}, skipped"
+    line_offset = 0
+    for r in parts:
+        if r.kind == "line":
+            _shift_lines(r, line_offset)
+            line_offset += r.lines
+    chunks = [NormChunk(r.source, r.kind, r.numbers, r.id_state, r.explicit_id, r.group_index, r.valid) for r in parts]
+    where = _locator(chunks)
+    bases = np.cumsum([0] + [r.records for r in parts])
+    id_state, explicit, group_index = _concat_summaries(chunks)
+    n = len(id_state)
+    problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
+    # the valid rows, in order
+    pre = _read_staged(parts, bases, pre_schema(opts.keep_text))
+    sf = compute_step(
+        id_state=id_state, explicit=explicit, group_index=group_index, problems=problems, where=where,
+        row_pos=pre.column("_pos").to_numpy(), reward_values=pre.column("_reward_value").to_numpy(),
+        mask_totals=pre.column("_mask_total").to_numpy(), split=inp.split, step=step, opts=opts,
+        fail=opts.on_error == "fail",
+    )
+    if not sf.keep.all():
+        pre = pre.filter(pa.array(sf.keep))
+    pos = pre.column("_pos").to_numpy()
+    ids = sf.ids[pos]
+    gi = [group_index[p] for p in pos.tolist()]
+    rewards, sums, rejects = sf.rewards, sf.mask_sums, sf.rejects
+    table = _final_table(pre, step, ids, rewards, sums, opts.keep_text)
+    # plan and write
+    tokens_per_row = pre.column("total_length").to_numpy().astype(np.int64)
+    unit_key = _group_units(gi, ids) if opts.keep_groups else ids
+    plan = plan_shards(unit_key, tokens_per_row, opts.shards)
+    warnings: list[str] = []
+    if any(len(r) == 0 for r in plan.rows) and opts.shards > 1:
+        warnings.append(f"step {step} ({inp.split}): {sum(len(r) == 0 for r in plan.rows)} of {opts.shards} shards are empty (too few rollouts)")
+    shard_infos = []
+    top = "data" if inp.split == "train" else "eval"
+    for r, rows in enumerate(plan.rows):
+        rel = f"{top}/step-{step:06d}/shard-{r:05d}-of-{opts.shards:05d}.parquet"
+        # one contiguous chunk per column (take() may leave several), as the loader maps it
+        part = (table.take(pa.array(rows)) if opts.shards > 1 else table).combine_chunks()
+        mrel = f"mmap/{top}/step-{step:06d}/shard-{r:05d}-of-{opts.shards:05d}.arrow"
+        with cf.ThreadPoolExecutor(1) as side:  # the IPC copy is written while the Parquet pieces are encoded
+            mmap_job = side.submit(write_ipc, part, _staged(staging_root, mrel)) if opts.mmap else None
+            wf = write_parquet(part, _staged(staging_root, rel), compression=opts.compression,
+                               compression_level=opts.compression_level, row_group_bytes=opts.row_group_bytes)
+            mf = mmap_job.result() if mmap_job is not None else None
+        info = {
+            "path": rel,
+            "rows": part.num_rows,
+            "rollouts": int(len(np.unique(ids[rows]))) if len(rows) else 0,
+            "tokens": plan.tokens[r],
+            "bytes": wf.bytes,
+            "blake3": wf.digest,
+            "row_groups": wf.row_groups,
+        }
+        if mf is not None:
+            info["mmap"] = {"path": mrel, "bytes": mf.bytes, "blake3": mf.digest}
+        shard_infos.append(info)
+    _drop_parts(parts)
+    anomalies = sf.anomalies
+    return UnitResult(
+        split=inp.split,
+        step=step,
+        input=inp,
+        samples=n,
+        rows=table.num_rows,
+        rejected=len(rejects),
+        rollouts=int(len(np.unique(ids))) if len(ids) else 0,
+        tokens=int(tokens_per_row.sum()),
+        shards=shard_infos,
+        tokens_per_shard=plan.tokens,
+        imbalance=round(plan.imbalance, 6),
+        rejects=rejects,
+        anomalies=anomalies,
+        warnings=warnings,
+    )

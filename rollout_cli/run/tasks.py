@@ -1,0 +1,69 @@
+"""What the converting process hands its workers, and what they hand back (small, picklable)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.errors import Problem
+from ..inputs.discover import InputFile
+
+
+@dataclass
+class Unit:
+    """One step of one split, from one input file."""
+
+    input: InputFile
+    step: int | None
+
+
+@dataclass
+class PartTask:
+    """A piece of one input for one worker: a whole file, or a newline-aligned byte range."""
+
+    unit: int
+    part: int
+    input: InputFile
+    start: int
+    end: int | None
+    stage_path: str
+    take_from: str | None = None  # an idle worker's task: the rest of the part staged there
+
+
+@dataclass
+class PartResult:
+    """What a parse worker hands back: per-record summaries (small) and where the rows are."""
+
+    unit: int
+    part: int
+    records: int
+    lines: int  # lines consumed (JSONL byte ranges number lines from 1; fixed up later)
+    source: str
+    kind: str
+    numbers: list[int]
+    id_state: list[int]
+    explicit_id: list
+    group_index: list
+    valid: list[bool]
+    problems: list[tuple[int, Problem]]
+    stage_path: str | None
+    step_from_payload: int | None = None
+    train_dump: bool = False
+    stopped: bool = False  # hit the problem budget
+    start: int = 0  # the byte offset it starts at: parts are put in this order
+
+
+@dataclass
+class UnitResult:
+    split: str
+    step: int
+    input: InputFile
+    samples: int
+    rows: int
+    rejected: int
+    rollouts: int
+    tokens: int
+    shards: list[dict]
+    tokens_per_shard: list[int]
+    imbalance: float
+    rejects: list[dict]
+    anomalies: list[dict]
+    warnings: list[str]

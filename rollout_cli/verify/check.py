@@ -1,0 +1,698 @@
+"""verify: check a converted output against its manifest, shard by shard.
+
+`verify_output(out, quick=False)` returns plain data: what was checked and a list of failures,
+each `{"file", "invariant", "detail"}` (`file` relative to OUT). It never raises for a broken
+output (only `UsageError` when OUT is not a directory); `check_output` raises `IntegrityError`
+(exit 4) when anything fails.
+
+Full mode reads every shard once, one row group at a time (memory is bounded by the row-group
+size plus a small per-rollout summary of one step), and the Arrow IPC copy through a memory map.
+`quick` checks only what needs no data pages: presence and sizes, footers (schema, row counts),
+the manifest's arithmetic, the layout, stray files and the rejects line count.
+
+Invariants (the `invariant` names in failures):
+
+manifest           manifest.json is present, JSON, and a rollout-cli manifest
+schema_version     the manifest's and every shard's schema version is the one this tool reads
+manifest_structure the manifest has the fields and types verify needs; paths stay inside OUT
+duplicate_step     no (split, step) appears twice
+shard_layout       a step has `options.shards` shards named {data|eval}/step-S/shard-r-of-N.parquet
+file_present       every file the manifest lists exists
+size               its size is the recorded `bytes`
+checksum           its digest (the manifest's `blake3`, or `sha256`, key) is the recorded one (full mode)
+readable           Parquet / Arrow IPC that parses
+schema             the shard's Arrow schema equals `schema.train_schema(keep_text)`
+rows, tokens, rollouts   per shard and per step, as recorded (rows from the footer in quick mode)
+not_null           the non-nullable columns hold no nulls
+step_column        every row's `step` is the step the manifest files it under
+loss_mask_length   len(loss_mask) == response_length
+loss_mask_values   loss_mask values are 0 or 1
+total_length       total_length == len(tokens)
+status             status is one of schema.STATUSES, and truncated == (status == "truncated")
+rollout_split      no rollout is split across shards of a step
+rollout_mask_sum_shared  siblings (same step, rollout_id) share rollout_mask_sum
+rollout_mask_sum_total   ... and it equals the sum of their loss_mask totals
+mmap_content       the Arrow IPC copy holds the same rows as the Parquet shard (full mode)
+counts             rows + rejected = input samples, per step and in total; step and shard sums agree
+rejects            rejects.jsonl matches the manifest: count, line count, checksum, per-step counts
+unexpected_file    nothing under OUT/data, OUT/eval or OUT/mmap that the manifest does not list
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+from typing import Any
+
+from ..core import hashing
+from ..core.hashing import DIGEST_KEYS, digest_of, file_digest  # noqa: F401 (re-exported)
+from ..core.errors import IntegrityError, UsageError
+
+MANIFEST = "manifest.json"
+TREES = ("data", "eval", "mmap")
+_HEX = re.compile(r"[0-9a-f]{64}")
+_EXAMPLES = 3  # offending rows quoted per failure
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class _Report:
+    def __init__(self, out: str, quick: bool):
+        self.out = out
+        self.quick = quick
+        self.failures: list[dict] = []
+        self.files: list[str] = []
+        self.notes: list[str] = []
+        self.bytes = 0
+        self.hashed = 0
+        self.rows = 0
+        self.shards = 0
+
+    def fail(self, file: str, invariant: str, detail: str) -> None:
+        self.failures.append({"file": file, "invariant": invariant, "detail": detail})
+
+    def result(self, manifest: dict | None) -> dict:
+        m = manifest or {}
+        steps = m.get("steps") if isinstance(m.get("steps"), list) else []
+        return {
+            "out": self.out,
+            "ok": not self.failures,
+            "quick": self.quick,
+            "schema_version": m.get("schema_version"),
+            "tool_version": m.get("tool_version"),
+            "checked": {
+                "files": len(self.files),
+                "shards": self.shards,
+                "steps": sum(1 for s in steps if isinstance(s, dict) and s.get("split") == "train"),
+                "eval_steps": sum(1 for s in steps if isinstance(s, dict) and s.get("split") == "eval"),
+                "rows": self.rows,
+                "bytes": self.bytes,
+                "hashed_bytes": self.hashed,
+            },
+            "files": self.files,
+            "failures": self.failures,
+            "notes": self.notes,
+        }
+
+
+# ----------------------------------------------------------------------------- the manifest
+
+
+def _read_manifest(out: str, rep: _Report) -> dict | None:
+    from ..output.manifest import FORMAT
+    from ..core.schema import SCHEMA_VERSION
+
+    path = os.path.join(out, MANIFEST)
+    try:
+        with open(path, "rb") as f:
+            m = json.loads(f.read())
+    except FileNotFoundError:
+        rep.fail(MANIFEST, "manifest", "missing: not a complete rollout-cli output (an interrupted run, or not converted)")
+        return None
+    except (OSError, ValueError) as e:
+        rep.fail(MANIFEST, "manifest", f"unreadable: {e}")
+        return None
+    rep.files.append(MANIFEST)
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        rep.fail(MANIFEST, "manifest", f"not a rollout-cli manifest (format {m.get('format') if isinstance(m, dict) else None!r}, expected {FORMAT!r})")
+        return None
+    if m.get("schema_version") != SCHEMA_VERSION:
+        rep.fail(MANIFEST, "schema_version", f"schema_version {m.get('schema_version')!r}; this tool reads {SCHEMA_VERSION}")
+        return None
+    return m
+
+
+def _safe_rel(p: Any, tops: tuple[str, ...]) -> bool:
+    """A relative POSIX path, normalised, inside one of `tops`."""
+    if not isinstance(p, str) or not p or p.startswith("/") or "\\" in p or "\x00" in p:
+        return False
+    if posixpath.normpath(p) != p or p.split("/")[0] not in tops:
+        return False
+    return ".." not in p.split("/")
+
+
+def _structure(m: dict, rep: _Report) -> bool:
+    """Check the fields verify relies on; False (with failures) when it cannot go on."""
+    bad: list[str] = []
+
+    def need_int(d: dict, key: str, where: str, lo: int = 0) -> None:
+        v = d.get(key)
+        if not _is_int(v) or v < lo:
+            bad.append(f"{where}.{key}: expected an integer >= {lo}, got {v!r}")
+
+    def need_digest(d: dict, where: str) -> None:
+        dg = digest_of(d)
+        if dg is None:
+            bad.append(f"{where}: no checksum (expected one of the keys {', '.join(DIGEST_KEYS)})")
+        elif not isinstance(dg[1], str) or not _HEX.fullmatch(dg[1]):
+            bad.append(f"{where}.{dg[0]}: expected 64 hex digits, got {dg[1]!r}")
+
+    opts = m.get("options")
+    if not isinstance(opts, dict):
+        bad.append(f"options: expected an object, got {type(opts).__name__}")
+    else:
+        need_int(opts, "shards", "options", 1)
+        if not isinstance(opts.get("keep_text", False), bool):
+            bad.append(f"options.keep_text: expected true/false, got {opts.get('keep_text')!r}")
+    counts = m.get("counts")
+    if not isinstance(counts, dict):
+        bad.append(f"counts: expected an object, got {type(counts).__name__}")
+    else:
+        for k in ("input_samples", "rows", "rejected", "steps", "eval_steps"):
+            need_int(counts, k, "counts")
+    if not isinstance(m.get("inputs", []), list):
+        bad.append("inputs: expected a list")
+    rj = m.get("rejects")
+    if rj is not None:
+        if not isinstance(rj, dict):
+            bad.append(f"rejects: expected an object or null, got {type(rj).__name__}")
+        else:
+            if rj.get("path") != "rejects.jsonl":
+                bad.append(f"rejects.path: expected 'rejects.jsonl', got {rj.get('path')!r}")
+            need_int(rj, "count", "rejects")
+            need_digest(rj, "rejects")
+    steps = m.get("steps")
+    if not isinstance(steps, list):
+        bad.append(f"steps: expected a list, got {type(steps).__name__}")
+        steps = []
+    for i, s in enumerate(steps):
+        where = f"steps[{i}]"
+        if not isinstance(s, dict):
+            bad.append(f"{where}: expected an object")
+            continue
+        if s.get("split") not in ("train", "eval"):
+            bad.append(f"{where}.split: expected 'train' or 'eval', got {s.get('split')!r}")
+        need_int(s, "step", where, -(2**63))
+        for k in ("samples", "rows", "rejected", "rollouts", "tokens"):
+            need_int(s, k, where)
+        tps = s.get("tokens_per_shard")
+        if not isinstance(tps, list) or not all(_is_int(t) for t in tps):
+            bad.append(f"{where}.tokens_per_shard: expected a list of integers")
+        shards = s.get("shards")
+        if not isinstance(shards, list):
+            bad.append(f"{where}.shards: expected a list")
+            continue
+        for r, sh in enumerate(shards):
+            w = f"{where}.shards[{r}]"
+            if not isinstance(sh, dict):
+                bad.append(f"{w}: expected an object")
+                continue
+            if not _safe_rel(sh.get("path"), ("data", "eval")) or not sh["path"].endswith(".parquet"):
+                bad.append(f"{w}.path: expected a .parquet path under data/ or eval/, got {sh.get('path')!r}")
+            for k in ("rows", "rollouts", "tokens", "bytes"):
+                need_int(sh, k, w)
+            need_digest(sh, w)
+            mm = sh.get("mmap")
+            if mm is not None:
+                if not isinstance(mm, dict):
+                    bad.append(f"{w}.mmap: expected an object or null")
+                    continue
+                if not _safe_rel(mm.get("path"), ("mmap",)) or not mm["path"].endswith(".arrow"):
+                    bad.append(f"{w}.mmap.path: expected an .arrow path under mmap/, got {mm.get('path')!r}")
+                need_int(mm, "bytes", w + ".mmap")
+                need_digest(mm, w + ".mmap")
+    for b in bad[:20]:
+        rep.fail(MANIFEST, "manifest_structure", b)
+    if len(bad) > 20:
+        rep.fail(MANIFEST, "manifest_structure", f"... and {len(bad) - 20} more")
+    return not bad
+
+
+def _manifest_arithmetic(m: dict, rep: _Report) -> None:
+    """Counts, layout and duplicates, from the manifest alone."""
+    opts, counts, steps = m["options"], m["counts"], m["steps"]
+    n_shards = opts["shards"]
+    seen: set = set()
+    paths: set = set()
+    for s in steps:
+        label = f"{s['split']} step {s['step']}"
+        key = (s["split"], s["step"])
+        if key in seen:
+            rep.fail(MANIFEST, "duplicate_step", f"{label} is listed twice")
+        seen.add(key)
+        if s["rows"] + s["rejected"] != s["samples"]:
+            rep.fail(MANIFEST, "counts", f"{label}: rows {s['rows']} + rejected {s['rejected']} != input samples {s['samples']}")
+        shards = s["shards"]
+        for field in ("rows", "tokens"):
+            total = sum(sh[field] for sh in shards)
+            if total != s[field]:
+                rep.fail(MANIFEST, "counts", f"{label}: its shards hold {total} {field}, the step records {s[field]}")
+        if sum(sh["rollouts"] for sh in shards) != s["rollouts"]:
+            rep.fail(MANIFEST, "counts", f"{label}: its shards hold {sum(sh['rollouts'] for sh in shards)} rollouts, the step records {s['rollouts']}")
+        if s["tokens_per_shard"] != [sh["tokens"] for sh in shards]:
+            rep.fail(MANIFEST, "counts", f"{label}: tokens_per_shard {s['tokens_per_shard']} != the shards' tokens {[sh['tokens'] for sh in shards]}")
+        if len(shards) != n_shards:
+            rep.fail(MANIFEST, "shard_layout", f"{label}: {len(shards)} shards, options.shards is {n_shards}")
+        top = "data" if s["split"] == "train" else "eval"
+        step_str = f"{s['step']:06d}"
+        for r, sh in enumerate(shards):
+            want = f"{top}/step-{step_str}/shard-{r:05d}-of-{len(shards):05d}.parquet"
+            if sh["path"] != want:
+                rep.fail(MANIFEST, "shard_layout", f"{label}: shard {r} is {sh['path']!r}, expected {want!r}")
+            mm = sh.get("mmap")
+            if mm is not None and mm["path"] != "mmap/" + want[: -len(".parquet")] + ".arrow":
+                rep.fail(MANIFEST, "shard_layout", f"{label}: shard {r}'s mmap copy is {mm['path']!r}, expected {'mmap/' + want[:-8] + '.arrow'!r}")
+            for p in (sh["path"], mm["path"] if mm else None):
+                if p is None:
+                    continue
+                if p in paths:
+                    rep.fail(MANIFEST, "shard_layout", f"{p} is listed twice")
+                paths.add(p)
+        if bool(opts.get("mmap", True)) != all(sh.get("mmap") is not None for sh in shards) and shards:
+            rep.fail(MANIFEST, "shard_layout", f"{label}: options.mmap is {opts.get('mmap', True)}, but shards {'lack' if opts.get('mmap', True) else 'have'} mmap copies")
+    totals = {
+        "input_samples": sum(s["samples"] for s in steps),
+        "rows": sum(s["rows"] for s in steps),
+        "rejected": sum(s["rejected"] for s in steps),
+        "steps": sum(1 for s in steps if s["split"] == "train"),
+        "eval_steps": sum(1 for s in steps if s["split"] == "eval"),
+    }
+    for k, v in totals.items():
+        if counts[k] != v:
+            rep.fail(MANIFEST, "counts", f"counts.{k} is {counts[k]}, the steps add up to {v}")
+    if counts["rows"] + counts["rejected"] != counts["input_samples"]:
+        rep.fail(MANIFEST, "counts", f"counts: rows {counts['rows']} + rejected {counts['rejected']} != input samples {counts['input_samples']}")
+    inputs = m.get("inputs") or []
+    if inputs and all(isinstance(i, dict) and _is_int(i.get("samples")) for i in inputs):
+        n_in = sum(i["samples"] for i in inputs)
+        if n_in != counts["input_samples"]:
+            rep.fail(MANIFEST, "counts", f"inputs hold {n_in} samples, counts.input_samples is {counts['input_samples']}")
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def _check_bytes(rel: str, full: str, entry: dict, rep: _Report) -> bool:
+    """Presence, size and (full mode) checksum; True when the bytes are the recorded ones."""
+    want_bytes = entry["bytes"]
+    algorithm, want = digest_of(entry)
+    rep.files.append(rel)
+    if not os.path.isfile(full):
+        rep.fail(rel, "file_present", "listed in the manifest but missing" if not os.path.lexists(full) else "listed in the manifest but not a regular file")
+        return False
+    size = os.path.getsize(full)
+    rep.bytes += size
+    if size != want_bytes:
+        rep.fail(rel, "size", f"{size} bytes, the manifest records {want_bytes}")
+        return False
+    if rep.quick:
+        return True
+    try:
+        got = file_digest(full, algorithm)
+    except OSError as e:
+        rep.fail(rel, "readable", f"cannot read: {e}")
+        return False
+    rep.hashed += size
+    if got != want:
+        rep.fail(rel, "checksum", f"{algorithm} {got}, the manifest records {want}: the file changed since conversion")
+        return False
+    return True
+
+
+def _schema_ok(rel: str, schema, expected, rep: _Report) -> bool:
+    from ..core.schema import SCHEMA_VERSION
+
+    ok = True
+    if not schema.equals(expected, check_metadata=False):
+        got = {f.name: f for f in schema}
+        diffs = []
+        for f in expected:
+            g = got.pop(f.name, None)
+            if g is None:
+                diffs.append(f"missing column {f.name}")
+            elif not (g.type.equals(f.type) and g.nullable == f.nullable):
+                diffs.append(f"{f.name}: {g.type}{'' if g.nullable else ' not null'}, expected {f.type}{'' if f.nullable else ' not null'}")
+        diffs.extend(f"unexpected column {n}" for n in got)
+        if not diffs:
+            diffs.append("column order differs from the train schema")
+        rep.fail(rel, "schema", "; ".join(diffs[:6]) + (f"; ... {len(diffs) - 6} more" if len(diffs) > 6 else ""))
+        ok = False
+    md = schema.metadata or {}
+    v = md.get(b"rollout_cli.schema_version")
+    if v != str(SCHEMA_VERSION).encode():
+        rep.fail(rel, "schema_version", f"rollout_cli.schema_version {v.decode(errors='replace') if v else None!r} in the schema metadata, expected {SCHEMA_VERSION}")
+        ok = False
+    return ok
+
+
+class _StepState:
+    """Per-rollout summary of one step: shard, mask totals, rollout_mask_sum range."""
+
+    def __init__(self):
+        self.rollouts: dict[int, list] = {}  # id -> [shard, mask_total, rms_min, rms_max]
+        self.complete = True  # every shard's content was read
+        self.split: list[tuple[int, int, int]] = []  # (id, shard a, shard b)
+
+
+class _ShardTally:
+    def __init__(self):
+        self.rows = 0
+        self.tokens = 0
+        self.ids: set = set()
+        self.problems: dict[str, list] = {}  # invariant -> [count, examples]
+
+    def bad(self, invariant: str, rows, describe) -> None:
+        import numpy as np
+
+        idx = np.flatnonzero(rows)
+        if not len(idx):
+            return
+        entry = self.problems.setdefault(invariant, [0, []])
+        entry[0] += len(idx)
+        for i in idx[: max(0, _EXAMPLES - len(entry[1]))].tolist():
+            entry[1].append(describe(i))
+
+
+def _list_totals(arr):
+    """(lengths, per-row value sums, min value, max value) of a list<int> array without nulls."""
+    import numpy as np
+
+    offsets = arr.offsets.to_numpy()
+    values = arr.values.to_numpy(zero_copy_only=False)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    vals = values[lo:hi].astype(np.int64)
+    cs = np.zeros(len(vals) + 1, dtype=np.int64)
+    np.cumsum(vals, out=cs[1:])
+    rel = offsets - lo
+    sums = cs[rel[1:]] - cs[rel[:-1]]
+    vmin = int(vals.min()) if len(vals) else 0
+    vmax = int(vals.max()) if len(vals) else 0
+    return np.diff(offsets).astype(np.int64), sums, vmin, vmax
+
+
+def _check_rows(t, first_row: int, step: int, shard_no: int, tally: _ShardTally, st: _StepState) -> None:
+    """Row invariants of one row group, and its contribution to the step summary."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..core.schema import CORE_FIELDS, STATUSES
+
+    n = t.num_rows
+    if not n:
+        return
+
+    def col(name):
+        c = t.column(name)
+        return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+
+    for f in CORE_FIELDS:
+        if not f.nullable and t.column(f.name).null_count:
+            c = col(f.name)
+            tally.bad("not_null", c.is_null().to_numpy(zero_copy_only=False), lambda i, f=f: f"row {first_row + i}: {f.name} is null")
+    if "not_null" in tally.problems:
+        return  # the arithmetic below needs values
+    steps = col("step").to_numpy()
+    tally.bad("step_column", steps != step, lambda i: f"row {first_row + i}: step {int(steps[i])}, filed under step {step}")
+    tok_len, _, _, _ = _list_totals(col("tokens"))
+    total_length = col("total_length").to_numpy().astype(np.int64)
+    tally.bad("total_length", tok_len != total_length, lambda i: f"row {first_row + i}: total_length {int(total_length[i])} != len(tokens) {int(tok_len[i])}")
+    mask_len, mask_tot, mmin, mmax = _list_totals(col("loss_mask"))
+    resp = col("response_length").to_numpy().astype(np.int64)
+    tally.bad("loss_mask_length", mask_len != resp, lambda i: f"row {first_row + i}: len(loss_mask) {int(mask_len[i])} != response_length {int(resp[i])}")
+    if mmin < 0 or mmax > 1:
+        lens = mask_len
+        lm = col("loss_mask")
+        vals = lm.values.to_numpy(zero_copy_only=False)[int(lm.offsets[0].as_py()):int(lm.offsets[-1].as_py())]
+        bad_rows = np.zeros(n, dtype=bool)
+        bad_at = np.flatnonzero(vals > 1)
+        bad_rows[np.searchsorted(np.cumsum(lens), bad_at, side="right")] = True
+        tally.bad("loss_mask_values", bad_rows, lambda i: f"row {first_row + i}: loss_mask holds values other than 0/1")
+    status = col("status")
+    known = pc.is_in(status, value_set=pa.array(STATUSES)).to_numpy(zero_copy_only=False)
+    status_py = None
+
+    def st_of(i):
+        nonlocal status_py
+        if status_py is None:
+            status_py = status.to_pylist()
+        return status_py[i]
+
+    tally.bad("status", ~known, lambda i: f"row {first_row + i}: status {st_of(i)!r}")
+    trunc = col("truncated").to_numpy(zero_copy_only=False)
+    is_trunc = pc.equal(status, "truncated").to_numpy(zero_copy_only=False)
+    tally.bad("status", trunc != is_trunc, lambda i: f"row {first_row + i}: truncated {bool(trunc[i])} but status {st_of(i)!r}")
+    tally.rows += n
+    tally.tokens += int(total_length.sum())
+    ids = col("rollout_id").to_numpy()
+    rms = col("rollout_mask_sum").to_numpy()
+    order = np.argsort(ids, kind="stable")
+    sids = ids[order]
+    starts = np.flatnonzero(np.r_[True, sids[1:] != sids[:-1]])
+    uniq = sids[starts]
+    tot = np.add.reduceat(mask_tot[order], starts)
+    rmin = np.minimum.reduceat(rms[order], starts)
+    rmax = np.maximum.reduceat(rms[order], starts)
+    for rid, a, lo, hi in zip(uniq.tolist(), tot.tolist(), rmin.tolist(), rmax.tolist()):
+        tally.ids.add(rid)
+        e = st.rollouts.get(rid)
+        if e is None:
+            st.rollouts[rid] = [shard_no, a, lo, hi]
+        else:
+            if e[0] != shard_no:
+                st.split.append((rid, e[0], shard_no))
+            e[1] += a
+            e[2] = min(e[2], lo)
+            e[3] = max(e[3], hi)
+
+
+def _check_parquet_shard(rel: str, full: str, sh: dict, step: int, shard_no: int, expected, rep: _Report, st: _StepState,
+                         mm_full: str | None, mm_ok: bool) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(full)
+        schema = pf.schema_arrow
+    except (OSError, pa.ArrowException) as e:
+        rep.fail(rel, "readable", f"not a readable Parquet file: {e}")
+        st.complete = False
+        return
+    if not _schema_ok(rel, schema, expected, rep):
+        st.complete = False
+        return
+    if pf.metadata.num_rows != sh["rows"]:
+        rep.fail(rel, "rows", f"{pf.metadata.num_rows} rows in the footer, the manifest records {sh['rows']}")
+    if rep.quick:
+        rep.rows += pf.metadata.num_rows
+        st.complete = False
+        return
+    mm_table = None
+    if mm_full is not None and mm_ok:
+        try:
+            mm_table = pa.ipc.open_file(pa.memory_map(mm_full)).read_all()
+        except (OSError, pa.ArrowException):
+            mm_table = None  # reported by the IPC check
+    mm_rel = sh["mmap"]["path"] if sh.get("mmap") else None
+    tally = _ShardTally()
+    first = 0
+    mm_mismatch = None
+    try:
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g)
+            _check_rows(t, first, step, shard_no, tally, st)
+            if mm_table is not None and mm_mismatch is None:
+                other = mm_table.slice(first, t.num_rows)
+                if other.num_rows != t.num_rows or not other.equals(t.cast(other.schema) if not t.schema.equals(other.schema) else t):
+                    mm_mismatch = f"rows {first}..{first + t.num_rows - 1} differ from the Parquet shard {rel}"
+            first += t.num_rows
+    except (OSError, pa.ArrowException) as e:
+        rep.fail(rel, "readable", f"cannot read row group near row {first}: {e}")
+        st.complete = False
+        return
+    if mm_table is not None and mm_mismatch is None and mm_table.num_rows != first:
+        mm_mismatch = f"{mm_table.num_rows} rows, the Parquet shard {rel} has {first}"
+    if mm_mismatch:
+        rep.fail(mm_rel, "mmap_content", mm_mismatch)
+    rep.rows += tally.rows
+    for inv, (count, examples) in tally.problems.items():
+        rep.fail(rel, inv, f"{count} row(s): " + "; ".join(examples) + ("; ..." if count > len(examples) else ""))
+    if tally.problems.get("not_null"):
+        st.complete = False
+        return
+    if tally.rows != sh["rows"]:
+        rep.fail(rel, "rows", f"{tally.rows} rows, the manifest records {sh['rows']}")
+    if tally.tokens != sh["tokens"]:
+        rep.fail(rel, "tokens", f"{tally.tokens} tokens, the manifest records {sh['tokens']}")
+    if len(tally.ids) != sh["rollouts"]:
+        rep.fail(rel, "rollouts", f"{len(tally.ids)} rollouts, the manifest records {sh['rollouts']}")
+
+
+def _check_ipc(rel: str, full: str, sh: dict, expected, rep: _Report) -> bool:
+    import pyarrow as pa
+
+    try:
+        reader = pa.ipc.open_file(pa.memory_map(full))
+        schema = reader.schema
+        rows = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+    except (OSError, pa.ArrowException) as e:
+        rep.fail(rel, "readable", f"not a readable Arrow IPC file: {e}")
+        return False
+    ok = _schema_ok(rel, schema, expected, rep)
+    if rows != sh["rows"]:
+        rep.fail(rel, "rows", f"{rows} rows, the manifest records {sh['rows']}")
+        ok = False
+    return ok
+
+
+def _check_step(out: str, s: dict, expected, rep: _Report) -> None:
+    label = f"{s['split']} step {s['step']}"
+    st = _StepState()
+    for r, sh in enumerate(s["shards"]):
+        rep.shards += 1
+        rel = sh["path"]
+        full = os.path.join(out, *rel.split("/"))
+        mm = sh.get("mmap")
+        mm_full = os.path.join(out, *mm["path"].split("/")) if mm else None
+        mm_ok = False
+        if mm:
+            mm_ok = _check_bytes(mm["path"], mm_full, mm, rep) and _check_ipc(mm["path"], mm_full, sh, expected, rep)
+        if _check_bytes(rel, full, sh, rep):
+            _check_parquet_shard(rel, full, sh, s["step"], r, expected, rep, st, mm_full, mm_ok)
+        else:
+            st.complete = False
+    paths = [sh["path"] for sh in s["shards"]]
+    for rid, a, b in st.split[:_EXAMPLES]:
+        rep.fail(paths[b], "rollout_split", f"{label}: rollout {rid} is in {paths[a]} and {paths[b]}")
+    if len(st.split) > _EXAMPLES:
+        rep.fail(paths[st.split[_EXAMPLES][2]], "rollout_split", f"{label}: ... {len(st.split) - _EXAMPLES} more split rollouts")
+    shared, total = [], []
+    for rid, (shard, mt, lo, hi) in st.rollouts.items():
+        if lo != hi:
+            shared.append((shard, f"{label}: rollout {rid}: siblings carry rollout_mask_sum {lo} and {hi}"))
+        elif lo != mt and st.complete:
+            total.append((shard, f"{label}: rollout {rid}: rollout_mask_sum {lo}, its samples' loss_mask totals add up to {mt}"))
+    for inv, found in (("rollout_mask_sum_shared", shared), ("rollout_mask_sum_total", total)):
+        for shard, detail in found[:_EXAMPLES]:
+            rep.fail(paths[shard], inv, detail)
+        if len(found) > _EXAMPLES:
+            rep.fail(paths[found[_EXAMPLES][0]], inv, f"{label}: ... {len(found) - _EXAMPLES} more rollouts")
+    if st.complete and len(st.rollouts) != s["rollouts"]:
+        rep.fail(MANIFEST, "rollouts", f"{label}: {len(st.rollouts)} rollouts in its shards, the manifest records {s['rollouts']}")
+
+
+def _check_rejects(out: str, m: dict, rep: _Report) -> None:
+    rj = m.get("rejects")
+    path = os.path.join(out, "rejects.jsonl")
+    counts = m["counts"]
+    if rj is None:
+        if counts["rejected"]:
+            rep.fail(MANIFEST, "rejects", f"counts.rejected is {counts['rejected']} but the manifest lists no rejects.jsonl")
+        if os.path.lexists(path):
+            rep.fail("rejects.jsonl", "unexpected_file", "present, but the manifest records no rejected samples")
+        return
+    rep.files.append("rejects.jsonl")
+    if rj["count"] != counts["rejected"]:
+        rep.fail("rejects.jsonl", "rejects", f"rejects.count {rj['count']} != counts.rejected {counts['rejected']}")
+    if not os.path.isfile(path):
+        rep.fail("rejects.jsonl", "file_present", "listed in the manifest but missing")
+        return
+    algorithm, want = digest_of(rj)
+    h = hashing.new(algorithm)
+    lines = 0
+    per_step: dict = {}
+    unparsed = 0
+    size = 0
+    with open(path, "rb") as f:
+        for line in f:
+            size += len(line)
+            if not rep.quick:
+                h.update(line)
+            if not line.strip():
+                continue
+            lines += 1
+            if rep.quick:
+                continue
+            try:
+                rec = json.loads(line)
+                key = (rec["split"], rec["step"])
+            except (ValueError, KeyError, TypeError):
+                unparsed += 1
+                continue
+            per_step[key] = per_step.get(key, 0) + 1
+    rep.bytes += size
+    if lines != rj["count"]:
+        rep.fail("rejects.jsonl", "rejects", f"{lines} lines, the manifest records {rj['count']} rejected samples")
+    if rep.quick:
+        return
+    rep.hashed += size
+    if h.hexdigest() != want:
+        rep.fail("rejects.jsonl", "checksum", f"{algorithm} {h.hexdigest()}, the manifest records {want}")
+        return
+    if unparsed:
+        rep.fail("rejects.jsonl", "rejects", f"{unparsed} line(s) are not reject records with split and step")
+    for s in m["steps"]:
+        got = per_step.pop((s["split"], s["step"]), 0)
+        if got != s["rejected"]:
+            rep.fail("rejects.jsonl", "rejects", f"{s['split']} step {s['step']}: {got} rejects listed, the manifest records {s['rejected']}")
+    for (split, step), n in sorted(per_step.items(), key=str):
+        rep.fail("rejects.jsonl", "rejects", f"{n} rejects of {split} step {step}, which the manifest does not list")
+
+
+def _stray_files(out: str, m: dict, rep: _Report) -> None:
+    expected = set()
+    for s in m["steps"]:
+        for sh in s["shards"]:
+            expected.add(sh["path"])
+            if sh.get("mmap"):
+                expected.add(sh["mmap"]["path"])
+    for top in TREES:
+        root = os.path.join(out, top)
+        if not os.path.lexists(root):
+            continue
+        if not os.path.isdir(root) or os.path.islink(root):
+            rep.fail(top, "unexpected_file", "expected a directory")
+            continue
+        for dirpath, dirs, names in os.walk(root):
+            dirs.sort()
+            rel_dir = os.path.relpath(dirpath, out).replace(os.sep, "/")
+            for d in dirs:
+                if os.path.islink(os.path.join(dirpath, d)):
+                    rep.fail(f"{rel_dir}/{d}", "unexpected_file", "a symbolic link, not listed in the manifest")
+            for name in sorted(names):
+                rel = f"{rel_dir}/{name}"
+                if rel not in expected:
+                    rep.fail(rel, "unexpected_file", "not listed in the manifest (a leftover, or added after conversion)")
+    for name in sorted(os.listdir(out)):
+        if name not in (MANIFEST, "rejects.jsonl", ".staging") + TREES:
+            rep.notes.append(f"{name}: not part of a rollout-cli output (ignored)")
+    if os.path.isdir(os.path.join(out, ".staging")):
+        rep.notes.append(".staging: leftover staging area of a finished commit (ignored; a rerun removes it)")
+
+
+def verify_output(out: str, quick: bool = False) -> dict:
+    """Check OUT against its manifest; returns the result (plain data). See the module docstring."""
+    from ..core.schema import train_schema
+
+    out = os.fspath(out)
+    if not os.path.isdir(out):
+        raise UsageError(f"{out}: no such directory" if not os.path.exists(out) else f"{out}: not a directory")
+    rep = _Report(out, quick)
+    m = _read_manifest(out, rep)
+    if m is None or not _structure(m, rep):
+        return rep.result(m)
+    _manifest_arithmetic(m, rep)
+    expected = train_schema(bool(m["options"].get("keep_text", False)))
+    for s in m["steps"]:
+        _check_step(out, s, expected, rep)
+    _check_rejects(out, m, rep)
+    _stray_files(out, m, rep)
+    return rep.result(m)
+
+
+def failure_message(result: dict) -> str:
+    f = result["failures"]
+    first = f[0]
+    more = f" (and {len(f) - 1} more failure{'s' if len(f) > 2 else ''})" if len(f) > 1 else ""
+    return f"{result['out']}: {first['file']}: {first['invariant']}: {first['detail']}{more}"
+
+
+def check_output(out: str, quick: bool = False) -> dict:
+    """verify_output, raising IntegrityError (exit 4) naming the first broken file and invariant."""
+    result = verify_output(out, quick=quick)
+    if result["failures"]:
+        raise IntegrityError(failure_message(result), result["failures"])
+    return result

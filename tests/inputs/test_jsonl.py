@@ -1,0 +1,139 @@
+"""Tests of rollout_cli.inputs.jsonl: records, line numbers and problems, whichever JSON parser
+read a line."""
+from __future__ import annotations
+
+import numpy as np
+import orjson
+
+from rollout_cli.pipeline.validate import normalize_chunk
+from rollout_cli.inputs import jsonl, simd
+
+
+def _sample(i: int, **kw) -> dict:
+    d = {"group_index": i // 2, "index": i, "rollout_id": None, "tokens": [5, 6, 7, 8], "response_length": 2,
+         "reward": 1.0, "loss_mask": [1, 0], "rollout_log_probs": [-0.5, -0.25], "status": "completed",
+         "metadata": {"note": "has [brackets]"}}
+    d.update(kw)
+    return d
+
+
+BAD = [  # (overrides, the problem's field and message) as the checks word them for orjson's lists
+    ({"tokens": [5, -1, 7, 8]}, "tokens", "expected values in [0, 2147483647], got -1"),
+    ({"tokens": [5, 2**31, 7, 8]}, "tokens", "expected values in [0, 2147483647], got 2147483648"),
+    ({"tokens": []}, "tokens", "expected a non-empty list of integers, got []"),
+    ({"tokens": [5, 6.5, 7, 8]}, "tokens", "expected integers, got float values"),
+    ({"tokens": [[5], [6], [7], [8]]}, "tokens", "expected a flat list of integers, got 2-D data"),
+    ({"loss_mask": [1, 2]}, "loss_mask", "expected values in [0, 1], got 2"),
+    ({"loss_mask": [1]}, "loss_mask", "expected length 2 (response_length), got 1"),
+    ({"rollout_log_probs": [-0.5]}, "rollout_log_probs", "expected length 2 (response_length), got 1"),
+    ({"rollout_log_probs": [-0.5, 1e39]}, "rollout_log_probs", "expected finite numbers, got inf at position 1"),
+    # a range problem the simdjson path's lazy checks pass over, then a later problem: the
+    # exact checks still report the first one
+    ({"tokens": [5, -1, 7, 8], "status": "lost"}, "tokens", "expected values in [0, 2147483647], got -1"),
+    ({"loss_mask": [1, 2], "reward": "high"}, "loss_mask", "expected values in [0, 1], got 2"),
+    ({"teacher_log_probs": [1e39, 0.0], "train_metadata": 5}, "teacher_log_probs", "expected finite numbers, got inf at position 0"),
+]
+
+
+def _write(tmp_path, lines: list[bytes]):
+    p = tmp_path / "step_1.jsonl"
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    return str(p)
+
+
+def _read(path: str, **kw):
+    chunks = list(jsonl.read_jsonl(path, "step_1.jsonl", **kw))
+    return [n for c in chunks for n in c.numbers], [r for c in chunks for r in c.records], \
+        {c.numbers[i]: p for c in chunks for i, p in c.problems.items()}, chunks
+
+
+def test_records_numbers_and_problems(tmp_path):
+    lines = [orjson.dumps(_sample(0)), b"", b"   ", b'{"tokens": [1, 2', orjson.dumps(_sample(1)), b"[1, 2]",
+             orjson.dumps(_sample(2, tokens=[[1], [2]]))]
+    numbers, records, problems, _ = _read(_write(tmp_path, lines))
+    assert numbers == [1, 4, 5, 6, 7]
+    assert records[1] is None and records[3] is None
+    assert problems[4].message.startswith("invalid JSON") and problems[6].message == "expected a JSON object, got list"
+    for rec, line in ((records[0], lines[0]), (records[2], lines[4])):
+        assert isinstance(rec["tokens"], np.ndarray)  # read by the simdjson path
+        ref = orjson.loads(line)
+        assert {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in rec.items()} == ref
+    assert records[4]["tokens"] == [[1], [2]]  # nested: read by orjson
+
+
+def test_a_range_of_the_file(tmp_path):
+    lines = [orjson.dumps(_sample(i)) for i in range(6)]
+    path = _write(tmp_path, lines)
+    start = len(lines[0]) + 1 + len(lines[1]) + 1
+    end = start + len(lines[2]) + 1 + len(lines[3]) + 1
+    numbers, records, _, _ = _read(path, start=start, end=end, first_line=3)
+    assert numbers == [3, 4] and [r["index"] for r in records] == [2, 3]
+
+
+def test_a_last_line_without_newline(tmp_path):
+    p = tmp_path / "step_1.jsonl"
+    p.write_bytes(orjson.dumps(_sample(0)) + b"\n" + orjson.dumps(_sample(1)))
+    numbers, records, _, _ = _read(str(p))
+    assert numbers == [1, 2] and records[1]["index"] == 1
+
+
+def _problems(path: str) -> list[tuple[int, str, str]]:
+    out = []
+    for chunk in jsonl.read_jsonl(path, "step_1.jsonl"):
+        nc = normalize_chunk(chunk, 0, reward_key=None, keep_text=False)
+        out += [(p.location.number, p.field, p.message) for _, p in nc.problems]
+    return out
+
+
+def test_the_same_problems_from_either_parser(tmp_path, monkeypatch):
+    lines = [orjson.dumps(_sample(i, **over)) for i, (over, _, _) in enumerate(BAD)] + [orjson.dumps(_sample(99))]
+    path = _write(tmp_path, lines)
+    fast = _problems(path)
+    assert fast == [(i + 1, f, m) for i, (_, f, m) in enumerate(BAD)]
+    monkeypatch.setattr(simd.SampleParser, "parse", lambda self, block, a, b: None)
+    assert _problems(path) == fast
+
+
+def test_the_same_batches_from_either_parser(tmp_path, monkeypatch):
+    rng = np.random.default_rng(1)
+    lines = []
+    for i in range(40):
+        n = int(rng.integers(3, 50))
+        rl = 0 if i % 7 == 3 else n - 1  # some with empty responses
+        mask = None if i % 9 == 2 else rng.integers(0, 2, rl).tolist()
+        extra = {"remove_sample": True} if i % 5 == 1 else {}
+        lines.append(orjson.dumps(_sample(i, tokens=rng.integers(0, 2**31 - 1, n).tolist(), response_length=rl,
+                                          loss_mask=mask, rollout_log_probs=(-rng.random(rl)).tolist(),
+                                          teacher_log_probs=(-rng.random(rl)).tolist(), **extra)))
+    path = _write(tmp_path, lines)
+
+    def tables():
+        return [b for c in jsonl.read_jsonl(path, "step_1.jsonl")
+                for b in normalize_chunk(c, 0, reward_key=None, keep_text=False).batches]
+
+    fast = tables()
+    for b in fast:  # each row's mask total is its mask's sum
+        sums = [sum(m) for m in b.column("loss_mask").to_pylist()]
+        assert b.column("_mask_total").to_pylist() == sums
+    monkeypatch.setattr(simd.SampleParser, "parse", lambda self, block, a, b: None)
+    slow = tables()
+    assert len(fast) == len(slow) and all(a.equals(b) for a, b in zip(fast, slow))
+
+
+def test_gives_up_the_simdjson_path_when_it_keeps_handing_over(tmp_path, monkeypatch):
+    calls = []
+    real = simd.SampleParser.parse
+    monkeypatch.setattr(simd.SampleParser, "parse", lambda self, block, a, b: calls.append(1) or real(self, block, a, b))
+    nested = [orjson.dumps(_sample(i, tokens=[[1], [2], [3], [4]])) for i in range(jsonl._FAST_MISSES + 50)]
+    _, records, _, _ = _read(_write(tmp_path, nested))
+    assert len(calls) == jsonl._FAST_MISSES
+    assert all(r["tokens"] == [[1], [2], [3], [4]] for r in records)
+
+
+def test_keeps_the_simdjson_path_for_occasional_hand_overs(tmp_path, monkeypatch):
+    calls = []
+    real = simd.SampleParser.parse
+    monkeypatch.setattr(simd.SampleParser, "parse", lambda self, block, a, b: calls.append(1) or real(self, block, a, b))
+    lines = [orjson.dumps(_sample(i, tokens=[[1], [2], [3], [4]] if i % 3 == 0 else [1, 2, 3, 4])) for i in range(600)]
+    _read(_write(tmp_path, lines))
+    assert len(calls) == 600

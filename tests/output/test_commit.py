@@ -1,0 +1,185 @@
+"""The output directory (output.py): exists check, --overwrite, staging, the manifest as commit marker."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import copts, make_sample, read_rows, shard_bytes, tree_digest, write_jsonl
+from rollout_cli.output import commit as output
+from rollout_cli.run.convert import convert
+from rollout_cli.core.errors import ExitCode, InvalidInputError, OutputExistsError
+
+
+def _inputs(tmp_path, name="in", k=4, bad_line=None):
+    samples = [make_sample(index=i, group_index=i // 2, reward=float(i % 2)) for i in range(k)]
+    if bad_line is not None:
+        samples[bad_line]["status"] = "bogus"
+    write_jsonl(tmp_path / name / "1.jsonl", samples)
+    write_jsonl(tmp_path / name / "2.jsonl", [make_sample(index=10 + i, group_index=5, reward=float(i)) for i in range(3)])
+    return str(tmp_path / name)
+
+
+def _files(out) -> list[str]:
+    out = Path(out)
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+
+
+def test_fresh_output_layout(tmp_path):
+    out = tmp_path / "out"
+    convert([_inputs(tmp_path)], str(out), copts())
+    files = _files(out)
+    assert "manifest.json" in files
+    assert not any(f.startswith(".staging") for f in files)
+    assert "data/step-000001/shard-00000-of-00001.parquet" in files
+    assert "data/step-000002/shard-00000-of-00001.parquet" in files
+    assert not any(f.startswith("data/") and not f.endswith(".parquet") for f in files)
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["input_samples"] == m["counts"]["rows"] + m["counts"]["rejected"] == 7
+
+
+def test_exists_raises_exit_5_and_leaves_output_untouched(tmp_path):
+    out = tmp_path / "out"
+    convert([_inputs(tmp_path)], str(out), copts())
+    before = tree_digest(out)
+    with pytest.raises(OutputExistsError) as ei:
+        convert([_inputs(tmp_path, "in2", k=6)], str(out), copts())
+    assert ei.value.exit_code == ExitCode.OUTPUT_EXISTS == 5
+    assert "--overwrite" in str(ei.value)
+    assert tree_digest(out) == before
+    assert not (out / ".staging").exists()
+
+
+def test_foreign_directory_refused_and_untouched(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("precious")
+    before = tree_digest(out)
+    with pytest.raises(OutputExistsError) as ei:
+        convert([_inputs(tmp_path)], str(out), copts(overwrite=True))
+    assert ei.value.exit_code == 5
+    assert tree_digest(out) == before
+
+
+def test_empty_directory_is_fine(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    convert([_inputs(tmp_path)], str(out), copts())
+    assert (out / "manifest.json").exists()
+
+
+def test_overwrite_replaces(tmp_path):
+    out = tmp_path / "out"
+    convert([_inputs(tmp_path)], str(out), copts())
+    convert([_inputs(tmp_path, "in2", k=6)], str(out), copts(overwrite=True))
+    assert len(read_rows(out, step=1)) == 6
+    assert not (out / ".staging").exists()
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["rows"] == 9
+
+
+def test_overwrite_keeps_old_until_new_complete(tmp_path):
+    """The old output stays whole while the new run works; no new file lands in data/ before commit."""
+    out = tmp_path / "out"
+    convert([_inputs(tmp_path)], str(out), copts())
+    old = tree_digest(out)
+    snapshots = []
+
+    def progress(what, done, total):
+        now = tree_digest(out)
+        snapshots.append(now)
+        # every old file is still there, unchanged
+        for rel, dig in old.items():
+            assert now.get(rel) == dig, rel
+        # everything new is staged outside data/
+        for rel in set(now) - set(old):
+            assert rel.startswith(".staging" + os.sep), rel
+            assert "data" not in Path(rel).parts[:1]
+
+    convert([_inputs(tmp_path, "in2", k=6)], str(out), copts(overwrite=True), progress=progress)
+    assert len(snapshots) >= 2
+    # something was staged by the time of the last progress call
+    assert any(rel.startswith(".staging") for rel in snapshots[-1])
+    assert len(read_rows(out, step=1)) == 6
+
+
+def test_overwrite_with_invalid_input_keeps_old(tmp_path):
+    out = tmp_path / "out"
+    convert([_inputs(tmp_path)], str(out), copts())
+    old = {k: v[1] for k, v in tree_digest(out).items()}
+    with pytest.raises(InvalidInputError) as ei:
+        convert([_inputs(tmp_path, "bad", k=6, bad_line=3)], str(out), copts(overwrite=True))
+    assert ei.value.exit_code == 3
+    now = {k: v[1] for k, v in tree_digest(out).items() if not k.startswith(".staging")}
+    assert now == old
+    assert len(read_rows(out, step=1)) == 4
+
+
+def test_staging_never_inside_data(tmp_path):
+    out = tmp_path / "out"
+    seen = set()
+
+    def progress(what, done, total):
+        for dirpath, dirs, names in os.walk(out):
+            for n in dirs + names:
+                seen.add(os.path.relpath(os.path.join(dirpath, n), out))
+
+    convert([_inputs(tmp_path)], str(out), copts(), progress=progress)
+    assert any(p.startswith(".staging") for p in seen)
+    assert not any(p.startswith("data") for p in seen), sorted(seen)
+    for dirpath, dirs, names in os.walk(out / "data"):
+        assert ".staging" not in dirs and not any(n.endswith((".tmp", ".partial")) for n in names)
+
+
+def test_invalid_input_writes_no_manifest_and_no_data(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(InvalidInputError) as ei:
+        convert([_inputs(tmp_path, bad_line=1)], str(out), copts())
+    assert ei.value.exit_code == 3
+    assert not (out / "manifest.json").exists()
+    assert not (out / "data").exists()
+
+
+def test_rerun_after_invalid_input_needs_no_overwrite(tmp_path):
+    """A run that stopped on invalid input wrote nothing ("nothing written"): fixing the input and
+    running again into the same OUT must work without --overwrite or --resume."""
+    out = tmp_path / "out"
+    with pytest.raises(InvalidInputError):
+        convert([_inputs(tmp_path, bad_line=1)], str(out), copts())
+    convert([_inputs(tmp_path, "fixed")], str(out), copts())
+    assert (out / "manifest.json").exists()
+
+
+def test_state_values(tmp_path):
+    assert output.state(str(tmp_path / "none")) == "absent"
+    (tmp_path / "empty").mkdir()
+    assert output.state(str(tmp_path / "empty")) == "empty"
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "x").write_text("1")
+    assert output.state(str(tmp_path / "foreign")) == "foreign"
+    (tmp_path / "file").write_text("1")
+    assert output.state(str(tmp_path / "file")) == "foreign"
+    out = tmp_path / "out"
+    convert([_inputs(tmp_path)], str(out), copts())
+    assert output.state(str(out)) == "complete"
+
+
+def test_overwrite_same_input_same_bytes(tmp_path):
+    out = tmp_path / "out"
+    convert([_inputs(tmp_path)], str(out), copts())
+    first = shard_bytes(out)
+    convert([_inputs(tmp_path)], str(out), copts(overwrite=True))
+    assert shard_bytes(out) == first
+
+
+def test_overwrite_drops_entries_the_new_run_does_not_write(tmp_path):
+    out = tmp_path / "out"
+    write_jsonl(tmp_path / "a" / "3.jsonl", [make_sample(index=i, group_index=0) for i in range(2)])
+    write_jsonl(tmp_path / "a" / "eval_3.jsonl", [make_sample(index=i, group_index=0) for i in range(2)])
+    convert([str(tmp_path / "a")], str(out), copts())
+    assert (out / "eval").exists()
+    convert([str(tmp_path / "a" / "3.jsonl")], str(out), copts(overwrite=True))
+    assert not (out / "eval").exists()
+    assert read_rows(out, "eval") == []

@@ -1,0 +1,222 @@
+"""Stage 4a (rewards.py): grouping by group_index, estimators, flags; slime_compat is the oracle."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import slime_reference as ref
+from slime_cases import CASES, fresh_case
+from rollout_cli.pipeline.rewards import group_keys, normalize_rewards, slime_compat_rewards
+
+F32 = np.float32
+# slime-spec 3a: a row [1, 0] normalises to +-0.7071057558059692
+SPEC_ROW_10 = 0.7071057558059692
+TOL = 2e-6  # float32 mean/std rounding may differ from torch by one ulp
+
+
+def _oracle_rows(values, rows, **kw):
+    """Oracle rewards for `values` grouped into the given rows (each row normalised on its own)."""
+    out = np.zeros(len(values))
+    for members in rows:
+        samples = [{"reward": values[i], "status": "completed"} for i in members]
+        _, r = ref.post_process_rewards(samples, rollout_batch_size=1, n_samples_per_prompt=len(members), **kw)
+        out[members] = r
+    return out
+
+
+# ------------------------------------------------------------------------------ group keys
+
+
+def test_group_keys_use_group_index():
+    assert group_keys([3, 3, 1, 1], None) == [3, 3, 1, 1]
+    assert group_keys([3, 3, 1, 1], 4) == [3, 3, 1, 1]
+
+
+def test_group_keys_consecutive_chunks_when_missing():
+    keys = group_keys([None] * 6, 2)
+    assert keys[0] == keys[1] and keys[2] == keys[3] and keys[4] == keys[5]
+    assert len({keys[0], keys[2], keys[4]}) == 3
+
+
+def test_group_keys_missing_without_n_is_an_error():
+    with pytest.raises(ValueError):
+        group_keys([0, None], None)
+
+
+def test_chunk_keys_never_collide_with_group_index_values():
+    keys = group_keys([0, None, None, 1], 2)
+    assert keys[1] == keys[2]
+    assert keys[1] not in (keys[0], keys[3])
+
+
+# ------------------------------------------------------------------------------ grouping
+
+
+def test_grouped_by_group_index_not_position():
+    # interleaved_groups case: slime's position rows give zeros, by group_index each group is [1, 0]
+    case = fresh_case("interleaved_groups")
+    values = [s["reward"] for s in case["samples"]]
+    keys = [s["group_index"] for s in case["samples"]]
+    got = normalize_rewards(values, keys, n_samples_per_prompt=2)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, [SPEC_ROW_10, SPEC_ROW_10, -SPEC_ROW_10, -SPEC_ROW_10], atol=TOL, rtol=0)
+    np.testing.assert_allclose(got, _oracle_rows(values, [[0, 2], [1, 3]]), atol=TOL, rtol=0)
+
+
+def test_consecutive_chunks_when_group_index_missing():
+    values = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    keys = group_keys([None] * 8, 4)
+    got = normalize_rewards(values, keys, n_samples_per_prompt=4)
+    expected = _oracle_rows(values, [[0, 1, 2, 3], [4, 5, 6, 7]])
+    np.testing.assert_allclose(got, expected, atol=TOL, rtol=0)
+    # hand: [1,0,1,1]: mean .75, std .5 -> .25/.500001, -.75/.500001
+    assert got[0] == pytest.approx(0.25 / 0.500001, abs=TOL)
+    assert got[1] == pytest.approx(-0.75 / 0.500001, abs=TOL)
+
+
+def test_one_sample_group_gives_zero_not_nan():
+    got = normalize_rewards([1.0, 1.0, 0.0], [0, 1, 1], n_samples_per_prompt=2)
+    assert not np.isnan(got).any()
+    assert got[0] == 0.0
+    assert got[1] == pytest.approx(SPEC_ROW_10, abs=TOL) and got[2] == pytest.approx(-SPEC_ROW_10, abs=TOL)
+
+
+def test_one_sample_case_gives_zero():
+    # slime gives NaN for this dump (one_sample_group); the converter must give 0.0
+    case = fresh_case("one_sample_group")
+    got = normalize_rewards([s["reward"] for s in case["samples"]], [0], n_samples_per_prompt=4)
+    assert got.tolist() == [0.0]
+
+
+def test_identical_rewards_give_zero():
+    got = normalize_rewards([0.3] * 4, [5] * 4)
+    assert np.all(got == 0.0)
+
+
+def test_empty():
+    assert normalize_rewards([], []).tolist() == []
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gspo", "cispo"])
+def test_std_scaled_estimators(estimator):
+    values = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    got = normalize_rewards(values, [0] * 4 + [1] * 4, advantage_estimator=estimator, n_samples_per_prompt=4)
+    expected = _oracle_rows(values, [[0, 1, 2, 3], [4, 5, 6, 7]], advantage_estimator=estimator)
+    np.testing.assert_allclose(got, expected, atol=TOL, rtol=0)
+    assert got[0] == pytest.approx(1.4999970, abs=TOL)  # hand: .75 / (.5 + 1e-6)
+
+
+def test_rpp_baseline_mean_centred_only():
+    values = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    got = normalize_rewards(values, [0] * 4 + [1] * 4, advantage_estimator="reinforce_plus_plus_baseline",
+                            n_samples_per_prompt=4)
+    np.testing.assert_allclose(got, [0.75, -0.25, -0.25, -0.25, 0.25, 0.25, -0.75, 0.25], atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("estimator", ["ppo", "reinforce_plus_plus"])
+def test_passthrough_estimators(estimator):
+    values = [1.0, 0.0, 0.25, 3.0]
+    got = normalize_rewards(values, [0, 0, 1, 1], advantage_estimator=estimator, n_samples_per_prompt=2)
+    assert got.tolist() == values
+
+
+def test_disable_rewards_normalization():
+    values = [1.0, 0.0, 0.25, 3.0]
+    got = normalize_rewards(values, [0, 0, 1, 1], rewards_normalization=False, n_samples_per_prompt=2)
+    assert got.tolist() == values
+
+
+def test_disable_grpo_std_normalization():
+    values = [1.0, 0.0, 0.0, 0.0]
+    got = normalize_rewards(values, [0] * 4, grpo_std_normalization=False, n_samples_per_prompt=4)
+    np.testing.assert_allclose(got, [0.75, -0.25, -0.25, -0.25], atol=1e-7, rtol=0)
+
+
+def test_n1_turns_std_off_as_parse_args_does():
+    # slime's parse_args: n_samples_per_prompt == 1 forces grpo_std_normalization off
+    got = normalize_rewards([1.0, 0.0], [0, 0], n_samples_per_prompt=1)
+    np.testing.assert_allclose(got, [0.5, -0.5], atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_groups_match_oracle_per_group(seed):
+    rng = random.Random(seed)
+    sizes = [rng.randint(2, 8) for _ in range(rng.randint(1, 6))]
+    keys = [g for g, k in enumerate(sizes) for _ in range(k)]
+    rng.shuffle(keys)
+    values = [rng.choice([0.0, 1.0, 0.5, rng.random()]) for _ in keys]
+    got = normalize_rewards(values, keys)
+    rows = [[i for i, k in enumerate(keys) if k == g] for g in range(len(sizes))]
+    np.testing.assert_allclose(got, _oracle_rows(values, rows), atol=TOL, rtol=0)
+
+
+# ------------------------------------------------------------------------------ against the oracle
+
+
+def _selected(case):
+    key = case["args"].get("reward_key")
+    return [ref.get_reward_value(s, key) for s in case["samples"]]
+
+
+CORRECT = [name for name, c in CASES.items() if c["slime_groups_correctly"]]
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_default_mode_equals_oracle_where_slime_groups_correctly(name):
+    case = fresh_case(name)
+    a = case["args"]
+    _, expected = ref.post_process_rewards(case["samples"], **a)
+    got = normalize_rewards(
+        np.asarray(_selected(case), dtype=np.float64),
+        group_keys([s["group_index"] for s in case["samples"]], a["n_samples_per_prompt"]),
+        advantage_estimator=a["advantage_estimator"],
+        n_samples_per_prompt=a["n_samples_per_prompt"],
+    )
+    np.testing.assert_allclose(got, np.asarray(expected, dtype=np.float64), atol=TOL, rtol=0)
+
+
+@pytest.mark.filterwarnings("ignore:std\\(\\):UserWarning")  # one-sample row: NaN, as slime
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_slime_compat_bit_for_bit(name):
+    case = fresh_case(name)
+    a = case["args"]
+    _, expected = ref.post_process_rewards(case["samples"], **a)
+    got = slime_compat_rewards(
+        np.asarray(_selected(case), dtype=np.float64),
+        advantage_estimator=a["advantage_estimator"],
+        rewards_normalization=True,
+        grpo_std_normalization=True,
+        n_samples_per_prompt=a["n_samples_per_prompt"],
+        rollout_batch_size=a["rollout_batch_size"],
+    )
+    exp32 = np.asarray(expected, dtype=np.float64).astype(F32)
+    assert got.dtype == np.float32
+    assert np.array_equal(got.view(np.uint32), exp32.view(np.uint32)), (got, exp32)
+
+
+@pytest.mark.parametrize("n,rbs,size", [(2, 3, 6), (2, 3, 8), (4, 1, 3), (3, 2, 6), (1, 5, 5), (4, 2, 7)])
+@pytest.mark.parametrize("estimator", ["grpo", "reinforce_plus_plus_baseline", "ppo"])
+def test_slime_compat_reshape_and_whole_batch_fallback(n, rbs, size, estimator):
+    rng = random.Random(n * 100 + rbs * 10 + size)
+    values = [rng.choice([0.0, 1.0, 0.25, rng.random()]) for _ in range(size)]
+    samples = [{"reward": v, "status": "completed"} for v in values]
+    _, expected = ref.post_process_rewards(samples, advantage_estimator=estimator, n_samples_per_prompt=n,
+                                           rollout_batch_size=rbs)
+    got = slime_compat_rewards(np.asarray(values), advantage_estimator=estimator, rewards_normalization=True,
+                               grpo_std_normalization=True, n_samples_per_prompt=n, rollout_batch_size=rbs)
+    exp32 = np.asarray(expected, dtype=np.float64).astype(F32)
+    assert np.array_equal(got.view(np.uint32), exp32.view(np.uint32))
+
+
+@pytest.mark.parametrize("rn,std", [(False, True), (True, False), (False, False)])
+def test_slime_compat_flags(rn, std):
+    values = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    samples = [{"reward": v, "status": "completed"} for v in values]
+    _, expected = ref.post_process_rewards(samples, n_samples_per_prompt=3, rollout_batch_size=2,
+                                           rewards_normalization=rn, grpo_std_normalization=std)
+    got = slime_compat_rewards(np.asarray(values), advantage_estimator="grpo", rewards_normalization=rn,
+                               grpo_std_normalization=std, n_samples_per_prompt=3, rollout_batch_size=2)
+    exp32 = np.asarray(expected, dtype=np.float64).astype(F32)
+    assert np.array_equal(got.view(np.uint32), exp32.view(np.uint32))

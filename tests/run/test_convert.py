@@ -1,0 +1,556 @@
+"""End to end through rollout_cli.run.convert.convert: formats agree, the slime oracle, rejects,
+--max-errors, exit codes, determinism."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import slime_reference as ref
+from conftest import SAMPLE_DATA, copts, make_sample, read_jsonl, read_rows, shard_bytes, write_jsonl
+from slime_cases import CASES, fresh_case
+from rollout_cli.run.convert import convert
+from rollout_cli.core.errors import InvalidInputError
+
+F32 = np.float32
+TOL = 2e-6
+
+
+def _opts(**kw):
+    kw.setdefault("mmap", False)
+    return copts(**kw)
+
+
+# ------------------------------------------------------------------------------ the three formats
+
+
+@pytest.fixture(scope="module")
+def sample_data_outputs(tmp_path_factory):
+    outs = {}
+    for fmt in ("pt", "jsonl", "parquet"):
+        out = tmp_path_factory.mktemp(f"out_{fmt}") / "out"
+        res = convert([str(SAMPLE_DATA / fmt / "rollout_data")], str(out), copts(shards=2, mmap=True))
+        outs[fmt] = (out, res)
+    return outs
+
+
+def test_formats_give_identical_shard_bytes(sample_data_outputs):
+    pt, js, pq_ = (shard_bytes(sample_data_outputs[f][0]) for f in ("pt", "jsonl", "parquet"))
+    assert len(pt) == 2 * 4 * 2  # 4 step units x 2 shards x (parquet + arrow)
+    assert sorted(pt) == sorted(js) == sorted(pq_)
+    for rel in pt:
+        assert pt[rel] == js[rel], rel
+        assert pt[rel] == pq_[rel], rel
+
+
+def test_formats_give_identical_rows(sample_data_outputs):
+    rows = {f: read_rows(sample_data_outputs[f][0]) + read_rows(sample_data_outputs[f][0], "eval")
+            for f in ("pt", "jsonl", "parquet")}
+    assert len(rows["pt"]) == 53
+    assert rows["pt"] == rows["jsonl"] == rows["parquet"]
+
+
+def test_sample_data_counts(sample_data_outputs):
+    for fmt, (out, res) in sample_data_outputs.items():
+        c = res["counts"]
+        assert c["input_samples"] == c["rows"] + c["rejected"] == 16 + 15 + 15 + 7, fmt
+        m = json.loads((out / "manifest.json").read_text())
+        assert m["counts"] == c
+
+
+def test_sample_data_ids_follow_readme(sample_data_outputs):
+    out = sample_data_outputs["jsonl"][0]
+
+    def ids(step):
+        return [r["rollout_id"] for r in sorted(read_rows(out, step=step), key=lambda r: r["sample_index"])]
+
+    assert ids(1) == list(range(16))
+    assert ids(2) == [16, 16, 16, 19, 19, 21, 22, 22, 24, 24, 26, 26, 26, 29, 30]
+    assert ids(3) == [1, 3, 4, 5, 2, 2, 0, 0, 6, 8, 9, 10, 7, 7, 7]
+
+
+def test_sample_data_matches_oracle_by_sample(sample_data_outputs):
+    """Every train step against the oracle: ids, masks, mask sums, and rewards grouped by group_index."""
+    out = sample_data_outputs["jsonl"][0]
+    for step in (1, 2, 3):
+        samples = read_jsonl(SAMPLE_DATA / "jsonl" / "rollout_data" / f"{step}.jsonl")
+        td = ref.convert_samples_to_train_data(samples, n_samples_per_prompt=1, rollout_batch_size=len(samples),
+                                               advantage_estimator="ppo")
+        rows = sorted(read_rows(out, step=step), key=lambda r: r["sample_index"])
+        assert [r["sample_index"] for r in rows] == td["sample_indices"]
+        assert [r["rollout_id"] for r in rows] == td["rollout_ids"]
+        assert [r["loss_mask"] for r in rows] == td["loss_masks"]
+        assert [r["rollout_mask_sum"] for r in rows] == td["rollout_mask_sums"]
+        assert [r["tokens"] for r in rows] == td["tokens"]
+        # rewards: each group_index normalised by the oracle as its own row
+        groups: dict = {}
+        for i, s in enumerate(samples):
+            groups.setdefault(s["group_index"], []).append(i)
+        expected = np.zeros(len(samples))
+        for members in groups.values():
+            sub = [samples[i] for i in members]
+            _, r = ref.post_process_rewards(sub, n_samples_per_prompt=len(sub), rollout_batch_size=1)
+            expected[members] = r
+        np.testing.assert_allclose([r["reward"] for r in rows], expected, atol=TOL, rtol=0)
+
+
+def test_reward_dict_with_reward_key_equals_plain(tmp_path):
+    plain = tmp_path / "plain"
+    convert([str(SAMPLE_DATA / "jsonl" / "rollout_data" / "1.jsonl")], str(plain), _opts(mmap=True))
+    for fmt in ("jsonl", "pt"):
+        out = tmp_path / fmt
+        convert([str(SAMPLE_DATA / "reward_dict" / fmt / "rollout_data")], str(out), _opts(mmap=True, reward_key="accuracy"))
+        assert shard_bytes(out) == shard_bytes(plain), fmt
+
+
+def test_reward_dict_without_key_is_invalid(tmp_path):
+    with pytest.raises(InvalidInputError) as ei:
+        convert([str(SAMPLE_DATA / "reward_dict" / "jsonl" / "rollout_data")], str(tmp_path / "out"), _opts())
+    p = ei.value.problems[0]
+    assert p.field == "reward" and "--reward-key" in p.message
+    assert p.location.kind == "line" and p.location.number == 1
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+# ------------------------------------------------------------------------------ against the slime oracle
+
+
+CORRECT = sorted(n for n, c in CASES.items() if c["slime_groups_correctly"])
+
+
+def _convert_case(tmp_path, case, **extra):
+    a = case["args"]
+    inp = write_jsonl(tmp_path / "in" / "1.jsonl", case["samples"])
+    out = tmp_path / ("out_compat" if extra.get("slime_compat") else "out")
+    convert([str(inp)], str(out), _opts(
+        advantage_estimator=a["advantage_estimator"],
+        n_samples_per_prompt=a["n_samples_per_prompt"],
+        reward_key=a.get("reward_key"),
+        **extra,
+    ))
+    rows = read_rows(out)
+    assert len(rows) == len(case["samples"])
+    return rows
+
+
+def _assert_columns_equal_oracle(rows, td):
+    assert [r["rollout_id"] for r in rows] == td["rollout_ids"]
+    assert [r["rollout_mask_sum"] for r in rows] == td["rollout_mask_sums"]
+    assert [r["loss_mask"] for r in rows] == td["loss_masks"]
+    assert [r["tokens"] for r in rows] == td["tokens"]
+    assert [r["response_length"] for r in rows] == td["response_lengths"]
+    assert [r["total_length"] for r in rows] == [len(t) for t in td["tokens"]]
+    assert [int(r["truncated"]) for r in rows] == td["truncated"]
+    assert [r["sample_index"] for r in rows] == td["sample_indices"]
+    for r, raw in zip(rows, td["raw_reward"]):
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            assert r["raw_reward"] == raw
+    if "rollout_log_probs" in td:
+        for r, lp in zip(rows, td["rollout_log_probs"]):
+            assert r["rollout_log_probs"] == [float(F32(x)) for x in lp]
+    if "teacher_log_probs" in td:
+        for r, lp in zip(rows, td["teacher_log_probs"]):
+            assert r["teacher_log_probs"] == [float(F32(x)) for x in lp]
+    if "round_number" in td:
+        assert [r["round_number"] for r in rows] == td["round_number"]
+    if "source_names" in td:
+        assert [r["source_name"] for r in rows] == td["source_names"]
+    # the dtypes slime tensorises to hold the values exactly
+    tz = ref.tensorize(td)
+    assert [t.tolist() for t in tz["tokens"]] == [r["tokens"] for r in rows]
+    assert tz["rollout_mask_sums"].tolist() == [float(r["rollout_mask_sum"]) for r in rows]
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_case_default_mode_equals_oracle(tmp_path, name):
+    case = fresh_case(name)
+    td = ref.convert_samples_to_train_data(case["samples"], **case["args"])
+    rows = _convert_case(tmp_path, case)
+    _assert_columns_equal_oracle(rows, td)
+    np.testing.assert_allclose([r["reward"] for r in rows], np.asarray(td["rewards"], dtype=np.float64), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_case_slime_compat_equals_oracle_exactly(tmp_path, name):
+    case = fresh_case(name)
+    td = ref.convert_samples_to_train_data(case["samples"], **case["args"])
+    rows = _convert_case(tmp_path, case, slime_compat=True, rollout_batch_size=case["args"]["rollout_batch_size"])
+    _assert_columns_equal_oracle(rows, td)
+    got = np.asarray([r["reward"] for r in rows], dtype=F32)
+    exp = np.asarray(td["rewards"], dtype=np.float64).astype(F32)
+    assert np.array_equal(got.view(np.uint32), exp.view(np.uint32)), (got, exp)
+
+
+@pytest.mark.filterwarnings("ignore:std\\(\\):UserWarning")  # one-sample row: NaN, as slime
+@pytest.mark.parametrize("name", sorted(n for n in CASES if n not in CORRECT))
+def test_case_where_slime_groups_wrongly(tmp_path, name):
+    """Ids, masks and mask sums still equal slime's; --slime-compat still replays slime's rewards bit
+    for bit (whole-batch fallback, NaN included); the default mode never gives NaN."""
+    case = fresh_case(name)
+    td = ref.convert_samples_to_train_data(case["samples"], **case["args"])
+    rows = _convert_case(tmp_path, case)
+    _assert_columns_equal_oracle(rows, td)
+    assert not np.isnan([r["reward"] for r in rows]).any()
+    compat = _convert_case(tmp_path, case, slime_compat=True, rollout_batch_size=case["args"]["rollout_batch_size"])
+    got = np.asarray([r["reward"] for r in compat], dtype=F32)
+    exp = np.asarray(td["rewards"], dtype=np.float64).astype(F32)
+    assert np.array_equal(got.view(np.uint32), exp.view(np.uint32)), (got, exp)
+
+
+def test_interleaved_groups_default_mode_uses_group_index(tmp_path):
+    # slime gives zeros here; grouping by group_index gives +-0.7071057558059692 (spec 3a)
+    rows = _convert_case(tmp_path, fresh_case("interleaved_groups"))
+    v = 0.7071057558059692
+    np.testing.assert_allclose([r["reward"] for r in rows], [v, v, -v, -v], atol=TOL, rtol=0)
+
+
+# ------------------------------------------------------------------------------ --on-error skip
+
+
+def _skip_case():
+    """11 records: rollout 10 (lines 3-5) has a bad middle sibling, line 7 a bad reward, line 10 bad JSON."""
+    spec = [  # (group, explicit id)
+        (0, None), (0, None), (1, 10), (1, 10), (1, 10), (1, None), (2, None), (2, None), (2, 11), (2, None), (2, None),
+    ]
+    rewards = [1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.5, 0.25]
+    clean = [make_sample(index=i, group_index=g, rollout_id=r, reward=rewards[i], response_length=1 + i % 3)
+             for i, (g, r) in enumerate(spec)]
+    broken = [dict(s) for s in clean]
+    broken[3] = dict(clean[3], status="bogus")
+    broken[6] = dict(clean[6], reward="high")
+    return clean, broken, {9: b'{"index": 9, "tokens": [1, 2'}
+
+
+def test_skip_rejects_whole_rollout_and_keeps_ids(tmp_path):
+    clean, broken, raw = _skip_case()
+    write_jsonl(tmp_path / "clean" / "1.jsonl", clean)
+    write_jsonl(tmp_path / "broken" / "1.jsonl", broken, raw_lines=raw)
+    convert([str(tmp_path / "clean")], str(tmp_path / "out_clean"), _opts())
+    res = convert([str(tmp_path / "broken")], str(tmp_path / "out"), _opts(on_error="skip"))
+    clean_ids = {r["sample_index"]: r["rollout_id"] for r in read_rows(tmp_path / "out_clean")}
+    rows = read_rows(tmp_path / "out")
+    survivors = [0, 1, 5, 7, 8, 10]
+    assert [r["sample_index"] for r in rows] == survivors
+    # ids of survivors never shift because of the rejects
+    assert {r["sample_index"]: r["rollout_id"] for r in rows} == {i: clean_ids[i] for i in survivors}
+    # counts: input = rows + rejected
+    c = res["counts"]
+    assert (c["input_samples"], c["rows"], c["rejected"]) == (11, 6, 5)
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert m["counts"]["input_samples"] == m["counts"]["rows"] + m["counts"]["rejected"]
+    assert m["rejects"]["count"] == 5
+    # rejects.jsonl: one record per rejected sample, with location, field and reason
+    rej = read_jsonl(tmp_path / "out" / "rejects.jsonl")
+    assert [r["line"] for r in rej] == [3, 4, 5, 7, 10]
+    by_line = {r["line"]: r for r in rej}
+    assert all(r["file"].endswith("1.jsonl") and r["step"] == 1 and r["split"] == "train" for r in rej)
+    assert by_line[4]["field"] == "status" and "bogus" in by_line[4]["reason"]
+    assert by_line[7]["field"] == "reward"
+    for sib in (3, 5):
+        assert "sibling" in by_line[sib]["reason"] and "line 4" in by_line[sib]["reason"]
+        assert by_line[sib]["rollout_id"] == 10
+    assert "JSON" in by_line[10]["reason"]
+
+
+def test_skip_rewards_over_survivors(tmp_path):
+    clean, broken, raw = _skip_case()
+    write_jsonl(tmp_path / "broken" / "1.jsonl", broken, raw_lines=raw)
+    convert([str(tmp_path / "broken")], str(tmp_path / "out"), _opts(on_error="skip"))
+    rows = read_rows(tmp_path / "out")
+    got = {r["sample_index"]: r["reward"] for r in rows}
+    for members in ([0, 1], [5], [7, 8, 10]):
+        sub = [clean[i] for i in members]
+        _, exp = ref.post_process_rewards(sub, n_samples_per_prompt=len(sub), rollout_batch_size=1)
+        if len(members) == 1:
+            exp = [0.0]  # a one-sample group gives 0.0, never NaN
+        np.testing.assert_allclose([got[i] for i in members], exp, atol=TOL, rtol=0)
+    sums = {r["sample_index"]: r["rollout_mask_sum"] for r in rows}
+    assert sums == {i: clean[i]["response_length"] for i in (0, 1, 5, 7, 8, 10)}
+
+
+def test_no_rejects_file_without_rejects(tmp_path):
+    clean, _, _ = _skip_case()
+    write_jsonl(tmp_path / "in" / "1.jsonl", clean)
+    res = convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts(on_error="skip"))
+    assert res["rejects"] is None
+    assert not (tmp_path / "out" / "rejects.jsonl").exists()
+
+
+def test_skip_pt_rejects_name_sample_positions(tmp_path):
+    from conftest import write_pt
+
+    samples = [make_sample(index=i, group_index=0, reward=float(i % 2)) for i in range(4)]
+    samples[2]["loss_mask"] = [1]
+    write_pt(tmp_path / "in" / "6.pt", samples, 6)
+    res = convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts(on_error="skip"))
+    assert res["counts"]["rows"] == 3 and res["counts"]["rejected"] == 1
+    (rej,) = read_jsonl(tmp_path / "out" / "rejects.jsonl")
+    assert rej["sample"] == 2 and rej["field"] == "loss_mask" and rej["step"] == 6
+
+
+# ------------------------------------------------------------------------------ --max-errors and exit code 3
+
+
+def _bad_file(tmp_path, n_bad, n=30, name="1.jsonl"):
+    samples = [make_sample(index=i, group_index=i // 3, reward=float(i % 2)) for i in range(n)]
+    for i in range(n_bad):
+        samples[i]["status"] = "nope"
+    return write_jsonl(tmp_path / "in" / name, samples)
+
+
+def test_fail_is_exit_3_with_located_problems_and_no_manifest(tmp_path):
+    _bad_file(tmp_path, 2)
+    with pytest.raises(InvalidInputError) as ei:
+        convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts())
+    e = ei.value
+    assert e.exit_code == 3
+    assert [(p.location.number, p.field) for p in e.problems] == [(1, "status"), (2, "status")]
+    assert "1.jsonl:line 1" in str(e) and "status" in str(e)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not (tmp_path / "out" / "data").exists()
+
+
+@pytest.mark.parametrize("max_errors,n_bad,shown", [(None, 25, 20), (None, 3, 3), (3, 10, 3), (5, 2, 2), (1, 4, 1)])
+def test_max_errors_under_fail_caps_reported_problems(tmp_path, max_errors, n_bad, shown):
+    _bad_file(tmp_path, n_bad)
+    with pytest.raises(InvalidInputError) as ei:
+        convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts(max_errors=max_errors))
+    assert len(ei.value.problems) == shown
+    assert [p.location.number for p in ei.value.problems] == list(range(1, shown + 1))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("max_errors,n_bad,ok", [(2, 3, False), (3, 3, True), (0, 1, False), (0, 0, True), (None, 12, True)])
+def test_max_errors_under_skip_limits_rejected_samples(tmp_path, max_errors, n_bad, ok):
+    # groups of 3 with distinct default ids: each bad sample is its own rollout
+    _bad_file(tmp_path, n_bad)
+    opts = _opts(on_error="skip", max_errors=max_errors)
+    if ok:
+        res = convert([str(tmp_path / "in")], str(tmp_path / "out"), opts)
+        assert res["counts"]["rejected"] == n_bad and res["counts"]["rows"] == 30 - n_bad
+    else:
+        with pytest.raises(InvalidInputError) as ei:
+            convert([str(tmp_path / "in")], str(tmp_path / "out"), opts)
+        assert ei.value.exit_code == 3
+        assert ei.value.problems and ei.value.problems[0].field == "status"
+        assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_max_errors_under_skip_counts_rejected_siblings(tmp_path):
+    samples = [make_sample(index=i, group_index=0, rollout_id=4, reward=float(i % 2)) for i in range(3)]
+    samples += [make_sample(index=3 + i, group_index=1, reward=float(i % 2)) for i in range(3)]
+    samples[1]["status"] = "nope"
+    write_jsonl(tmp_path / "in" / "1.jsonl", samples)
+    with pytest.raises(InvalidInputError):
+        convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts(on_error="skip", max_errors=2))
+    res = convert([str(tmp_path / "in")], str(tmp_path / "out2"), _opts(on_error="skip", max_errors=3))
+    assert res["counts"]["rejected"] == 3 and res["counts"]["rows"] == 3
+
+
+def test_max_errors_under_skip_counts_across_steps(tmp_path):
+    _bad_file(tmp_path, 2, name="1.jsonl")
+    _bad_file(tmp_path, 2, name="2.jsonl")
+    with pytest.raises(InvalidInputError):
+        convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts(on_error="skip", max_errors=3))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    res = convert([str(tmp_path / "in")], str(tmp_path / "out2"), _opts(on_error="skip", max_errors=4))
+    assert res["counts"]["rejected"] == 4
+
+
+def test_missing_group_index_needs_n(tmp_path):
+    samples = [make_sample(index=i, group_index=None, reward=float(i % 2)) for i in range(4)]
+    write_jsonl(tmp_path / "in" / "1.jsonl", samples)
+    with pytest.raises(InvalidInputError) as ei:
+        convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts())
+    assert "group_index" in str(ei.value) and "--n-samples-per-prompt" in str(ei.value)
+    convert([str(tmp_path / "in")], str(tmp_path / "out2"), _opts(n_samples_per_prompt=2))
+    v = 0.7071057558059692  # rewards [0, 1, 0, 1]: chunks [0, 1] and [0, 1]
+    np.testing.assert_allclose([r["reward"] for r in read_rows(tmp_path / "out2")], [-v, v, -v, v], atol=TOL, rtol=0)
+
+
+# ------------------------------------------------------------------------------ determinism
+
+
+def test_converting_twice_gives_identical_bytes(tmp_path):
+    src = [str(SAMPLE_DATA / "jsonl" / "rollout_data")]
+    convert(src, str(tmp_path / "a"), copts(shards=4, mmap=True))
+    convert(src, str(tmp_path / "b"), copts(shards=4, mmap=True))
+    a, b = shard_bytes(tmp_path / "a"), shard_bytes(tmp_path / "b")
+    assert a and a == b
+    ma = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    mb = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert ma["steps"] == mb["steps"]
+
+
+def test_worker_pool_gives_identical_bytes(tmp_path):
+    src = [str(SAMPLE_DATA / "jsonl" / "rollout_data")]
+    convert(src, str(tmp_path / "one"), copts(shards=2, mmap=True, workers=1))
+    convert(src, str(tmp_path / "two"), copts(shards=2, mmap=True, workers=2))
+    assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "two")
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd", "lz4", "snappy"])
+def test_every_compression_reads_back_identically(tmp_path, compression):
+    src = [str(SAMPLE_DATA / "jsonl" / "rollout_data" / "2.jsonl")]
+    convert(src, str(tmp_path / "z"), _opts(compression="zstd"))
+    convert(src, str(tmp_path / "c"), _opts(compression=compression))
+    assert read_rows(tmp_path / "c") == read_rows(tmp_path / "z")
+
+
+def test_output_is_one_dataset(tmp_path):
+    import pyarrow.dataset as ds
+
+    convert([str(SAMPLE_DATA / "jsonl" / "rollout_data")], str(tmp_path / "out"), copts(shards=3))
+    t = ds.dataset(str(tmp_path / "out" / "data"), format="parquet").to_table()
+    assert t.num_rows == 46
+    assert sorted(set(t.column("step").to_pylist())) == [1, 2, 3]
+    # siblings share their id and mask sum; mask sums add up
+    rows = t.to_pylist()
+    by = {}
+    for r in rows:
+        by.setdefault((r["step"], r["rollout_id"]), []).append(r)
+    for sibs in by.values():
+        total = sum(sum(r["loss_mask"]) for r in sibs)
+        assert all(r["rollout_mask_sum"] == total for r in sibs)
+    assert Path(tmp_path / "out" / "manifest.json").exists()
+
+
+# ------------------------------------------------------------------------------ Parquet inputs
+
+
+def _write_parquet(path, recs):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(recs), path)
+    return path
+
+
+def test_parquet_struct_reward_with_reward_key(tmp_path):
+    recs = [make_sample(index=i, group_index=0, reward={"acc": float(i % 2), "fmt": 0.5}) for i in range(4)]
+    for r in recs:
+        r["metadata"] = "{}"
+    _write_parquet(tmp_path / "in" / "1.parquet", recs)
+    write_jsonl(tmp_path / "js" / "1.jsonl", [dict(r, metadata={}) for r in recs])
+    convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts(reward_key="acc"))
+    convert([str(tmp_path / "js")], str(tmp_path / "out_js"), _opts(reward_key="acc"))
+    assert read_rows(tmp_path / "out") == read_rows(tmp_path / "out_js")
+    assert [r["raw_reward"] for r in read_rows(tmp_path / "out")] == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_parquet_struct_metadata_with_raw_reward_on_some_rows(tmp_path):
+    """A native struct column has every key on every row, null where a sample lacks it: a null
+    metadata.raw_reward means "absent" (raw_reward = the selected reward), not an invalid sample."""
+    recs = [make_sample(index=i, group_index=0, reward=float(i % 2), metadata={"source_name": "math"}) for i in range(4)]
+    recs[0]["metadata"] = {"raw_reward": 2.0, "source_name": "math"}
+    _write_parquet(tmp_path / "in" / "1.parquet", recs)
+    convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts())
+    rows = read_rows(tmp_path / "out")
+    assert [r["raw_reward"] for r in rows] == [2.0, 1.0, 0.0, 1.0]
+    assert [r["source_name"] for r in rows] == ["math"] * 4
+
+
+def test_parquet_problem_row_beyond_first_batch(tmp_path):
+    recs = [make_sample(index=i, group_index=i // 4, reward=float(i % 2), response_length=1, prompt_len=1)
+            for i in range(1500)]
+    for r in recs:
+        r["metadata"] = "{}"
+    recs[1234]["status"] = "weird"
+    _write_parquet(tmp_path / "in" / "1.parquet", recs)
+    with pytest.raises(InvalidInputError) as ei:
+        convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts())
+    (p,) = ei.value.problems
+    assert (p.location.kind, p.location.number, p.field) == ("row", 1234, "status")
+
+
+# ------------------------------------------------------------------------------ more reject cases
+
+
+def test_skip_strict_conflict_rejects_all_members(tmp_path):
+    samples = [make_sample(index=i, group_index=i // 2, rollout_id=(0 if i in (0, 2) else None), reward=float(i % 2))
+               for i in range(4)]
+    write_jsonl(tmp_path / "in" / "1.jsonl", samples)
+    res = convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts(on_error="skip"))
+    assert res["counts"]["rejected"] == 2
+    assert [r["sample_index"] for r in read_rows(tmp_path / "out")] == [1, 3]
+    rej = read_jsonl(tmp_path / "out" / "rejects.jsonl")
+    assert [r["line"] for r in rej] == [1, 3] and all(r["field"] == "rollout_id" for r in rej)
+
+
+def test_skip_every_sample_of_a_step(tmp_path):
+    write_jsonl(tmp_path / "in" / "1.jsonl", [make_sample(index=i, status="x") for i in range(3)])
+    write_jsonl(tmp_path / "in" / "2.jsonl", [make_sample(index=i, group_index=0, reward=float(i)) for i in range(2)])
+    res = convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts(on_error="skip"))
+    c = res["counts"]
+    assert (c["input_samples"], c["rows"], c["rejected"]) == (5, 2, 3)
+    assert read_rows(tmp_path / "out", step=1) == []
+    assert len(read_rows(tmp_path / "out", step=2)) == 2
+
+
+# ------------------------------------------------------------------------------ one step split into byte ranges
+
+
+@pytest.fixture
+def split_inline(monkeypatch):
+    """Make convert split even tiny JSONL files into byte ranges, and run the parts in this process."""
+    import rollout_cli.run.convert as conv
+    import rollout_cli.inputs.jsonl as rj
+    from rollout_cli.run.engines.local import InlineEngine
+
+    real = rj.split_ranges
+    monkeypatch.setattr(rj, "split_ranges", lambda path, parts, min_bytes=1: real(path, parts, min_bytes=1))
+    monkeypatch.setattr(conv, "make_engine", lambda *a, **k: InlineEngine())
+
+
+def _many(n=40):
+    samples = []
+    for i in range(n):
+        rid = 1000 + i // 3 if (i // 3) % 2 else None  # every other triple is a compact rollout
+        samples.append(make_sample(index=i, group_index=i // 6, rollout_id=rid, reward=float(i % 3 == 0),
+                                   response_length=1 + i % 4))
+    return samples
+
+
+def test_split_step_gives_identical_bytes(tmp_path, split_inline):
+    write_jsonl(tmp_path / "in" / "1.jsonl", _many())
+    convert([str(tmp_path / "in")], str(tmp_path / "one"), _opts(workers=1, shards=2, mmap=True))
+    convert([str(tmp_path / "in")], str(tmp_path / "four"), _opts(workers=4, shards=2, mmap=True))
+    assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "four")
+
+
+def test_split_step_problem_line_numbers(tmp_path, split_inline):
+    samples = _many()
+    samples[33]["status"] = "bogus"  # line 34, in the last byte range
+    write_jsonl(tmp_path / "in" / "1.jsonl", samples)
+    with pytest.raises(InvalidInputError) as ei:
+        convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts(workers=4))
+    (p,) = ei.value.problems
+    assert (p.location.number, p.field) == (34, "status")
+
+
+def test_split_step_rejects_and_ids(tmp_path, split_inline):
+    samples = _many()
+    samples[33]["status"] = "bogus"  # sample 33 is in rollout 1011 (samples 33-35)
+    samples[20]["reward"] = "x"  # a default sample
+    write_jsonl(tmp_path / "in" / "1.jsonl", samples, raw_lines={26: b'{"broken'})
+    convert([str(tmp_path / "in")], str(tmp_path / "one"), _opts(workers=1, on_error="skip"))
+    convert([str(tmp_path / "in")], str(tmp_path / "four"), _opts(workers=4, on_error="skip"))
+    assert read_rows(tmp_path / "four") == read_rows(tmp_path / "one")
+    rej = read_jsonl(tmp_path / "four" / "rejects.jsonl")
+    assert [r["line"] for r in rej] == [21, 27, 34, 35, 36]
+    assert rej == read_jsonl(tmp_path / "one" / "rejects.jsonl")
+
+
+def test_the_converting_process_imports_no_arrow_numpy_or_torch():
+    """The driver only plans, schedules and commits: the pool's workers (whose fork server
+    preloads the stages) start while it sets up, and `rollout-cli convert` starts fast."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rollout_cli.cli.app, rollout_cli.run.convert, rollout_cli.core.options, rollout_cli.run.tasks; "
+            "print(sorted(m for m in ('pyarrow', 'numpy', 'torch', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

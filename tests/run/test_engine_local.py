@@ -1,0 +1,100 @@
+"""The local engines: inline and the fork-server process pool."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from rollout_cli.run.engines.local import InlineEngine, PoolEngine, start_early
+
+
+def _array_then_modules() -> tuple[list[int], bool]:
+    import pyarrow as pa
+
+    values = pa.array([1, 2, 3]).to_pylist()  # pa.array looks for pandas types
+    return values, "pandas" in sys.modules
+
+
+def _import_pandas() -> str:
+    try:
+        import pandas  # noqa: F401
+    except ImportError as e:
+        return f"refused: {e}"
+    return "imported"
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _boom() -> None:
+    raise ValueError("bad input")
+
+
+def test_pool_workers_never_import_pandas():
+    pytest.importorskip("pandas")  # only meaningful where pandas is installed
+    engine = PoolEngine(2)
+    try:
+        h = engine.submit(_array_then_modules)
+        values, has_pandas = engine.result(engine.wait([h])[0])
+        assert values == [1, 2, 3]
+        assert has_pandas is False
+        assert engine.result(engine.submit(_import_pandas)).startswith("refused")
+    finally:
+        engine.shutdown()
+
+
+def test_the_preloaded_pipeline_leaves_out_pandas_and_arrow_compute():
+    """What the fork server imports before the first worker starts: pyarrow.compute (50 ms) and
+    pandas (0.3 s) would only delay the first parse."""
+    import subprocess
+
+    from rollout_cli.run.engines.local import PRELOAD
+
+    code = f"import sys; import {', '.join(PRELOAD)}; print(sorted(m for m in ('pandas', 'pyarrow.compute', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_pool_gives_each_task_a_fresh_process_and_delivers_errors():
+    start_early()  # harmless when the fork server is already up
+    engine = PoolEngine(2)
+    try:
+        pids = {engine.result(engine.submit(_pid)) for _ in range(3)}
+        assert len(pids) == 3 and os.getpid() not in pids
+        with pytest.raises(ValueError, match="bad input"):
+            engine.result(engine.submit(_boom))
+    finally:
+        engine.shutdown()
+
+
+def test_inline_engine_runs_in_this_process():
+    engine = InlineEngine()
+    assert engine.result(engine.submit(_pid)) == os.getpid()
+    h = engine.submit(_boom)
+    with pytest.raises(ValueError, match="bad input"):
+        engine.result(h)
+
+
+def test_an_unguarded_script_is_never_rerun_by_workers(tmp_path):
+    """A script calling convert without `if __name__ == "__main__"`: its workers (including the
+    fresh ones the pool starts after each task) must not run it again."""
+    import subprocess
+
+    from conftest import make_sample, write_jsonl
+
+    for step in (1, 2, 3):
+        write_jsonl(tmp_path / "in" / f"step_{step}.jsonl", [make_sample(group_index=0, index=i) for i in range(4)])
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import sys\n"
+        "from rollout_cli.run.convert import convert, ConvertOptions\n"
+        "print('body', flush=True)\n"
+        "r = convert([sys.argv[1]], sys.argv[2], ConvertOptions(workers=2))\n"
+        "print('steps', r['counts']['steps'], flush=True)\n"
+    )
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "in"), str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["body", "steps", "3"]

@@ -1,0 +1,491 @@
+"""rollout_cli.verify.check: every guarantee `verify` makes catches a real, deliberately made failure.
+
+Each test damages a copy of a clean converted output in one way and checks that verify names the
+damaged file and the broken invariant, and (where the damage is surgical, with the manifest's
+sizes and checksums fixed up) that nothing else is reported.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from rollout_cli.cli.app import app
+from rollout_cli.core.errors import ExitCode, IntegrityError, UsageError
+from rollout_cli.core.schema import train_schema
+from rollout_cli.verify.check import check_output, digest_of, file_digest, verify_output
+from conftest import ROOT, SAMPLE_JSONL
+
+SAMPLE_PARQUET = ROOT / "sample_data" / "parquet" / "rollout_data"
+
+
+def _convert(inputs: list, out: Path, *extra: str) -> None:
+    res = CliRunner().invoke(app, ["convert", *map(str, inputs), str(out), "--workers", "1", "-q", *extra])
+    assert res.exit_code == 0, res.output
+
+
+@pytest.fixture
+def out(sample_out) -> Path:
+    return sample_out
+
+
+def manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def save_manifest(out: Path, m: dict) -> None:
+    (out / "manifest.json").write_text(json.dumps(m, indent=1))
+
+
+def step_entry(m: dict, step: int, split: str = "train") -> dict:
+    return next(s for s in m["steps"] if s["step"] == step and s["split"] == split)
+
+
+def fails(result: dict) -> set[tuple[str, str]]:
+    return {(f["file"], f["invariant"]) for f in result["failures"]}
+
+
+def refresh(out: Path, entry: dict) -> None:
+    """Record a rewritten file's size and checksum in its manifest entry (same algorithm)."""
+    path = out / entry["path"]
+    alg, _ = digest_of(entry)
+    entry["bytes"] = path.stat().st_size
+    entry[alg] = file_digest(str(path), alg)
+
+
+def rewrite_shard(out: Path, m: dict, shard: dict, table: pa.Table, *, mmap: bool = True, counts: bool = False) -> None:
+    """Write `table` as the shard's Parquet (and its Arrow IPC copy), fixing sizes and checksums
+    in the manifest so that only the data's own invariants can fail."""
+    table = table.cast(train_schema())
+    pq.write_table(table, out / shard["path"], compression="zstd")
+    refresh(out, shard)
+    if mmap and shard.get("mmap"):
+        with pa.ipc.new_file(str(out / shard["mmap"]["path"]), table.schema) as w:
+            w.write_table(table)
+        refresh(out, shard["mmap"])
+    if counts:
+        shard["rows"] = table.num_rows
+        shard["tokens"] = int(pa.compute.sum(table.column("total_length")).as_py() or 0)
+        shard["rollouts"] = len(set(table.column("rollout_id").to_pylist()))
+    save_manifest(out, m)
+
+
+def read_shard(out: Path, shard: dict) -> pa.Table:
+    return pq.read_table(out / shard["path"]).cast(train_schema())
+
+
+def set_cell(table: pa.Table, column: str, row: int, value) -> pa.Table:
+    values = table.column(column).to_pylist()
+    values[row] = value
+    i = table.schema.get_field_index(column)
+    return table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+
+
+def multi_sample_rollout(out: Path, m: dict, step: int = 2) -> tuple[dict, pa.Table, list[int]]:
+    """A shard of `step` and the row positions of one rollout with at least two samples there."""
+    for shard in step_entry(m, step)["shards"]:
+        t = read_shard(out, shard)
+        ids = t.column("rollout_id").to_pylist()
+        for rid in ids:
+            rows = [i for i, x in enumerate(ids) if x == rid]
+            if len(rows) >= 2:
+                return shard, t, rows
+    raise AssertionError("sample data lost its multi-sample rollouts")
+
+
+def flip_byte(path: Path, where: float = 0.5) -> None:
+    data = bytearray(path.read_bytes())
+    i = int(len(data) * where)
+    data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+# ------------------------------------------------------------------------------- clean outputs
+
+
+def test_clean_output_passes_full_and_quick(out):
+    for quick in (False, True):
+        res = verify_output(str(out), quick=quick)
+        assert res["ok"] and res["failures"] == [], res["failures"]
+        m = manifest(out)
+        n_shards = sum(len(s["shards"]) for s in m["steps"])
+        assert res["checked"]["shards"] == n_shards == 8
+        assert res["checked"]["files"] == 1 + 2 * n_shards  # manifest + Parquet + IPC copies
+        assert res["checked"]["rows"] == m["counts"]["rows"]
+        assert res["checked"]["hashed_bytes"] == (0 if quick else res["checked"]["bytes"])
+        json.dumps(res)  # plain data
+
+
+def test_clean_outputs_of_other_shapes_pass(tmp_path):
+    """--keep-text (extra schema columns), --no-mmap, and an output with rejects.jsonl."""
+    a = tmp_path / "text"
+    _convert([SAMPLE_PARQUET], a, "--keep-text", "--no-mmap", "--shards", "3", "--keep-groups")
+    assert verify_output(str(a))["failures"] == []
+    b = tmp_path / "rej"
+    _convert([_input_with_a_bad_sample(tmp_path)], b, "--on-error", "skip")
+    assert manifest(b)["rejects"]["count"] == 1
+    res = verify_output(str(b))
+    assert res["failures"] == [] and "rejects.jsonl" in res["files"]
+
+
+def _input_with_a_bad_sample(tmp_path: Path) -> Path:
+    lines = (SAMPLE_JSONL / "1.jsonl").read_bytes().splitlines()
+    rec = json.loads(lines[3])
+    rec["reward"] = "oops"
+    lines[3] = json.dumps(rec).encode()
+    p = tmp_path / "in" / "1.jsonl"
+    p.parent.mkdir()
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    return p
+
+
+# ------------------------------------------------------------------------------- bytes on disk
+
+
+def test_one_flipped_byte_in_a_shard_is_caught_and_named(out):
+    shard = step_entry(manifest(out), 2)["shards"][1]["path"]
+    flip_byte(out / shard)
+    res = verify_output(str(out))
+    assert fails(res) == {(shard, "checksum")}
+    with pytest.raises(IntegrityError) as e:
+        check_output(str(out))
+    assert e.value.exit_code == ExitCode.INTEGRITY == 4
+    assert shard in str(e.value) and "checksum" in str(e.value)
+    # --quick compares sizes only: a same-size corruption is the one thing it cannot see
+    assert verify_output(str(out), quick=True)["failures"] == []
+
+
+def test_one_flipped_byte_in_the_mmap_copy_is_caught(out):
+    mm = step_entry(manifest(out), 1)["shards"][0]["mmap"]["path"]
+    flip_byte(out / mm, 0.3)
+    assert fails(verify_output(str(out))) == {(mm, "checksum")}
+
+
+def test_deleted_shard_is_caught_also_by_quick(out):
+    m = manifest(out)
+    shard = step_entry(m, 3)["shards"][0]["path"]
+    (out / shard).unlink()
+    for quick in (False, True):
+        assert fails(verify_output(str(out), quick=quick)) == {(shard, "file_present")}
+
+
+def test_truncated_shard_is_caught_by_size(out):
+    shard = step_entry(manifest(out), 3, "eval")["shards"][1]["path"]
+    data = (out / shard).read_bytes()
+    (out / shard).write_bytes(data[:-10])
+    for quick in (False, True):
+        assert fails(verify_output(str(out), quick=quick)) == {(shard, "size")}
+
+
+# ------------------------------------------------------------------------------- manifest counts
+
+
+def test_edited_total_count_is_caught(out):
+    m = manifest(out)
+    m["counts"]["rows"] += 1
+    save_manifest(out, m)
+    res = verify_output(str(out), quick=True)
+    assert fails(res) == {("manifest.json", "counts")}
+    assert any("counts.rows" in f["detail"] for f in res["failures"])
+
+
+@pytest.mark.parametrize("field", ["samples", "rejected", "rows"])
+def test_edited_step_count_breaks_rows_plus_rejected_equals_samples(out, field):
+    m = manifest(out)
+    step_entry(m, 2)[field] += 1
+    save_manifest(out, m)
+    res = verify_output(str(out))
+    assert ("manifest.json", "counts") in fails(res)
+    assert any("step 2" in f["detail"] for f in res["failures"])
+
+
+def test_consistently_edited_row_count_is_caught_against_the_data(out):
+    """The manifest adds up, but one shard does not hold the rows it claims."""
+    m = manifest(out)
+    s = step_entry(m, 1)
+    shard = s["shards"][0]
+    for d in (shard, s):
+        d["rows"] += 1
+    s["samples"] += 1
+    m["counts"]["rows"] += 1
+    m["counts"]["input_samples"] += 1
+    next(i for i in m["inputs"] if i["step"] == 1 and i["split"] == "train")["samples"] += 1
+    save_manifest(out, m)
+    both = {(shard["path"], "rows"), (shard["mmap"]["path"], "rows")}  # the Parquet shard and its IPC copy
+    assert fails(verify_output(str(out))) == both
+    assert fails(verify_output(str(out), quick=True)) == both  # footer row counts
+
+
+def test_consistently_edited_token_count_is_caught_against_the_data(out):
+    m = manifest(out)
+    s = step_entry(m, 2)
+    shard = s["shards"][1]
+    shard["tokens"] += 5
+    s["tokens"] += 5
+    s["tokens_per_shard"][1] += 5
+    save_manifest(out, m)
+    assert fails(verify_output(str(out))) == {(shard["path"], "tokens")}
+
+
+def test_rejects_file_must_match_the_manifest(tmp_path):
+    out = tmp_path / "rej"
+    _convert([_input_with_a_bad_sample(tmp_path)], out, "--on-error", "skip")
+    (out / "rejects.jsonl").write_bytes(b"")
+    assert fails(verify_output(str(out))) == {("rejects.jsonl", "rejects"), ("rejects.jsonl", "checksum")}
+    (out / "rejects.jsonl").unlink()
+    assert ("rejects.jsonl", "file_present") in fails(verify_output(str(out)))
+
+
+def test_rejects_file_without_rejected_samples_is_unexpected(out):
+    (out / "rejects.jsonl").write_text('{"file": "x", "split": "train", "step": 1}\n')
+    assert fails(verify_output(str(out))) == {("rejects.jsonl", "unexpected_file")}
+
+
+# ------------------------------------------------------------------------------- row invariants
+
+
+def test_sibling_with_a_different_mask_sum_is_caught(out):
+    """Rewrite a shard with pyarrow, one sibling's rollout_mask_sum changed, checksum fixed."""
+    m = manifest(out)
+    shard, t, rows = multi_sample_rollout(out, m)
+    t = set_cell(t, "rollout_mask_sum", rows[1], t.column("rollout_mask_sum")[rows[1]].as_py() + 1)
+    rewrite_shard(out, m, shard, t)
+    res = verify_output(str(out))
+    assert fails(res) == {(shard["path"], "rollout_mask_sum_shared")}, res["failures"]
+
+
+def test_mask_sum_that_is_not_the_loss_mask_total_is_caught(out):
+    m = manifest(out)
+    shard, t, rows = multi_sample_rollout(out, m)
+    v = t.column("rollout_mask_sum")[rows[0]].as_py() + 7
+    for r in rows:
+        t = set_cell(t, "rollout_mask_sum", r, v)
+    rewrite_shard(out, m, shard, t)
+    assert fails(verify_output(str(out))) == {(shard["path"], "rollout_mask_sum_total")}
+
+
+def test_rollout_split_across_shards_is_caught(out):
+    m = manifest(out)
+    s = step_entry(m, 2)
+    shard, t, rows = multi_sample_rollout(out, m)
+    k = s["shards"].index(shard)
+    other = s["shards"][1 - k]
+    moved = t.take(pa.array([rows[-1]]))
+    keep = [i for i in range(t.num_rows) if i != rows[-1]]
+    rewrite_shard(out, m, shard, t.take(pa.array(keep)), counts=True)
+    rewrite_shard(out, m, other, pa.concat_tables([read_shard(out, other), moved]), counts=True)
+    s["tokens_per_shard"] = [sh["tokens"] for sh in s["shards"]]
+    save_manifest(out, m)
+    res = verify_output(str(out))
+    assert (other["path"], "rollout_split") in fails(res) or (shard["path"], "rollout_split") in fails(res), res["failures"]
+    split = next(f for f in res["failures"] if f["invariant"] == "rollout_split")
+    assert shard["path"] in split["detail"] and other["path"] in split["detail"]
+
+
+@pytest.mark.parametrize(
+    "column, change, primary, consequences",
+    [
+        # (column, change, the invariant that must fail, what else may follow from it)
+        ("response_length", lambda v: v + 1, "loss_mask_length", set()),
+        ("total_length", lambda v: v + 1, "total_length", {"tokens"}),
+        ("step", lambda v: v + 100, "step_column", set()),
+        ("truncated", lambda v: not v, "status", set()),
+        ("status", lambda v: "bogus", "status", set()),
+        ("loss_mask", lambda v: [2] + v[1:], "loss_mask_values", {"rollout_mask_sum_total"}),
+        ("loss_mask", lambda v: v + [1], "loss_mask_length", {"rollout_mask_sum_total"}),
+    ],
+)
+def test_row_invariants(out, column, change, primary, consequences):
+    m = manifest(out)
+    shard = step_entry(m, 1)["shards"][1]
+    t = read_shard(out, shard)
+    row = 3
+    t = set_cell(t, column, row, change(t.column(column)[row].as_py()))
+    rewrite_shard(out, m, shard, t)
+    res = verify_output(str(out))
+    assert {f for f, _ in fails(res)} == {shard["path"]}, res["failures"]
+    got = {inv for _, inv in fails(res)}
+    assert primary in got and got <= {primary} | consequences, res["failures"]
+    assert any(f"row {row}" in f["detail"] for f in res["failures"] if f["invariant"] == primary)
+
+
+def test_null_in_a_required_column_is_caught(out):
+    m = manifest(out)
+    shard = step_entry(m, 1)["shards"][0]
+    t = pq.read_table(out / shard["path"])
+    i = t.schema.get_field_index("reward")
+    t = t.set_column(i, pa.field("reward", pa.float32()), pa.array([None] + t.column("reward").to_pylist()[1:], pa.float32()))
+    pq.write_table(t, out / shard["path"])  # a nullable field: the schema check fails too
+    refresh(out, shard)
+    save_manifest(out, m)
+    assert (shard["path"], "schema") in fails(verify_output(str(out)))
+
+
+def test_mmap_copy_with_different_rows_is_caught(out):
+    m = manifest(out)
+    shard = step_entry(m, 3)["shards"][0]
+    t = read_shard(out, shard)
+    t = set_cell(t, "reward", 0, 123.0)
+    with pa.ipc.new_file(str(out / shard["mmap"]["path"]), t.schema) as w:
+        w.write_table(t)
+    refresh(out, shard["mmap"])
+    save_manifest(out, m)
+    assert fails(verify_output(str(out))) == {(shard["mmap"]["path"], "mmap_content")}
+
+
+# ------------------------------------------------------------------------------- schema
+
+
+def test_shard_with_a_different_column_type_is_caught(out):
+    m = manifest(out)
+    shard = step_entry(m, 2)["shards"][0]
+    t = read_shard(out, shard)
+    schema = train_schema()
+    i = schema.get_field_index("tokens")
+    wide = schema.set(i, pa.field("tokens", pa.list_(pa.int64()), nullable=False))
+    pq.write_table(t.cast(wide), out / shard["path"])
+    refresh(out, shard)
+    save_manifest(out, m)
+    res = verify_output(str(out))
+    assert fails(res) == {(shard["path"], "schema")}
+    assert "tokens" in res["failures"][0]["detail"]
+
+
+def test_shard_missing_a_column_is_caught(out):
+    m = manifest(out)
+    shard = step_entry(m, 2)["shards"][0]
+    t = read_shard(out, shard).drop_columns(["teacher_log_probs"])
+    pq.write_table(t, out / shard["path"])
+    refresh(out, shard)
+    save_manifest(out, m)
+    res = verify_output(str(out))
+    assert (shard["path"], "schema") in fails(res)
+    assert any("teacher_log_probs" in f["detail"] for f in res["failures"])
+
+
+def test_keep_text_option_decides_the_expected_schema(out):
+    m = manifest(out)
+    m["options"]["keep_text"] = True
+    save_manifest(out, m)
+    res = verify_output(str(out), quick=True)
+    assert {inv for _, inv in fails(res)} == {"schema"}
+    assert len(res["failures"]) == 16  # every Parquet shard and IPC copy
+
+
+def test_unknown_schema_version_is_refused(out):
+    m = manifest(out)
+    m["schema_version"] = 999
+    save_manifest(out, m)
+    assert fails(verify_output(str(out))) == {("manifest.json", "schema_version")}
+
+
+def test_shard_schema_version_metadata_is_checked(out):
+    m = manifest(out)
+    shard = step_entry(m, 1)["shards"][0]
+    t = read_shard(out, shard).replace_schema_metadata({"rollout_cli.schema_version": "0"})
+    pq.write_table(t, out / shard["path"])
+    refresh(out, shard)
+    save_manifest(out, m)
+    assert fails(verify_output(str(out))) == {(shard["path"], "schema_version")}
+
+
+# ------------------------------------------------------------------------------- the manifest itself
+
+
+def test_missing_manifest_means_not_complete(out):
+    (out / "manifest.json").unlink()
+    res = verify_output(str(out))
+    assert fails(res) == {("manifest.json", "manifest")} and "interrupted" in res["failures"][0]["detail"]
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"format": "something-else"}'])
+def test_unreadable_or_foreign_manifest(out, text):
+    (out / "manifest.json").write_text(text)
+    assert fails(verify_output(str(out))) == {("manifest.json", "manifest")}
+
+
+@pytest.mark.parametrize("path", ["../outside.parquet", "/etc/passwd", "data/../../x.parquet", "other/x.parquet"])
+def test_manifest_paths_must_stay_inside_out(out, path):
+    m = manifest(out)
+    step_entry(m, 1)["shards"][0]["path"] = path
+    save_manifest(out, m)
+    res = verify_output(str(out))
+    assert fails(res) == {("manifest.json", "manifest_structure")}
+
+
+def test_malformed_manifest_fields_are_failures_not_crashes(out):
+    m = manifest(out)
+    m["steps"][0]["shards"][0]["rows"] = "eight"
+    del m["steps"][1]["tokens"]
+    m["counts"] = []
+    save_manifest(out, m)
+    res = verify_output(str(out))
+    assert {inv for _, inv in fails(res)} == {"manifest_structure"} and len(res["failures"]) == 3
+
+
+def test_duplicate_step_and_wrong_layout(out):
+    m = manifest(out)
+    m["steps"][1]["shards"][0]["path"], m["steps"][1]["shards"][1]["path"] = (
+        m["steps"][1]["shards"][1]["path"], m["steps"][1]["shards"][0]["path"])
+    save_manifest(out, m)
+    assert ("manifest.json", "shard_layout") in fails(verify_output(str(out), quick=True))
+
+
+# ------------------------------------------------------------------------------- stray files
+
+
+@pytest.mark.parametrize(
+    "rel",
+    ["data/step-000001/notes.txt", "data/step-000009/shard-00000-of-00002.parquet", "mmap/data/step-000002/extra.arrow",
+     "eval/stray.parquet", "data/.hidden"],
+)
+def test_extra_file_in_the_data_trees_is_caught(out, rel):
+    p = out / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes((out / step_entry(manifest(out), 1)["shards"][0]["path"]).read_bytes())
+    for quick in (False, True):
+        assert fails(verify_output(str(out), quick=quick)) == {(rel, "unexpected_file")}
+
+
+def test_unrelated_top_level_file_is_only_a_note(out):
+    (out / "README.txt").write_text("hello")
+    res = verify_output(str(out))
+    assert res["ok"] and any("README.txt" in n for n in res["notes"])
+
+
+# ------------------------------------------------------------------------------- streaming
+
+
+def test_verify_streams_row_groups_and_never_reads_a_whole_file(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    src = tmp_path / "in" / "5.jsonl"
+    src.parent.mkdir()
+    with open(src, "w") as f:
+        for i in range(120):
+            rl = int(rng.integers(100, 400))
+            f.write(json.dumps({"group_index": i // 4, "index": i, "tokens": rng.integers(0, 50000, 50 + rl).tolist(),
+                                "response_length": rl, "reward": float(i % 2), "status": "completed"}) + "\n")
+    out = tmp_path / "out"
+    _convert([src], out, "--shards", "2", "--row-group-bytes", "65536")
+    assert all(sh["row_groups"] > 1 for sh in step_entry(manifest(out), 5)["shards"])
+
+    def whole_file(*a, **k):
+        raise AssertionError("verify must read shards one row group at a time")
+
+    monkeypatch.setattr(pq.ParquetFile, "read", whole_file)
+    monkeypatch.setattr(pq, "read_table", whole_file)
+    res = verify_output(str(out))
+    assert res["failures"] == [] and res["checked"]["rows"] == 120
+
+
+def test_not_a_directory_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError):
+        verify_output(str(tmp_path / "nope"))
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(UsageError):
+        verify_output(str(tmp_path / "f"))
