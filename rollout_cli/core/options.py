@@ -18,12 +18,15 @@ ADVANTAGE_ESTIMATORS = (
 )
 SCOPES = ("strict", "step", "group")  # --rollout-id-scope (see ids.py)
 COMPRESSIONS = ("zstd", "lz4", "snappy", "none")
+ON_ERRORS = ("fail", "skip")
+ENGINES = ("local", "ray")
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
 
 
 @dataclass
-class ConvertOptions:
-    """Every conversion option, with its default (recorded in the manifest)."""
+class RuleOptions:
+    """The id and reward rules, and which inputs to read: shared by `convert`, `inspect` on dumps
+    and every other command that runs the pipeline's stages (one declaration, one default)."""
 
     advantage_estimator: str = "grpo"
     n_samples_per_prompt: int | None = None
@@ -33,6 +36,36 @@ class ConvertOptions:
     slime_compat: bool = False
     rollout_batch_size: int | None = None
     rollout_id_scope: str = "strict"
+    steps: str | None = None
+    step: int | None = None
+    trust_pickle: bool = False
+
+    def check(self) -> None:
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+            raise UsageError(f"--advantage-estimator: expected one of {', '.join(ADVANTAGE_ESTIMATORS)}")
+        if self.rollout_id_scope not in SCOPES:
+            raise UsageError(f"--rollout-id-scope: expected one of {', '.join(SCOPES)}")
+        if self.n_samples_per_prompt is not None and self.n_samples_per_prompt < 1:
+            raise UsageError("--n-samples-per-prompt: expected at least 1")
+        if self.slime_compat and not self.rollout_batch_size:
+            raise UsageError("--slime-compat needs --rollout-batch-size (slime's reshape depends on it)")
+        if self.step is not None and not 0 <= self.step < 2**63:
+            raise UsageError(f"--step: expected a step number in [0, {2**63 - 1}], got {self.step}")
+
+    def rule_options(self) -> dict:
+        """The settings that decide ids and rewards (what `inspect` shows and compares)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(RuleOptions)}
+        for k in ("steps", "step", "trust_pickle"):
+            d.pop(k)
+        if not self.slime_compat:
+            d.pop("rollout_batch_size")
+        return d
+
+
+@dataclass
+class ConvertOptions(RuleOptions):
+    """Every conversion option, with its default (recorded in the manifest)."""
+
     on_error: str = "fail"
     max_errors: int | None = None
     shards: int = 1
@@ -42,9 +75,6 @@ class ConvertOptions:
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
     mmap: bool = True
     keep_text: bool = False
-    steps: str | None = None
-    step: int | None = None
-    trust_pickle: bool = False
     workers: int | None = None
     engine: str = "local"
     ray_address: str | None = None
@@ -52,30 +82,21 @@ class ConvertOptions:
     resume: bool = False
 
     def check(self) -> None:
-        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
-            raise UsageError(f"--advantage-estimator: expected one of {', '.join(ADVANTAGE_ESTIMATORS)}")
-        if self.rollout_id_scope not in SCOPES:
-            raise UsageError(f"--rollout-id-scope: expected one of {', '.join(SCOPES)}")
-        if self.on_error not in ("fail", "skip"):
+        super().check()
+        if self.on_error not in ON_ERRORS:
             raise UsageError("--on-error: expected fail or skip")
         if self.compression not in COMPRESSIONS:
             raise UsageError(f"--compression: expected one of {', '.join(COMPRESSIONS)}")
         if self.shards < 1:
             raise UsageError("--shards: expected at least 1")
-        if self.n_samples_per_prompt is not None and self.n_samples_per_prompt < 1:
-            raise UsageError("--n-samples-per-prompt: expected at least 1")
         if self.max_errors is not None and self.max_errors < 0:
             raise UsageError("--max-errors: expected 0 or more")
         if self.row_group_bytes < 1 << 16:
             raise UsageError("--row-group-bytes: expected at least 65536")
-        if self.slime_compat and not self.rollout_batch_size:
-            raise UsageError("--slime-compat needs --rollout-batch-size (slime's reshape depends on it)")
-        if self.engine not in ("local", "ray"):
+        if self.engine not in ENGINES:
             raise UsageError("--engine: expected local or ray")
         if self.workers is not None and self.workers < 1:
             raise UsageError("--workers: expected at least 1")
-        if self.step is not None and not 0 <= self.step < 2**63:
-            raise UsageError(f"--step: expected a step number in [0, {2**63 - 1}], got {self.step}")
         if self.overwrite and self.resume:
             raise UsageError("--overwrite and --resume exclude each other")
 
@@ -90,4 +111,5 @@ class ConvertOptions:
             d.pop(k)
         if not self.slime_compat:
             d.pop("rollout_batch_size")
+        d["step"] = d.pop("step")  # the recorded order of earlier manifests
         return d

@@ -23,6 +23,7 @@ import math
 import os
 import re
 from collections import Counter
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -31,6 +32,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.options import ConvertOptions, RuleOptions
 from ..core.errors import IntegrityError, InvalidInputError, Location, Problem, UsageError
 from ..core.schema import STATUSES
 
@@ -94,47 +96,27 @@ _LOC_RE = re.compile(r"^(?P<file>.*):(?P<kind>line|row|sample) (?P<n>-?\d+)$")
 
 
 @dataclass
-class InspectOptions:
-    """The id and reward options of `convert` (dumps only), plus what to look at."""
+class InspectOptions(RuleOptions):
+    """The id and reward rules of `convert` (dumps only), plus what to look at."""
 
-    advantage_estimator: str = "grpo"
-    n_samples_per_prompt: int | None = None
-    reward_key: str | None = None
-    rewards_normalization: bool = True
-    grpo_std_normalization: bool = True
-    rollout_id_scope: str = "strict"
-    steps: str | None = None
-    step: int | None = None
-    trust_pickle: bool = False
     split: str = "train"
     max_anomalies: int | None = DEFAULT_MAX_ANOMALIES  # per kind; None = all
 
-    def convert_options(self):
-        from ..run.convert import ConvertOptions
-
-        return ConvertOptions(
-            advantage_estimator=self.advantage_estimator,
-            n_samples_per_prompt=self.n_samples_per_prompt,
-            reward_key=self.reward_key,
-            rewards_normalization=self.rewards_normalization,
-            grpo_std_normalization=self.grpo_std_normalization,
-            rollout_id_scope=self.rollout_id_scope,
-            steps=self.steps,
-            step=self.step,
-            trust_pickle=self.trust_pickle,
-        )
+    def convert_options(self) -> ConvertOptions:
+        return ConvertOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RuleOptions)})
 
     def check(self) -> None:
-        self.convert_options().check()
+        super().check()
         if self.split not in SPLITS:
             raise UsageError(f"--split: expected one of {', '.join(SPLITS)}")
         if self.max_anomalies is not None and self.max_anomalies < 0:
             raise UsageError("--max-anomalies: expected 0 or more")
 
     def id_reward_options(self) -> dict:
-        keys = ("advantage_estimator", "n_samples_per_prompt", "reward_key", "rewards_normalization", "grpo_std_normalization",
-                "rollout_id_scope")
-        return {k: getattr(self, k) for k in keys}
+        d = self.rule_options()
+        if not self.slime_compat:  # inspect's JSON names slime_compat only when it is on
+            d.pop("slime_compat")
+        return d
 
 
 # ----------------------------------------------------------------------------------------- anomalies
