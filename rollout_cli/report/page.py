@@ -106,3 +106,17 @@ def build_report(paths: list[str], out: str, options: ReportOptions | None = Non
                          "rollouts": s["rollouts"], "anomalies": sum(s["anomaly_counts"].values()),
                          "rollouts_embedded": len(d["details"])}
     return {"path": out, "bytes": size, "counts": counts}
+
+
+_DATA_OPEN = '<script type="application/json" id="report-data">'
+
+
+def read_data(path: str) -> dict:
+    """The data embedded in a report page that `build_report` wrote."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    start = text.find(_DATA_OPEN)
+    end = text.find("</script>", start)
+    if start < 0 or end < 0:
+        raise UsageError(f"{path}: not a rollout-cli report page (no embedded data)")
+    return json.loads(text[start + len(_DATA_OPEN):end])

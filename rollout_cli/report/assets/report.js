@@ -37,10 +37,10 @@
   function layout(title, xtitle, ytitle, extra) {
     var l = {
       title: { text: title, font: { size: 14 }, x: 0.02 },
-      margin: { l: 56, r: 16, t: 36, b: 44 },
+      margin: { l: 56, r: 16, t: 36, b: 78 },
       xaxis: { title: { text: xtitle }, zeroline: false },
       yaxis: { title: { text: ytitle }, zeroline: false },
-      legend: { orientation: "h", y: -0.22, font: { size: 11 } },
+      legend: { orientation: "h", y: -0.3, yanchor: "top", font: { size: 11 } },
       hovermode: "x unified",
       font: { family: "system-ui, sans-serif", size: 12 },
       paper_bgcolor: "#fff", plot_bgcolor: "#fff"
@@ -100,26 +100,28 @@
     var t = per.map(function (p) { return d.trends[String(p.step)] || {}; });
     function col(arr, k) { return arr.map(function (r) { return r[k] === undefined ? null : r[k]; }); }
     var mode = x.length > 60 ? "lines" : "lines+markers";
+    var stepAxis = x.length <= 20 ? { title: { text: "step" }, tickvals: x, zeroline: false } : { title: { text: "step" }, zeroline: false };
     var reward = band(x, col(per, "raw_reward_mean"), col(t, "raw_reward_std"), "raw reward", COLORS[1])
       .concat(band(x, col(per, "reward_mean"), col(per, "reward_std"), "reward", COLORS[0]));
-    Plotly.react("plot-reward", reward, layout("Reward: raw and post-processed", "step", "reward"), CONFIG);
+    Plotly.react("plot-reward", reward, layout("Reward: raw and post-processed", "step", "reward", { xaxis: stepAxis }), CONFIG);
     Plotly.react("plot-length", [
       { x: x, y: col(t, "response_length_p50"), mode: mode, name: "median", line: { color: COLORS[0] } },
       { x: x, y: col(t, "response_length_p90"), mode: mode, name: "p90", line: { color: COLORS[1] } },
       { x: x, y: col(per, "response_length_mean"), mode: mode, name: "mean", line: { color: COLORS[2], dash: "dot" } }
-    ], layout("Response length (tokens)", "step", "tokens"), CONFIG);
+    ], layout("Response length (tokens)", "step", "tokens", { xaxis: stepAxis }), CONFIG);
     Plotly.react("plot-rates", [
       { x: x, y: col(per, "truncation_rate"), mode: mode, name: "truncation rate", line: { color: COLORS[4] } },
       { x: x, y: col(t, "zero_variance_share"), mode: mode, name: "zero-variance group share", line: { color: COLORS[3] } }
-    ], layout("Truncation and zero-variance groups", "step", "share", { yaxis: { title: { text: "share" }, rangemode: "tozero" } }), CONFIG);
+    ], layout("Truncation and zero-variance groups", "step", "share", { xaxis: stepAxis, yaxis: { title: { text: "share" }, rangemode: "tozero" } }), CONFIG);
     Plotly.react("plot-spr", [
       { x: x, y: col(t, "samples_per_rollout_mean"), mode: mode, name: "samples per rollout (mean)", line: { color: COLORS[0] } },
       { x: x, y: col(t, "samples_per_rollout_max"), mode: mode, name: "samples per rollout (max)", line: { color: COLORS[1], dash: "dot" } },
       { x: x, y: col(per, "rollouts"), mode: mode, name: "rollouts", yaxis: "y2", line: { color: COLORS[2] } }
     ], layout("Samples per rollout", "step", "samples", {
+      xaxis: stepAxis,
       yaxis: { title: { text: "samples" }, rangemode: "tozero" },
-      yaxis2: { title: { text: "rollouts" }, overlaying: "y", side: "right", rangemode: "tozero" },
-      margin: { l: 56, r: 56, t: 36, b: 44 }
+      yaxis2: { title: { text: "rollouts" }, overlaying: "y", side: "right", rangemode: "tozero", tickformat: "d", showgrid: false },
+      margin: { l: 56, r: 56, t: 36, b: 78 }
     }), CONFIG);
     ["plot-reward", "plot-length", "plot-rates", "plot-spr"].forEach(function (id) {
       var gd = $(id);
