@@ -36,7 +36,7 @@ def main() -> int:
         if not os.path.exists(path):
             gen_rollouts.generate(gen_rollouts.parse_args([
                 "--out", path, "--num-samples", str(a.samples), "--seed", str(s), "--mean-tokens", "150",
-                "--min-tokens", "40", "--max-tokens", "600", "-q"]))
+                "--min-tokens", "64", "--max-tokens", "600", "-q"]))
     out = os.path.join(a.work, "out")
     cli = [sys.executable, "-m", "rollout_cli"]
     if not os.path.exists(os.path.join(out, "manifest.json")):
