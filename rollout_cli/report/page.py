@@ -8,11 +8,11 @@ from __future__ import annotations
 import errno
 import json
 import os
-import tempfile
 from importlib import resources
 
-from .. import __version__
 from ..core.errors import OutputError, OutputExistsError, UsageError
+from ..core.storage import write_durable
+from ..core.versions import __version__
 from .data import Progress, ReportOptions, collect
 
 _ASSETS = ("report.html", "report.css", "report.js")
@@ -66,22 +66,12 @@ def _write_atomic(path: str, text: str, overwrite: bool) -> int:
         raise OutputError(f"{path}: is a directory")
     if os.path.lexists(path) and not overwrite:
         raise OutputExistsError(f"{path}: exists (--overwrite replaces it)")
-    folder = os.path.dirname(os.path.abspath(path))
     data = text.encode("utf-8")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise OutputError(f"{path}: cannot write: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)  # the page appears whole or not at all
+        write_durable(path, data)  # the page appears whole or not at all
     except OSError as e:
         try:
-            os.unlink(tmp)
+            os.unlink(path + ".tmp")
         except OSError:
             pass
         what = "no space left" if e.errno == errno.ENOSPC else (e.strerror or str(e))
