@@ -14,7 +14,7 @@ import pytest
 from inspect_samples import sample, write_jsonl
 from rollout_cli.run.convert import ConvertOptions, convert
 from rollout_cli.core.errors import InvalidInputError, UsageError
-from rollout_cli.inspect.stats import ANOMALY_KINDS, InspectOptions, inspect_paths, iter_steps, show_rollout
+from rollout_cli.inspect import ANOMALY_KINDS, InspectOptions, inspect_paths, iter_steps, show_rollout
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "sample_data"
