@@ -47,3 +47,16 @@ def test_unreadable_inputs(tmp_path):
     shutil.copy(bad, out2 / "data" / "step-000002" / "shard-00000-of-00001.parquet")
     with pytest.raises(InvalidInputError):
         inspect_paths([str(out2)])
+
+
+def test_inspect_imports_nothing_of_the_converting_process():
+    # inspect runs the pipeline's stage functions, never run/ (the converting process) or the CLI
+    import ast
+
+    from inspect_samples import ROOT
+
+    for path in sorted((ROOT / "rollout_cli" / "inspect").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                name = "." * node.level + (node.module or "")
+                assert not name.startswith(("..run", "..cli", "rollout_cli.run", "rollout_cli.cli")), f"{path.name}: {name}"
