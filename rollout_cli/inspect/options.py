@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from ..core.errors import UsageError
 from ..core.options import RuleOptions
+from ..output.layout import SPLITS
 
-SPLITS = ("train", "eval")
 DEFAULT_MAX_ANOMALIES = 100  # stored per kind; counts are always complete
 
 
