@@ -211,7 +211,7 @@ def _register_optional_commands() -> None:
     # inspect and verify live in their own modules; each exposes `register(app)`
     import importlib
 
-    for name in ("inspect", "verify"):
+    for name in ("inspect", "verify", "export"):
         try:
             mod = importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError as e:
