@@ -15,7 +15,7 @@ from rollout_cli.output.stitch import (
     BINARY, BOOL, BYTE, DOUBLE, I16, I32, I64, LIST, MAP, SET, STRUCT, TList, TMap, TStruct,
     decode_struct, encode_struct, read_footer, stitch, stitch_to_bytes,
 )
-from rollout_cli.core.schema import DICTIONARY_COLUMNS, LIST_COLUMNS, train_schema
+from rollout_cli.core.schema import DICTIONARY_COLUMNS, LIST_COLUMNS, SCHEMA_VERSION, train_schema
 
 COLUMNS = ["step", "sample_index", "tokens", "loss_mask", "reward", "raw_reward", "truncated", "status",
            "rollout_log_probs", "source_name"]
@@ -234,7 +234,7 @@ def test_column_split_pieces():
     back = read(out)
     assert back.equals(t)
     assert back.schema == SCHEMA
-    assert pq.read_schema(pa.BufferReader(out)).metadata[b"rollout_cli.schema_version"] == b"1"
+    assert pq.read_schema(pa.BufferReader(out)).metadata[b"rollout_cli.schema_version"] == str(SCHEMA_VERSION).encode()
     check_layout(out, [25, 35])
 
 
