@@ -25,7 +25,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from ..core.versions import __version__
 
         print(f"rollout-cli {__version__}")
         raise typer.Exit()
@@ -208,10 +208,10 @@ def _print_convert_summary(result: dict) -> None:
 
 
 def _register_optional_commands() -> None:
-    # inspect and verify live in their own modules; each exposes `register(app)`
+    # the commands besides convert live in their own modules; each exposes `register(app)`
     import importlib
 
-    for name in ("inspect", "verify", "export"):
+    for name in ("inspect", "verify", "report", "export"):
         try:
             mod = importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError as e:

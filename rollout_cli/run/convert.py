@@ -17,10 +17,12 @@ import orjson
 from ..core import hashing, storage
 from ..output import manifest as manifest_mod
 from ..output import commit as output
+from ..output import layout
 from .engines import make_engine
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError
 from .handover import can_hand_over
-from ..inputs.discover import InputFile, discover, parse_steps
+from ..inputs.discover import InputFile
+from ..inputs.units import claim_step, plan_units
 from ..core.options import ConvertOptions
 from ..output.commit import staged_path as _staged
 from .tasks import PartResult, PartTask, Unit, UnitResult
@@ -40,26 +42,6 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     from .stages import finish_unit as run
 
     return run(unit, parts, opts, staging_root)
-
-
-def plan_units(inputs: list[str], opts: ConvertOptions, out: str | None = None) -> tuple[list[Unit], list[str], list[str]]:
-    """Discover inputs, select --steps, order by (split, step), refuse duplicate steps."""
-    files, skipped, notes = discover(inputs, opts.step, exclude=out)
-    lo, hi = parse_steps(opts.steps)
-    units = []
-    seen: dict[tuple, str] = {}
-    for f in files:
-        if f.step is not None and not (f.format == "pt" and f.step_from == "name"):
-            # a .pt dump's own step key decides; such units are filtered once read
-            if (lo is not None and f.step < lo) or (hi is not None and f.step > hi):
-                continue
-            key = (f.split, f.step)
-            if key in seen:
-                raise InvalidInputError(f"two inputs give {f.split} step {f.step}: {seen[key]} and {f.display}")
-            seen[key] = f.display
-        units.append(Unit(f, f.step))
-    units.sort(key=lambda u: (u.input.split != "train", u.step if u.step is not None else -1, u.input.display))
-    return units, skipped, notes
 
 
 def _plan_parts(units: list[Unit], workers: int, staging_root: str) -> list[PartTask]:
@@ -297,12 +279,7 @@ def _record_done(staging_root: str, res: UnitResult, fingerprint: dict | None) -
     if storage.is_uri(staging_root):
         return  # --resume needs a local OUT
     path = _staged(staging_root, f"done/{res.split}-{res.step:012d}.json")
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    storage.write_durable(path, orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
 
 
 def _output_error(out: str, e: OSError):
@@ -367,25 +344,17 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
         results.sort(key=lambda r: (r.split != "train", r.step))
         seen: dict = {}
         for r in results:
-            if (r.split, r.step) in seen:
-                raise InvalidInputError(f"two inputs give {r.split} step {r.step}: {seen[(r.split, r.step)]} and {r.input.display}")
-            seen[(r.split, r.step)] = r.input.display
+            claim_step(seen, r.split, r.step, r.input.display)
         for r in results:
             if r.input.path != "-" and r.input.path not in fingerprints and storage.exists(r.input.path):
                 fingerprints[r.input.path] = _fingerprint(r.input.path)
         rejects_info = None
         all_rejects = [r for res in results for r in res.rejects]
         if all_rejects:
-            path = staging.path("rejects.jsonl")
+            path = staging.path(layout.REJECTS)
             data = b"".join(orjson.dumps(r) + b"\n" for r in all_rejects)
-            if storage.is_uri(path):
-                storage.write_bytes(path, data)
-            else:
-                with open(path, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-            rejects_info = {"path": "rejects.jsonl", "count": len(all_rejects), "blake3": hashing.bytes_digest(data)}
+            storage.write_durable(path, data)
+            rejects_info = {"path": layout.REJECTS, "count": len(all_rejects), "blake3": hashing.bytes_digest(data)}
         inputs_info = []
         mtimes: dict[str, int] = {}
         for res in results:
