@@ -144,7 +144,7 @@ def test_a_failed_export_leaves_dest_untouched(tmp_path, monkeypatch):
 
 
 def test_bad_sources_and_dest(tmp_path):
-    with pytest.raises(IntegrityError, match="no manifest.json"):
+    with pytest.raises(IntegrityError, match="not a complete rollout-cli output"):
         export_slime_pt(str(tmp_path), str(tmp_path / "dest"))
     convert([str(SAMPLE_DATA / "jsonl" / "rollout_data")], str(tmp_path / "out"), copts())
     with pytest.raises(UsageError, match="must not contain or lie inside"):
