@@ -95,6 +95,8 @@ def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray,
         "rollout_id": pa.array(ids, pa.int64()),
         "reward": pa.array(rewards, pa.float32()),
         "rollout_mask_sum": pa.array(mask_sums, pa.int64()),
+        "selected_reward": pre.column("_reward_value"),
+        "position": pa.array(np.arange(n, dtype=np.int64)),
     }
     cols = [computed[f.name] if f.name in computed else pre.column(f.name) for f in schema]
     return pa.Table.from_arrays(cols, schema=schema)
