@@ -26,7 +26,8 @@ MaxErrors = Annotated[Optional[int], typer.Option(
 
 Shards = Annotated[int, typer.Option(
     "--shards", metavar="N", rich_help_panel=o.OUTPUT,
-    help="Shard files per step (one per data-parallel rank), balanced by tokens.")]
+    help="Shard files per step (one per data-parallel rank), balanced by tokens; a rollout is "
+         "never split.")]
 KeepGroups = Annotated[bool, typer.Option(
     "--keep-groups", rich_help_panel=o.OUTPUT, help="Never split a prompt group across shards.")]
 CompressionOpt = Annotated[Compression, typer.Option(
