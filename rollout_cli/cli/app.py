@@ -11,6 +11,7 @@ import typer
 
 from .convert import convert
 from .inspect import inspect_cmd
+from .report import report_cmd
 from .verify import verify
 
 app = typer.Typer(
@@ -42,6 +43,7 @@ def _root(
 app.command("convert")(convert)
 app.command("inspect")(inspect_cmd)
 app.command("verify")(verify)
+app.command("report")(report_cmd)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""`rollout-cli inspect PATH...`: flags -> `inspect_paths` / `show_rollout` -> tables or JSON.
+"""`rollout-cli inspect PATH...`: flags -> `inspect.inspect_paths` / `inspect.show_rollout` -> tables or JSON.
 
 A rich table on a terminal, aligned plain text when stdout is piped, one JSON object with --json.
 """
@@ -33,9 +33,6 @@ Show = Annotated[Optional[str], typer.Option(
     help="Print one rollout's samples: STEP:ID, or ID when there is one step.")]
 SplitOpt = Annotated[Split, typer.Option(
     "--split", metavar="SPLIT", rich_help_panel=o.VIEW, help=f"Which split to look at: {o.one_of(Split)}.")]
-MaxAnomalies = Annotated[int, typer.Option(
-    "--max-anomalies", metavar="N", rich_help_panel=o.VIEW,
-    help="Keep at most N anomalies of each kind (the counts stay complete; 0: all).")]
 
 
 def inspect_cmd(
@@ -48,7 +45,7 @@ def inspect_cmd(
     sort: Sort = None,
     show: Show = None,
     split: SplitOpt = Split.train,
-    max_anomalies: MaxAnomalies = 100,
+    max_anomalies: o.MaxAnomalies = 100,  # inspect.options.DEFAULT_MAX_ANOMALIES (a test compares)
     advantage_estimator: o.AdvantageEstimator = Estimator(R.advantage_estimator),
     reward_key: o.RewardKey = R.reward_key,
     disable_rewards_normalization: o.DisableRewardsNormalization = not R.rewards_normalization,
@@ -72,7 +69,7 @@ def inspect_cmd(
     rules = o.option_values(o.RuleOptions, locals())  # parameters are named as its fields
 
     def work():
-        from ..inspect.stats import InspectOptions, inspect_paths, show_rollout
+        from ..inspect import InspectOptions, inspect_paths, show_rollout
 
         opts = InspectOptions(**rules, split=split.value, max_anomalies=max_anomalies or None)
         if show is not None:

@@ -75,6 +75,10 @@ TrustPickle = Annotated[bool, typer.Option(
     "--trust-pickle", rich_help_panel=INPUTS,
     help="Allow .pt dumps that need full unpickling, which can run code: only for files you trust.")]
 
+MaxAnomalies = Annotated[int, typer.Option(
+    "--max-anomalies", metavar="N", rich_help_panel=VIEW,
+    help="Keep at most N anomalies of each kind (the counts stay complete; 0: all).")]
+
 Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object on stdout.")]
 
 

@@ -18,10 +18,12 @@ def err_console():
 
 
 class Progress:
-    """rich progress on stderr when it is a terminal; a no-op callback otherwise."""
+    """A rich progress bar on stderr when it is a terminal; no callback otherwise. The callback
+    takes (what, done, total); the bar reads `prefix + what`."""
 
-    def __init__(self, silent: bool):
+    def __init__(self, silent: bool, start: str = "converting", prefix: str = "steps "):
         self.silent = silent
+        self.start, self.prefix = start, prefix
         self.bar = None
 
     def __enter__(self):
@@ -32,10 +34,10 @@ class Progress:
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True,
                             console=err_console())
         self.bar.start()
-        self.task = self.bar.add_task("converting", total=None)
+        self.task = self.bar.add_task(self.start, total=None)
 
         def cb(what: str, done: int, total: int) -> None:
-            self.bar.update(self.task, total=total, completed=done, description=f"steps {what}")
+            self.bar.update(self.task, total=total or None, completed=done, description=f"{self.prefix}{what}")
 
         return cb
 

@@ -78,11 +78,16 @@ def _params(name: str) -> dict[str, TyperOption]:
     return {p.name: p for p in GROUP.commands[name].params if isinstance(p, TyperOption)}
 
 
-def test_convert_and_inspect_share_the_rule_options():
-    conv, insp = _params("convert"), _params("inspect")
+def _declared(p: TyperOption) -> tuple:
+    return p.opts, p.help, p.metavar, p.rich_help_panel, p.default
+
+
+def test_convert_inspect_and_report_share_the_rule_options():
+    conv, insp, rep = _params("convert"), _params("inspect"), _params("report")
     for name in SHARED:
-        a, b = conv[name], insp[name]
-        assert (a.opts, a.help, a.metavar, a.rich_help_panel, a.default) == (b.opts, b.help, b.metavar, b.rich_help_panel, b.default), name
+        assert _declared(conv[name]) == _declared(insp[name]), name
+        if name != "step":  # report reads whole runs: no --step
+            assert _declared(conv[name]) == _declared(rep[name]), name
     # every id/reward field of the library is a convert flag
     given = cli_options.option_values(RuleOptions, {name: p.default for name, p in conv.items()})
     assert set(given) == {f.name for f in dataclasses.fields(RuleOptions)}
@@ -96,10 +101,22 @@ def test_option_values_maps_flags_to_fields():
     assert type(got["advantage_estimator"]) is str
 
 
-def test_inspect_defaults_equal_library_defaults():
+@pytest.mark.parametrize("name", ["inspect", "report"])
+def test_rule_defaults_equal_library_defaults(name):
     lib = RuleOptions()
-    got = cli_options.option_values(RuleOptions, {n: p.default for n, p in _params("inspect").items()})
-    assert got and all(getattr(lib, k) == v for k, v in got.items()), got
+    got = cli_options.option_values(RuleOptions, {n: p.default for n, p in _params(name).items()})
+    assert len(got) >= 8 and all(getattr(lib, k) == v for k, v in got.items()), got
+
+
+def test_inspect_and_report_defaults_equal_library_defaults():
+    from rollout_cli.inspect import InspectOptions
+    from rollout_cli.report import ReportOptions
+
+    insp, rep = _params("inspect"), _params("report")
+    assert insp["max_anomalies"].default == InspectOptions().max_anomalies
+    assert insp["split"].default.value == InspectOptions().split
+    lib = ReportOptions.default()
+    assert (rep["details"].default, rep["max_anomalies"].default) == (lib.details, lib.max_anomalies)
 
 
 # ------------------------------------------------------------------------------ value sets
