@@ -185,7 +185,9 @@ def _raw_chunks(inp, trust_pickle: bool, payload: dict):
     """The same reader dispatch as convert, in smaller chunks."""
     from ..inputs.registry import read_input
 
-    return read_input(inp, trust_pickle=trust_pickle, payload=payload, chunk_records=CHUNK_RECORDS)
+    reading = read_input(inp, trust_pickle=trust_pickle, chunk_records=CHUNK_RECORDS)
+    yield from reading
+    payload.update(step=reading.info.step, train_dump=reading.info.train_dump, lines=reading.info.lines)
 
 
 def _locator(metas: list[tuple[str, str, list[int]]]) -> Callable[[int], Location]:
