@@ -41,6 +41,25 @@ class _Lists:
         return np.diff(self.offsets)
 
 
+def _numpy(a: pa.Array) -> np.ndarray:
+    """A numeric or bool array without nulls as numpy, a view where the layout allows. Read
+    from the buffers by hand: pyarrow's to_numpy imports pandas (most of a second)."""
+    n, off = len(a), a.offset
+    buf = a.buffers()[1]
+    if pa.types.is_boolean(a.type):
+        if buf is None:
+            return np.zeros(n, dtype=bool)
+        bits = np.frombuffer(buf, dtype=np.uint8)
+        return np.unpackbits(bits, bitorder="little", count=off + n)[off:].astype(bool)
+    dtype = np.dtype(a.type.to_pandas_dtype()) if not pa.types.is_floating(a.type) else {16: np.float16, 32: np.float32, 64: np.float64}[a.type.bit_width]
+    if buf is None:
+        return np.zeros(n, dtype=dtype)
+    return np.frombuffer(buf, dtype=dtype, count=off + n)[off:]
+
+
+_bools = _numpy
+
+
 def _rows_of(offsets: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return np.searchsorted(offsets, positions, side="right") - 1
 
@@ -53,18 +72,18 @@ def _lists(arr: pa.Array, n: int) -> _Lists | None:
     vt = arr.type.value_type
     if not (pa.types.is_integer(vt) or pa.types.is_floating(vt) or pa.types.is_boolean(vt)):
         return None
-    offsets = np.asarray(arr.offsets, dtype=np.int64)
-    present = ~np.asarray(arr.is_null(), dtype=bool) if arr.null_count else np.ones(n, bool)
+    offsets = _numpy(arr.offsets).astype(np.int64, copy=False)
+    present = ~_bools(arr.is_null()) if arr.null_count else np.ones(n, bool)
     if arr.null_count and (np.diff(offsets)[~present] != 0).any():
         return None  # a null list spanning values (legal, but no writer does it): row by row
     values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     offsets = offsets - offsets[0]
     clean = np.ones(n, bool)
     if values.null_count:
-        nulls = np.flatnonzero(np.asarray(values.is_null(), dtype=bool))
+        nulls = np.flatnonzero(_bools(values.is_null()))
         clean[_rows_of(offsets, nulls)] = False
         values = pc.fill_null(values, pa.scalar(0, vt) if not pa.types.is_boolean(vt) else False)
-    np_values = values.to_numpy(zero_copy_only=False)  # bool stays bool: no integer list
+    np_values = _numpy(values)  # bool stays bool: no integer list
     return _Lists(offsets, np_values, present, clean)
 
 
@@ -120,7 +139,7 @@ def _list_array(offsets: np.ndarray, values: np.ndarray, typ, nulls: np.ndarray 
 
 
 def _null_lists(m: int, typ) -> pa.Array:
-    return _list_array(np.zeros(m + 1, dtype=np.int64), np.zeros(0, dtype=typ.to_pandas_dtype()), typ, np.ones(m, bool))
+    return _list_array(np.zeros(m + 1, dtype=np.int64), np.zeros(0, dtype=np.float32 if typ == pa.float32() else np.int32), typ, np.ones(m, bool))
 
 
 def _row_record(chunk: RawChunk, i: int, py: dict) -> dict:
@@ -183,7 +202,7 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
     for k in _ROW_LISTS:
         c = cols.get(k)
         if c is not None:
-            held = np.fromiter((x is not None for x in c), bool, n) if isinstance(c, list) else ~np.asarray(c.is_null(), dtype=bool)
+            held = np.fromiter((x is not None for x in c), bool, n) if isinstance(c, list) else ~_bools(c.is_null())
             slow |= fast & held
             fast &= ~held
     # the long lists, for the whole chunk
