@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,14 +69,15 @@ def _is_text(t: pa.DataType) -> bool:
 def _json_lists(texts: pa.Array, typ: pa.DataType) -> pa.Array | None:
     """JSON texts parsed into one Arrow array of `typ`, or None when any row does not fit."""
     n = len(texts)
-    lines = pc.binary_join_element_wise('{"v":', pc.fill_null(texts.cast(pa.string()), "null"), "}\n", "")
-    end = lines.offsets[-1].as_py()
-    data = lines.buffers()[2]
-    if not n or data is None:
+    if not n:
         return None
+    lines = pc.binary_join_element_wise('{"v":', pc.fill_null(texts.cast(pa.string()), "null"), "}\n", "")
+    _, offsets, data = lines.buffers()
+    bounds = np.frombuffer(offsets, dtype=np.int32, count=lines.offset + n + 1)[[lines.offset, -1]]
+    begin, end = int(bounds[0]), int(bounds[1])
     try:
         t = pj.read_json(
-            pa.BufferReader(data[lines.offsets[0].as_py():end]),
+            pa.BufferReader(data[begin:end]),
             read_options=pj.ReadOptions(use_threads=False, block_size=min(max(end + 1, 1 << 20), 2**31 - 1)),
             parse_options=pj.ParseOptions(explicit_schema=pa.schema([("v", typ)]), unexpected_field_behavior="error"),
         )
