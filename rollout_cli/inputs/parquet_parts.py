@@ -8,9 +8,9 @@ from ..core import storage
 MIN_PART_BYTES = 32 << 20
 
 
-def split(inp, parts: int, min_bytes: int = MIN_PART_BYTES) -> list[tuple[int, int | None]]:
+def split(inp, parts: int, min_bytes: int | None = None) -> list[tuple[int, int | None]]:
     """[(k, n)] for k < n parts, n at most `parts` and one per `min_bytes` of file."""
-    n = max(1, min(parts, storage.size(inp.path) // min_bytes or 1))
+    n = max(1, min(parts, storage.size(inp.path) // (min_bytes or MIN_PART_BYTES) or 1))
     return [(0, None)] if n == 1 else [(k, n) for k in range(n)]
 
 
