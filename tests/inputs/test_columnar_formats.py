@@ -185,3 +185,11 @@ def test_pt_chunks_number_samples_by_position(tmp_path, chunk):
     pt = write_pt(tmp_path / "dump.pt", recs, 2)
     reading = read_input(InputFile(str(pt), "dump.pt", "pt", None, "train", "payload"), chunk_records=chunk)
     assert [n for c in reading for n in c.numbers] == list(range(5))
+
+
+@pytest.mark.parametrize("keep_text", [False, True])
+def test_sample_data_in_json_text_gives_the_same_shards(tmp_path, keep_text):
+    data = Path(__file__).resolve().parents[2] / "sample_data"
+    want = _shards(data / "jsonl" / "rollout_data", tmp_path / "j", keep_text=keep_text)
+    assert _shards(data / "parquet_json" / "rollout_data", tmp_path / "q", keep_text=keep_text) == want
+    assert _shards(data / "parquet" / "rollout_data", tmp_path / "p", keep_text=keep_text) == want
