@@ -17,6 +17,7 @@ import orjson
 from ..core import hashing, storage
 from ..output import manifest as manifest_mod
 from ..output import commit as output
+from ..output import layout
 from .engines import make_engine
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError
 from .handover import can_hand_over
@@ -295,12 +296,7 @@ def _record_done(staging_root: str, res: UnitResult, fingerprint: dict | None) -
     if storage.is_uri(staging_root):
         return  # --resume needs a local OUT
     path = _staged(staging_root, f"done/{res.split}-{res.step:012d}.json")
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    storage.write_durable(path, orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
 
 
 def _output_error(out: str, e: OSError):
@@ -374,16 +370,10 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
         rejects_info = None
         all_rejects = [r for res in results for r in res.rejects]
         if all_rejects:
-            path = staging.path("rejects.jsonl")
+            path = staging.path(layout.REJECTS)
             data = b"".join(orjson.dumps(r) + b"\n" for r in all_rejects)
-            if storage.is_uri(path):
-                storage.write_bytes(path, data)
-            else:
-                with open(path, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-            rejects_info = {"path": "rejects.jsonl", "count": len(all_rejects), "blake3": hashing.bytes_digest(data)}
+            storage.write_durable(path, data)
+            rejects_info = {"path": layout.REJECTS, "count": len(all_rejects), "blake3": hashing.bytes_digest(data)}
         inputs_info = []
         mtimes: dict[str, int] = {}
         for res in results:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
-from ...core.cores import usable_cores  # noqa: F401 (re-exported)
-
 
 class Engine(Protocol):
     def submit(self, fn: Callable, *args: Any) -> Any: ...
