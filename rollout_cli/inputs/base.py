@@ -44,6 +44,18 @@ class RawChunk:
     def __len__(self) -> int:
         return len(self.numbers)
 
+    def values(self, name: str) -> list:
+        """One field's value per record, in either form (None where absent or unparseable)."""
+        if self.records is not None:
+            return [r.get(name) if isinstance(r, dict) else None for r in self.records]
+        col = (self.columns or {}).get(name)
+        if col is None:
+            return [None] * len(self)
+        vals = list(col) if isinstance(col, list) else col.to_pylist()
+        for i in self.problems:
+            vals[i] = None
+        return vals
+
 
 @dataclass
 class ReadInfo:

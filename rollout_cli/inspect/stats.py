@@ -236,7 +236,7 @@ def _dump_step(unit, opts: InspectOptions, anomalies: Anomalies, seen: set, note
     small: list[pa.RecordBatch] = []
     base = 0
     for raw in _raw_chunks(inp, opts.trust_pickle, payload):
-        removed.extend(bool(r.get("remove_sample")) if isinstance(r, dict) else False for r in raw.records)
+        removed.extend(bool(v) for v in raw.values("remove_sample"))
         nc = normalize_chunk(raw, base, reward_key=opts.reward_key, keep_text=False)
         metas.append((nc.source, nc.kind, nc.numbers))
         id_state.extend(nc.id_state)
