@@ -47,6 +47,15 @@ OPTIONAL_FIELDS: list[pa.Field] = [
     pa.field("multimodal_train_inputs", pa.string()),
 ]
 
+# Always present; set by `convert --schedule slime` (null under the balanced layout):
+# the row's position in its step's rows (slime's `partition` entry), its optimizer step within
+# the rollout step, and its micro-batch within the rank's optimizer step.
+SCHEDULE_COLUMNS: list[pa.Field] = [
+    pa.field("rollout_position", pa.int64()),
+    pa.field("optimizer_step", pa.int32()),
+    pa.field("micro_batch", pa.int32()),
+]
+
 # Only with `convert --keep-text`.
 TEXT_FIELDS: list[pa.Field] = [
     pa.field("prompt", pa.string()),
@@ -61,7 +70,7 @@ DICTIONARY_COLUMNS = ("status", "source_name")
 
 def train_schema(keep_text: bool = False) -> pa.Schema:
     """The schema every shard carries."""
-    fields = CORE_FIELDS + OPTIONAL_FIELDS + (TEXT_FIELDS if keep_text else [])
+    fields = CORE_FIELDS + OPTIONAL_FIELDS + SCHEDULE_COLUMNS + (TEXT_FIELDS if keep_text else [])
     return pa.schema(fields, metadata={b"rollout_cli.schema_version": str(SCHEMA_VERSION).encode()})
 
 
