@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from ..core.choices import Compression, Estimator, OnError, Scope
+from ..core.choices import Compression, Estimator, OnError, Schedule, Scope
 from ..core.errors import ExitCode, RolloutCliError
 
 app = typer.Typer(
@@ -76,6 +76,9 @@ def _run(fn, as_json: bool, verbose: bool):
         raise typer.Exit(int(ExitCode.INTERNAL))
 
 
+_SCHEDULE = "Schedule"  # the help panel of --schedule slime's settings
+
+
 @app.command()
 def convert(
     inputs: List[str] = typer.Argument(..., help="Dump files or folders (searched recursively; local paths or s3://, gs:// URIs), or - for stdin JSONL.", show_default=False),
@@ -107,6 +110,28 @@ def convert(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress or summary."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="List skipped files and notes; tracebacks for internal errors."),
+    schedule: Schedule = typer.Option(Schedule.balanced, "--schedule", rich_help_panel=_SCHEDULE,
+                                      help="balanced: whole rollouts spread by tokens; slime: each shard is what "
+                                           "slime's trainer rank gets (--shards is the dp size)."),
+    global_batch_size: Optional[int] = typer.Option(None, "--global-batch-size", rich_help_panel=_SCHEDULE,
+                                                    help="Rollouts per optimizer step."),
+    num_steps_per_rollout: Optional[int] = typer.Option(None, "--num-steps-per-rollout", rich_help_panel=_SCHEDULE,
+                                                        help="Or: gbs = rollout batch size x n // this."),
+    micro_batch_size: int = typer.Option(1, "--micro-batch-size", rich_help_panel=_SCHEDULE,
+                                         help="Samples per micro-batch (static batching)."),
+    use_dynamic_batch_size: bool = typer.Option(False, "--use-dynamic-batch-size", rich_help_panel=_SCHEDULE,
+                                                help="Pack micro-batches first-fit by tokens."),
+    max_tokens_per_gpu: Optional[int] = typer.Option(None, "--max-tokens-per-gpu", rich_help_panel=_SCHEDULE,
+                                                     help="Token cap per micro-batch (x --cp-size)."),
+    balance_data: bool = typer.Option(False, "--balance-data", rich_help_panel=_SCHEDULE,
+                                      help="Spread micro-batches over ranks by Karmarkar-Karp (by tokens)."),
+    cp_size: int = typer.Option(1, "--cp-size", rich_help_panel=_SCHEDULE, help="Context-parallel size."),
+    vpp_size: int = typer.Option(1, "--vpp-size", rich_help_panel=_SCHEDULE, help="Virtual pipeline stages."),
+    microbatch_group_size_per_vp_stage: Optional[int] = typer.Option(
+        None, "--microbatch-group-size-per-vp-stage", rich_help_panel=_SCHEDULE,
+        help="With --vpp-size > 1: micro-batch counts align to dp x this."),
+    keep_trailing: bool = typer.Option(False, "--keep-trailing", rich_help_panel=_SCHEDULE,
+                                       help="Train the rollouts slime drops as a short last step."),
 ) -> None:
     """Convert rollout dumps into sharded train-data Parquet plus a manifest."""
 
@@ -138,6 +163,17 @@ def convert(
             ray_address=ray_address,
             overwrite=overwrite,
             resume=resume,
+            schedule=schedule.value,
+            global_batch_size=global_batch_size,
+            num_steps_per_rollout=num_steps_per_rollout,
+            micro_batch_size=micro_batch_size,
+            use_dynamic_batch_size=use_dynamic_batch_size,
+            max_tokens_per_gpu=max_tokens_per_gpu,
+            balance_data=balance_data,
+            cp_size=cp_size,
+            vpp_size=vpp_size,
+            microbatch_group_size_per_vp_stage=microbatch_group_size_per_vp_stage,
+            keep_trailing=keep_trailing,
         )
         if opts.engine == "local" and opts.worker_count() > 1:
             from ..run.engines.local import start_early
@@ -195,7 +231,9 @@ def _print_convert_summary(result: dict) -> None:
 
     con = Console()
     c = result["counts"]
-    t = Table(title=f"{result['out']}: {c['rows']} rows from {c['input_samples']} samples, {c['rejected']} rejected", title_justify="left")
+    dropped = f", {c['dropped']} dropped by slime's schedule" if c.get("dropped") else ""
+    t = Table(title=f"{result['out']}: {c['rows']} rows from {c['input_samples']} samples, {c['rejected']} rejected{dropped}",
+              title_justify="left")
     for col in ("split", "step", "samples", "rows", "rejected", "rollouts", "tokens", "shard max/mean"):
         t.add_column(col, justify="right" if col not in ("split",) else "left")
     for s in result["steps"]:
