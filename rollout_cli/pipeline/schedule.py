@@ -261,3 +261,12 @@ def build_schedule(
         else:
             sched.dropped = [{"rollout_id": rid, "positions": list(groups[rid])} for rid in trailing]
     return sched
+
+
+def trailing_warning(step: int, info: dict) -> str:
+    """The line `convert` and `inspect` print for the rollouts slime would drop."""
+    d = info["dropped"]
+    ids = ", ".join(str(x["rollout_id"]) for x in d[:8]) + (", ..." if len(d) > 8 else "")
+    return (f"step {step}: slime drops the trailing {len(d)} rollout(s) ({sum(x['samples'] for x in d)} samples; "
+            f"ids {ids}): {info['rollouts']} rollouts is not a multiple of the global batch size "
+            f"{info['global_batch_size']}; listed in the manifest, --keep-trailing trains them as a short last step")

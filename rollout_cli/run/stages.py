@@ -23,7 +23,7 @@ from ..output.commit import staged_path as _staged
 from ..pipeline.plan import ShardPlan, plan_shards
 from ..inputs.registry import read_input
 from ..core.schema import SCHEDULE_COLUMNS, train_schema
-from ..pipeline.schedule import ScheduleConfig, build_schedule
+from ..pipeline.schedule import ScheduleConfig, build_schedule, trailing_warning
 from ..pipeline.step import compute_step
 from .tasks import PartResult, PartTask, Unit, UnitResult
 from ..output.write import write_ipc, write_parquet
@@ -283,15 +283,6 @@ def schedule_config(opts: ConvertOptions) -> ScheduleConfig:
         vpp_size=opts.vpp_size, microbatch_group_size_per_vp_stage=opts.microbatch_group_size_per_vp_stage,
         keep_trailing=opts.keep_trailing,
     )
-
-
-def trailing_warning(step: int, info: dict) -> str:
-    """The line `convert` and `inspect` print for the rollouts slime would drop."""
-    d = info["dropped"]
-    ids = ", ".join(str(x["rollout_id"]) for x in d[:8]) + (", ..." if len(d) > 8 else "")
-    return (f"step {step}: slime drops the trailing {len(d)} rollout(s) ({sum(x['samples'] for x in d)} samples; "
-            f"ids {ids}): {info['rollouts']} rollouts is not a multiple of the global batch size "
-            f"{info['global_batch_size']}; listed in the manifest, --keep-trailing trains them as a short last step")
 
 
 def _slime_plan(ids: np.ndarray, tokens_per_row: np.ndarray, pre: pa.Table, opts: ConvertOptions, where: str):

@@ -25,6 +25,8 @@ def test_convert_slime_warns_about_dropped_rollouts(tmp_path):
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "slime drops the trailing 2 rollout(s) (2 samples; ids 4, 7)" in res.output
+    ins = CliRunner().invoke(app, ["inspect", str(tmp_path / "out")])
+    assert ins.exit_code == 0 and "slime drops the trailing 2 rollout(s)" in ins.output
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert m["counts"]["dropped"] == 2 and m["options"]["global_batch_size"] == 4
     res = CliRunner().invoke(app, args[:-3] + ["--micro-batch-size", "1", "--global-batch-size", "2", "--overwrite"])
