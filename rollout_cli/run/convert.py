@@ -252,6 +252,7 @@ def _previous_results(out: str, prev: dict) -> dict[str, UnitResult]:
             rollouts=st["rollouts"], tokens=st["tokens"], shards=st["shards"], tokens_per_shard=st["tokens_per_shard"],
             imbalance=st["imbalance"], rejects=rejects_by.get(key, []),
             anomalies=[a for a in prev.get("anomalies", []) if (a.get("split"), a.get("step")) == key], warnings=[],
+            denominators={k: v for k, v in st.items() if k.startswith("step_")},  # step_mask_sum, ...
         )
     return found
 
@@ -396,6 +397,7 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
                 "tokens": res.tokens,
                 "tokens_per_shard": res.tokens_per_shard,
                 "imbalance": res.imbalance,
+                **res.denominators,
                 "shards": res.shards,
                 **({"input_missing": True} if res.input.step_from == "missing" else {}),
             }

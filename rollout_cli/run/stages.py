@@ -23,7 +23,8 @@ from ..output.commit import staged_path as _staged
 from ..pipeline.plan import plan_shards
 from ..inputs.registry import read_input
 from ..core.schema import train_schema
-from ..pipeline.step import compute_step
+from ..pipeline.fields import STEP_FIELDS
+from ..pipeline.step import StepFields, compute_step
 from .tasks import PartResult, PartTask, Unit, UnitResult
 from ..output.write import write_ipc, write_parquet
 
@@ -106,15 +107,19 @@ def _locator(chunks: list[NormChunk]) -> Callable[[int], Location]:
     return where
 
 
-def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray, mask_sums: np.ndarray, keep_text: bool) -> pa.Table:
+def _final_table(pre: pa.Table, step: int, ids: np.ndarray, sf: StepFields, keep_text: bool) -> pa.Table:
     schema = train_schema(keep_text)
     n = pre.num_rows
     computed = {
         "step": pa.array(np.full(n, step, dtype=np.int64)),
         "rollout_id": pa.array(ids, pa.int64()),
-        "reward": pa.array(rewards, pa.float32()),
-        "rollout_mask_sum": pa.array(mask_sums, pa.int64()),
+        "reward": pa.array(sf.rewards, pa.float32()),
+        "rollout_mask_sum": pa.array(sf.mask_sums, pa.int64()),
+        "group_mask_sum": pa.array(sf.group_mask_sums, pa.int64()),
+        "group_rollouts": pa.array(sf.group_rollouts, pa.int64()),
     }
+    for name in STEP_FIELDS:
+        computed[name] = pa.array(np.full(n, sf.step_totals[name], dtype=np.int64))
     cols = [computed[f.name] if f.name in computed else pre.column(f.name) for f in schema]
     return pa.Table.from_arrays(cols, schema=schema)
 
@@ -205,8 +210,8 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     pos = pre.column("_pos").to_numpy()
     ids = sf.ids[pos]
     gi = [group_index[p] for p in pos.tolist()]
-    rewards, sums, rejects = sf.rewards, sf.mask_sums, sf.rejects
-    table = _final_table(pre, step, ids, rewards, sums, opts.keep_text)
+    rejects = sf.rejects
+    table = _final_table(pre, step, ids, sf, opts.keep_text)
     # plan and write
     tokens_per_row = pre.column("total_length").to_numpy().astype(np.int64)
     unit_key = _group_units(gi, ids) if opts.keep_groups else ids
@@ -254,4 +259,5 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         rejects=rejects,
         anomalies=anomalies,
         warnings=warnings,
+        denominators=dict(sf.step_totals),
     )
