@@ -208,10 +208,10 @@ def _print_convert_summary(result: dict) -> None:
 
 
 def _register_optional_commands() -> None:
-    # inspect and verify live in their own modules; each exposes `register(app)`
+    # the commands besides convert live in their own modules; each exposes `register(app)`
     import importlib
 
-    for name in ("inspect", "verify"):
+    for name in ("inspect", "verify", "report"):
         try:
             mod = importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError as e:
