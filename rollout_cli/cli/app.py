@@ -11,7 +11,8 @@ from typing import List, Optional
 
 import typer
 
-from ..core.choices import Compression, Estimator, OnError, Scope
+from ..core.choices import Compression, Estimator, OnError, RewardBaseline, Scope, SiblingReward
+from .options import reward_baseline_option, sibling_reward_option
 from ..core.errors import ExitCode, RolloutCliError
 
 app = typer.Typer(
@@ -88,6 +89,8 @@ def convert(
     slime_compat: bool = typer.Option(False, "--slime-compat", help="Reproduce slime's position-based reward normalisation exactly (needs torch)."),
     rollout_batch_size: Optional[int] = typer.Option(None, "--rollout-batch-size", help="Prompts per step; used by --slime-compat."),
     rollout_id_scope: Scope = typer.Option(Scope.strict, "--rollout-id-scope", help="strict: an explicit id in two prompt groups is an error; step: merge as slime; group: ids unique per group."),
+    reward_baseline: RewardBaseline = reward_baseline_option(),
+    sibling_reward: SiblingReward = sibling_reward_option(),
     on_error: OnError = typer.Option(OnError.fail, "--on-error", help="fail: exit 3 on invalid samples; skip: reject their rollouts into OUT/rejects.jsonl."),
     max_errors: Optional[int] = typer.Option(None, "--max-errors", help="fail: report up to N problems (default 20); skip: stop once more than N samples are rejected (default: no limit)."),
     shards: int = typer.Option(1, "--shards", help="Shard files per step (one per data-parallel rank), balanced by tokens."),
@@ -122,6 +125,8 @@ def convert(
             slime_compat=slime_compat,
             rollout_batch_size=rollout_batch_size,
             rollout_id_scope=rollout_id_scope.value,
+            reward_baseline=reward_baseline.value,
+            sibling_reward=sibling_reward.value,
             on_error=on_error.value,
             max_errors=max_errors,
             shards=shards,

@@ -10,7 +10,8 @@ from typing import Any, List, Optional
 
 import typer
 
-from ..core.choices import Estimator, GroupBy, Scope, Split
+from ..core.choices import Estimator, GroupBy, RewardBaseline, Scope, SiblingReward, Split
+from .options import reward_baseline_option, sibling_reward_option
 
 TEXT_GROUP_LIMIT = 50  # groups shown as a table when --limit is not given (JSON: all)
 TEXT_ANOMALY_LIMIT = 20  # anomalies listed as a table without -v
@@ -26,6 +27,8 @@ def inspect_cmd(
     show: Optional[str] = typer.Option(None, "--show", help="Print one rollout's samples: STEP:ID, or ID when there is one step."),
     split: Split = typer.Option(Split.train, "--split", help="Which split to look at: train steps or eval dumps."),
     rollout_id_scope: Scope = typer.Option(Scope.strict, "--rollout-id-scope", help="As convert (dumps): strict, step or group."),
+    reward_baseline: RewardBaseline = reward_baseline_option(),
+    sibling_reward: SiblingReward = sibling_reward_option(),
     reward_key: Optional[str] = typer.Option(None, "--reward-key", help="As convert (dumps): pick this key from dict rewards."),
     n_samples_per_prompt: Optional[int] = typer.Option(None, "--n-samples-per-prompt", help="As convert (dumps): group size where group_index is missing; also the expected group size."),
     advantage_estimator: Estimator = typer.Option(Estimator.grpo, "--advantage-estimator", help="As convert (dumps)."),
@@ -51,6 +54,8 @@ def inspect_cmd(
             rewards_normalization=not disable_rewards_normalization,
             grpo_std_normalization=not disable_grpo_std_normalization,
             rollout_id_scope=rollout_id_scope.value,
+            reward_baseline=reward_baseline.value,
+            sibling_reward=sibling_reward.value,
             steps=steps,
             step=step,
             trust_pickle=trust_pickle,

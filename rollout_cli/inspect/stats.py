@@ -57,6 +57,8 @@ ANOMALY_KINDS = (
     "zero_variance_group",
     "all_zero_loss_mask",
     "rollout_mask_sum_mismatch",
+    "fanout_baseline_shift",
+    "sibling_reward_mismatch",
 )
 # Records parsed at a time. The parsed Python lists of a chunk are the peak of memory (a 1 GB JSONL
 # step of 2k-token samples: about 160 MB over the interpreter's baseline at 256, 400 MB at 1024);
@@ -411,6 +413,7 @@ def _row_anomalies(sd: StepData, where_row: Callable[[int], dict], anomalies: An
                       f"({'--n-samples-per-prompt' if n_expected else 'the most common size'}); sizes {hist}",
                       [where_row(int(first[g])) for g in odd[:6].tolist()], expected=expected, group_sizes=hist,
                       groups=[gidx[int(first[g])] for g in odd[:20].tolist()])
+    _fanout_shift(t, pg, gidx, where_row, anomalies, split, step)
     order = np.argsort(pg, kind="stable")
     bounds = np.r_[0, np.cumsum(sizes)]
     sr = reward[order]
@@ -427,6 +430,28 @@ def _row_anomalies(sd: StepData, where_row: Callable[[int], dict], anomalies: An
                       [where_row(i)], group_index=gidx[i], samples=int(sizes[g]),
                       raw_reward=float(t.column("raw_reward")[i].as_py()))
     return zero_var
+
+
+def _fanout_shift(t: pa.Table, pg: np.ndarray, gidx: list, where_row: Callable[[int], dict], anomalies: Anomalies,
+                  split: str, step: int) -> None:
+    """One anomaly per step naming the prompt groups whose raw_reward mean moves when each
+    rollout counts once (--reward-baseline rollout) instead of each sample: fan-out weighting."""
+    from ..pipeline.rewards import baseline_shift
+
+    raw = t.column("raw_reward").to_numpy(zero_copy_only=False).astype(np.float64)
+    found = baseline_shift(raw, pg.tolist(), t.column("rollout_id").to_numpy())
+    if not found:
+        return
+    found.sort(key=lambda g: -abs(g["shift"]))
+    groups = [dict(group_index=gidx[g["row"]], **{k: v for k, v in g.items() if k != "row"}) for g in found[:20]]
+    top = groups[0]
+    anomalies.add("fanout_baseline_shift", "info", split, step,
+                  f"{len(found)} prompt group(s) have a different raw_reward mean when each rollout counts once "
+                  f"(--reward-baseline rollout) than when each sample does; largest: group {top['group_index']}, "
+                  f"{top['samples']} samples of {top['rollouts']} rollouts, mean {top['sample_mean']:.6g} -> "
+                  f"{top['rollout_mean']:.6g} ({top['shift']:+.6g})",
+                  [where_row(g["row"]) for g in found[:6]], groups=groups, shifted_groups=len(found),
+                  max_shift=abs(top["shift"]))
 
 
 # ----------------------------------------------------------------------------------- converted output

@@ -54,7 +54,8 @@ def compute_step(
     rewards and mask sums over the surviving rows. `row_pos` gives each valid row's record
     position; `opts` is a ConvertOptions (or anything with the same reward and id fields).
     Rows without group_index need --n-samples-per-prompt; with `unknown_groups_ok` they are
-    kept as one-sample groups and their rewards come back as NaN instead of an error."""
+    kept as one-sample groups and their rewards come back as NaN instead of an error (and so do a
+    step's rewards whose rollouts' siblings disagree under --reward-baseline rollout: an anomaly)."""
     n = len(id_state)
     idr = assign_ids(id_state, explicit, group_index, opts.rollout_id_scope, where)
     problems = sorted(list(problems) + idr.problems, key=lambda t: t[0])
@@ -130,11 +131,21 @@ def compute_step(
                 rewards = rollout_baseline_rewards(values, keys, ids, sibling_reward=opts.sibling_reward, **rule)
             except SiblingRewardConflict as e:
                 locs = ", ".join(str(where(int(pos[r]))) for r in e.rows)
-                raise InvalidInputError(
-                    f"{split} step {step}: rollout {e.rollout_id}: its samples carry different rewards "
-                    f"{', '.join(repr(v) for v in e.values)} ({locs}); --reward-baseline rollout needs one reward per "
-                    "rollout (--sibling-reward mean averages them)"
-                ) from None
+                if unknown_groups_ok:  # inspect: shown as an anomaly, the rewards as unknown
+                    rewards = np.full(len(values), np.nan, dtype=np.float32)
+                    idr.anomalies.append({
+                        "kind": "sibling_reward_mismatch", "level": "error", "rollout_id": e.rollout_id,
+                        "rewards": e.values, "where": [where(int(pos[r])) for r in e.rows[:6]],
+                        "message": f"rollout {e.rollout_id}: its samples carry different rewards "
+                                   f"{', '.join(repr(v) for v in e.values)}: convert fails under --reward-baseline "
+                                   "rollout (--sibling-reward mean averages them)",
+                    })
+                else:
+                    raise InvalidInputError(
+                        f"{split} step {step}: rollout {e.rollout_id}: its samples carry different rewards "
+                        f"{', '.join(repr(v) for v in e.values)} ({locs}); --reward-baseline rollout needs one reward per "
+                        "rollout (--sibling-reward mean averages them)"
+                    ) from None
         else:
             rewards = normalize_rewards(values, keys, **rule)
     kept_masks = mask_totals[keep]
