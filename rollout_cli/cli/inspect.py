@@ -1,4 +1,4 @@
-"""`rollout-cli inspect`: flags -> `stats.inspect_paths` / `stats.show_rollout` -> rich table, plain text or JSON.
+"""`rollout-cli inspect`: flags -> `inspect.inspect_paths` / `inspect.show_rollout` -> rich table, plain text or JSON.
 
 A rich table on a terminal, aligned plain text when stdout is piped, one JSON object with --json.
 """
@@ -45,7 +45,7 @@ def inspect_cmd(
     from .app import _run
 
     def work():
-        from ..inspect.stats import InspectOptions, inspect_paths, show_rollout
+        from ..inspect import InspectOptions, inspect_paths, show_rollout
 
         opts = InspectOptions(
             advantage_estimator=advantage_estimator.value,

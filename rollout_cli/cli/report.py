@@ -32,7 +32,7 @@ def report_cmd(
     from .app import _run
 
     def work():
-        from ..inspect.stats import InspectOptions
+        from ..inspect import InspectOptions
         from ..report import ReportOptions, build_report
 
         iopts = InspectOptions(

@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 
 from ..core.errors import UsageError
-from ..inspect.stats import SPLITS, InspectOptions, inspect_paths, iter_steps, show_rollout
+from ..inspect import InspectOptions, inspect_paths, iter_steps, show_rollout
+from ..output.layout import SPLITS
 
 FORMAT_VERSION = 1
 DEFAULT_DETAILS = 100  # rollouts whose samples (loss-mask runs, text) are embedded

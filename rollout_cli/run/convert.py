@@ -21,7 +21,8 @@ from ..output import layout
 from .engines import make_engine
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError
 from .handover import can_hand_over
-from ..inputs.discover import InputFile, discover, parse_steps
+from ..inputs.discover import InputFile
+from ..inputs.units import claim_step, plan_units
 from ..core.options import ConvertOptions
 from ..output.commit import staged_path as _staged
 from .tasks import PartResult, PartTask, Unit, UnitResult
@@ -41,26 +42,6 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     from .stages import finish_unit as run
 
     return run(unit, parts, opts, staging_root)
-
-
-def plan_units(inputs: list[str], opts: ConvertOptions, out: str | None = None) -> tuple[list[Unit], list[str], list[str]]:
-    """Discover inputs, select --steps, order by (split, step), refuse duplicate steps."""
-    files, skipped, notes = discover(inputs, opts.step, exclude=out)
-    lo, hi = parse_steps(opts.steps)
-    units = []
-    seen: dict[tuple, str] = {}
-    for f in files:
-        if f.step is not None and not (f.format == "pt" and f.step_from == "name"):
-            # a .pt dump's own step key decides; such units are filtered once read
-            if (lo is not None and f.step < lo) or (hi is not None and f.step > hi):
-                continue
-            key = (f.split, f.step)
-            if key in seen:
-                raise InvalidInputError(f"two inputs give {f.split} step {f.step}: {seen[key]} and {f.display}")
-            seen[key] = f.display
-        units.append(Unit(f, f.step))
-    units.sort(key=lambda u: (u.input.split != "train", u.step if u.step is not None else -1, u.input.display))
-    return units, skipped, notes
 
 
 def _plan_parts(units: list[Unit], workers: int, staging_root: str) -> list[PartTask]:
@@ -364,9 +345,7 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
         results.sort(key=lambda r: (r.split != "train", r.step))
         seen: dict = {}
         for r in results:
-            if (r.split, r.step) in seen:
-                raise InvalidInputError(f"two inputs give {r.split} step {r.step}: {seen[(r.split, r.step)]} and {r.input.display}")
-            seen[(r.split, r.step)] = r.input.display
+            claim_step(seen, r.split, r.step, r.input.display)
         for r in results:
             if r.input.path != "-" and r.input.path not in fingerprints and storage.exists(r.input.path):
                 fingerprints[r.input.path] = _fingerprint(r.input.path)

@@ -6,16 +6,15 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import sys
-from typing import Callable
-
 import numpy as np
 import pyarrow as pa
 
 from ..core import storage
 from ..core.cores import usable_cores
-from ..core.errors import Location, Problem, UsageError
+from ..core.errors import Location, Problem
 from .handover import Offer, can_hand_over, take_over
-from ..inputs.discover import parse_steps
+from ..inputs.units import in_steps, record_step, train_dump_note, unit_step
+from ..pipeline.records import id_inputs, locator
 from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
 from ..core.options import ConvertOptions
 from ..output import layout
@@ -51,7 +50,7 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
         for raw in read_input(task.input, trust_pickle=opts.trust_pickle, payload=payload, start=start, end=end,
                               handover=offer):
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
-                                 step=task.input.step if task.input.format != "pt" else None)
+                                 step=record_step(task.input))
             res.records += len(raw)
             res.kind = nc.kind
             res.numbers.extend(nc.numbers)
@@ -87,24 +86,6 @@ def _shift_lines(r: PartResult, offset: int) -> None:
     r.numbers = [n + offset for n in r.numbers]
     r.problems = [(i, Problem(Location(p.location.file, p.location.kind, (p.location.number or 0) + offset), p.field, p.message))
                   for i, p in r.problems]
-
-
-def _concat_summaries(chunks: list[NormChunk]):
-    id_state = np.fromiter((s for c in chunks for s in c.id_state), dtype=np.int8)
-    explicit = np.fromiter((0 if v is None else v for c in chunks for v in c.explicit_id), dtype=np.int64, count=len(id_state))
-    group_index = [g for c in chunks for g in c.group_index]
-    return id_state, explicit, group_index
-
-
-def _locator(chunks: list[NormChunk]) -> Callable[[int], Location]:
-    starts = np.cumsum([0] + [len(c.numbers) for c in chunks])
-
-    def where(pos: int) -> Location:
-        k = int(np.searchsorted(starts, pos, side="right")) - 1
-        c = chunks[k]
-        return Location(c.source, c.kind, c.numbers[pos - int(starts[k])])
-
-    return where
 
 
 def _final_table(pre: pa.Table, step: int, ids: np.ndarray, sf: StepFields, keep_text: bool) -> pa.Table:
@@ -177,13 +158,9 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     parts = sorted(parts, key=lambda r: (r.start, r.part))
     if any(r.train_dump for r in parts):
         _drop_parts(parts)
-        return f"{inp.display}: slime train-side dump (format_version key), skipped"
-    payload_step = parts[0].step_from_payload
-    step = payload_step if payload_step is not None else unit.step
-    if step is None:
-        raise UsageError(f"{inp.display}: cannot tell its step: no rollout_id key in the dump and no number in its name")
-    lo, hi = parse_steps(opts.steps)
-    if (lo is not None and step < lo) or (hi is not None and step > hi):
+        return train_dump_note(unit)
+    step = unit_step(unit, parts[0].step_from_payload)
+    if not in_steps(step, opts.steps):
         _drop_parts(parts)
         return f"{inp.display}: step {step} is outside --steps {opts.steps}, skipped"
     line_offset = 0
@@ -192,9 +169,9 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
             _shift_lines(r, line_offset)
             line_offset += r.lines
     chunks = [NormChunk(r.source, r.kind, r.numbers, r.id_state, r.explicit_id, r.group_index, r.valid) for r in parts]
-    where = _locator(chunks)
+    where = locator(chunks)
     bases = np.cumsum([0] + [r.records for r in parts])
-    id_state, explicit, group_index = _concat_summaries(chunks)
+    id_state, explicit, group_index = id_inputs(chunks)
     n = len(id_state)
     problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
     # the valid rows, in order

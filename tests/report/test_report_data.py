@@ -8,7 +8,7 @@ import pytest
 from conftest import SAMPLE_DATA
 from inspect_samples import sample, write_jsonl
 from rollout_cli.core.errors import OutputError, OutputExistsError, UsageError
-from rollout_cli.inspect.stats import InspectOptions, inspect_paths, iter_steps, show_rollout
+from rollout_cli.inspect import InspectOptions, inspect_paths, iter_steps, show_rollout
 from rollout_cli.report import ReportOptions, build_report, collect, read_data, render_html
 
 JSONL = str(SAMPLE_DATA / "jsonl")
