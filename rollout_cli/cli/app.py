@@ -216,7 +216,7 @@ def _register_optional_commands() -> None:
     # the commands besides convert live in their own modules; each exposes `register(app)`
     import importlib
 
-    for name in ("inspect", "verify", "report"):
+    for name in ("inspect", "verify", "report", "export"):
         try:
             mod = importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError as e:

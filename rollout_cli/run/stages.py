@@ -98,6 +98,8 @@ def _final_table(pre: pa.Table, step: int, ids: np.ndarray, sf: StepFields, keep
         "rollout_mask_sum": pa.array(sf.mask_sums, pa.int64()),
         "group_mask_sum": pa.array(sf.group_mask_sums, pa.int64()),
         "group_rollouts": pa.array(sf.group_rollouts, pa.int64()),
+        "selected_reward": pre.column("_reward_value"),
+        "position": pa.array(np.arange(n, dtype=np.int64)),
     }
     for name in STEP_FIELDS:
         computed[name] = pa.array(np.full(n, sf.step_totals[name], dtype=np.int64))
