@@ -39,7 +39,9 @@ _SMALL_PRE = ["_pos", "sample_index", "group_index", "response_length", "total_l
 
 def read_chunks(inp: InputFile, opts: InspectOptions, payload: dict):
     """The same reader dispatch as convert, in smaller chunks."""
-    return read_input(inp, trust_pickle=opts.trust_pickle, payload=payload, chunk_records=CHUNK_RECORDS)
+    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS)
+    yield from reading
+    payload.update(step=reading.info.step, train_dump=reading.info.train_dump, lines=reading.info.lines)
 
 
 def validate_chunk(raw, base: int, inp: InputFile, opts: InspectOptions, keep_text: bool) -> NormChunk:
@@ -66,7 +68,7 @@ class _Read:
 def _read(inp: InputFile, opts: InspectOptions) -> _Read:
     r = _Read()
     for raw in read_chunks(inp, opts, r.payload):
-        r.removed.extend(bool(x.get("remove_sample")) if isinstance(x, dict) else False for x in raw.records)
+        r.removed.extend(bool(x) for x in raw.values("remove_sample"))
         nc = validate_chunk(raw, r.records, inp, opts, keep_text=False)
         r.chunks.append(summary_only(nc))
         r.problems.extend((r.records + i, p) for i, p in nc.problems)

@@ -45,17 +45,15 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
 
 
 def _plan_parts(units: list[Unit], workers: int, staging_root: str) -> list[PartTask]:
-    """Split each unit into parts: plain JSONL files into byte ranges when workers are idle."""
-    from ..inputs.jsonl import split_ranges
+    """Split each unit into parts when workers are idle: plain JSONL files into byte ranges,
+    Parquet files into row-group ranges (the registry's splitters)."""
+    from ..inputs.registry import split_input
 
     spare = max(1, workers // max(1, len(units)))
     tasks = []
     for u, unit in enumerate(units):
-        inp = unit.input
-        ranges: list[tuple[int, int | None]] = [(0, None)]
-        if inp.format == "jsonl" and inp.path != "-" and not inp.path.endswith((".gz", ".zst")) and spare > 1:
-            ranges = list(split_ranges(inp.path, spare))
-        for k, (a, b) in enumerate(ranges):
+        for k, (a, b) in enumerate(split_input(unit.input, spare)):
+            inp = unit.input
             tasks.append(PartTask(u, k, inp, a, b, _staged(staging_root, f"parts/u{u:05d}-p{k:04d}.arrow")))
     return tasks
 

@@ -33,7 +33,6 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
     plain JSONL file may hand the rest of its range over to an idle worker (handover.py); a
     task with `take_from` is that worker's: it parses what it is given (maybe nothing), and
     hands nothing over in turn."""
-    payload: dict = {}
     res = PartResult(task.unit, task.part, 0, 0, task.input.display, "line", [], [], [], [], [], [], None)
     start, end = task.start, task.end
     if task.take_from is not None:
@@ -47,8 +46,9 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
     writer = None
     sink = None
     try:
-        for raw in read_input(task.input, trust_pickle=opts.trust_pickle, payload=payload, start=start, end=end,
-                              handover=offer):
+        reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end, handover=offer,
+                             keep_text=opts.keep_text)
+        for raw in reading:
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
                                  step=record_step(task.input))
             res.records += len(raw)
@@ -74,9 +74,9 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
         if sink is not None:
             sink.close()
     res.stage_path = task.stage_path if writer is not None else None
-    res.lines = payload.get("lines", 0)
-    res.step_from_payload = payload.get("step")
-    res.train_dump = bool(payload.get("train_dump"))
+    res.lines = reading.info.lines
+    res.step_from_payload = reading.info.step
+    res.train_dump = reading.info.train_dump
     return res
 
 
