@@ -32,6 +32,7 @@ class StepFields:
     group_mask_sums: np.ndarray | None = None  # per kept row, int64: loss-mask total of its prompt group
     group_rollouts: np.ndarray | None = None  # per kept row, int64: distinct rollouts in its prompt group
     step_totals: dict = field(default_factory=dict)  # fields.STEP_FIELDS -> int, over the kept rows
+    group_labels: np.ndarray | None = None  # per kept row: its prompt group for the denominators
 
 
 def compute_step(
@@ -156,7 +157,8 @@ def compute_step(
             denom_keys = group_keys(gi, opts.n_samples_per_prompt)
         except ValueError:
             pass
-    g_sums, g_rollouts = group_fields(group_labels(denom_keys), ids, kept_masks)
+    labels = group_labels(denom_keys)
+    g_sums, g_rollouts = group_fields(labels, ids, kept_masks)
     anomalies = [dict(a, step=step, split=split) for a in idr.anomalies]
     return StepFields(idr.ids, idr.assigned, rejected, rejects, keep, rewards, sums, anomalies, problems, reason, keys,
-                      groups_known, g_sums, g_rollouts, step_fields(ids, kept_masks))
+                      groups_known, g_sums, g_rollouts, step_fields(ids, kept_masks), labels)

@@ -232,6 +232,7 @@ def _previous_results(out: str, prev: dict) -> dict[str, UnitResult]:
             imbalance=st["imbalance"], rejects=rejects_by.get(key, []),
             anomalies=[a for a in prev.get("anomalies", []) if (a.get("split"), a.get("step")) == key], warnings=[],
             denominators={k: v for k, v in st.items() if k.startswith("step_")},  # step_mask_sum, ...
+            schedule=st.get("schedule"),
         )
     return found
 
@@ -376,6 +377,7 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
                 "imbalance": res.imbalance,
                 **res.denominators,
                 "shards": res.shards,
+                **({"schedule": res.schedule, "dropped": res.schedule["dropped_samples"]} if res.schedule else {}),
                 **({"input_missing": True} if res.input.step_from == "missing" else {}),
             }
             for res in results
@@ -387,6 +389,8 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
             "steps": sum(1 for r in results if r.split == "train"),
             "eval_steps": sum(1 for r in results if r.split == "eval"),
         }
+        if opts.schedule == "slime":  # samples slime's trainer would drop (in no shard; see steps[].schedule)
+            counts["dropped"] = sum(r.schedule["dropped_samples"] for r in results if r.schedule)
         anomalies = [a for r in results for a in r.anomalies]
         warnings = [w for r in results for w in r.warnings]
         m = manifest_mod.build(
@@ -414,7 +418,8 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     return {
         "out": out,
         "counts": counts,
-        "steps": [{k: s[k] for k in ("split", "step", "input", "samples", "rows", "rejected", "rollouts", "tokens", "imbalance")} for s in steps_info],
+        "steps": [{k: s[k] for k in ("split", "step", "input", "samples", "rows", "rejected", "rollouts", "tokens", "imbalance", "dropped")
+                   if k in s} for s in steps_info],
         "rejects": rejects_info,
         "skipped": skipped,
         "notes": notes,

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -28,10 +27,11 @@ def out(sample_out) -> Path:
 def corrupt_a_shard(out: Path) -> str:
     m = json.loads((out / "manifest.json").read_text())
     rel = m["steps"][1]["shards"][0]["path"]
+    import pyarrow.parquet as pq
+
+    col = pq.ParquetFile(out / rel).metadata.row_group(0).column(4)  # tokens: a data page, not the footer
     data = bytearray((out / rel).read_bytes())
-    # a byte of the first column chunk's data pages, not of the footer (same size, new checksum)
-    c = pq.ParquetFile(out / rel).metadata.row_group(0).column(0)
-    data[c.data_page_offset + c.total_compressed_size // 2] ^= 0x01
+    data[col.data_page_offset + col.total_compressed_size // 2] ^= 0x01
     (out / rel).write_bytes(bytes(data))
     return rel
 
