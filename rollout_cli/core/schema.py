@@ -37,6 +37,7 @@ CORE_FIELDS: list[pa.Field] = [
     pa.field("step_mask_sum", pa.int64(), nullable=False),
     pa.field("step_rollouts", pa.int64(), nullable=False),
     pa.field("step_samples", pa.int64(), nullable=False),
+    pa.field("step_groups", pa.int64(), nullable=False),
     # the selected reward (reward, or reward[--reward-key]) before post-processing, which
     # `export` writes back
     pa.field("selected_reward", pa.float64(), nullable=False),

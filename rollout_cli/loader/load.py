@@ -36,6 +36,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..output import layout, manifest as manifest_mod
 from ..core import hashing
 from ..core.errors import IntegrityError, UsageError
+from ..pipeline.fields import STEP_FIELDS
 from ..core.schema import SCHEDULE_COLUMNS, train_schema
 
 __all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "SPLITS"]
@@ -47,7 +48,7 @@ SOURCES = ("auto", "arrow", "parquet")
 # The columns the loader reads; their Arrow types come from the train-row schema.
 _NEEDED = ("step", "rollout_id", "sample_index", "group_index", "tokens", "response_length", "total_length",
            "loss_mask", "reward", "raw_reward", "truncated", "rollout_mask_sum", "group_mask_sum", "group_rollouts",
-           "step_mask_sum", "step_rollouts", "step_samples", "rollout_log_probs",
+           "step_mask_sum", "step_rollouts", "step_samples", "step_groups", "rollout_log_probs",
            "teacher_log_probs", "round_number", "source_name")
 _COLUMNS: dict[str, pa.DataType] = {f.name: f.type for f in train_schema() if f.name in _NEEDED}
 assert len(_COLUMNS) == len(_NEEDED), "the train-row schema lost a column the loader reads"
@@ -80,8 +81,9 @@ class PackedBatch:
       sample_indices / group_indices int64 (-1 where null), truncated bool,
       round_numbers int64 (-1 where null) or None      [n]
       source_names      list[str] or None (not a tensor)
-      step_mask_sum, step_rollouts, step_samples     int: the whole step's loss-mask total,
-                        rollouts and samples (over all shards; README "Loss denominators")
+      step_mask_sum, step_rollouts, step_samples, step_groups   int: the whole step's loss-mask
+                        total, rollouts, samples and prompt groups (over all shards; README
+                        "Loss denominators")
 
     On CPU after `load()` the tensors are views of the memory-mapped shard (no copy).
     """
@@ -110,6 +112,7 @@ class PackedBatch:
     step_mask_sum: int = 0
     step_rollouts: int = 0
     step_samples: int = 0
+    step_groups: int = 0
     # --schedule slime shards: per sample, its position in the step (slime's partition entry),
     # optimizer step and micro-batch within the rank's optimizer step (int64 each); else None
     rollout_positions: torch.Tensor | None = None
@@ -565,7 +568,7 @@ def _pack(batch: pa.RecordBatch, region: _Region | None, path: str, *, step: int
 def _step_values(r: "_Reader") -> dict[str, int]:
     """The step's denominators, the same on every row (0 for an empty shard)."""
     out = {}
-    for name in ("step_mask_sum", "step_rollouts", "step_samples"):
+    for name in STEP_FIELDS:
         v = r.fixed(name)
         if len(v) and v.min() != v.max():
             raise r.fail(f"{name} differs between rows ({int(v.min())}..{int(v.max())}); it is one value per step")
@@ -717,7 +720,7 @@ class Dataset:
         """The manifest's step denominators on the batch: they must match its rows', and an
         empty shard's rank gets them from there."""
         entry = self._entries[batch.step]
-        want = {k: entry.get(k) for k in ("step_mask_sum", "step_rollouts", "step_samples")}
+        want = {k: entry.get(k) for k in STEP_FIELDS}
         if batch.num_samples == 0:
             return replace(batch, **{k: v for k, v in want.items() if isinstance(v, int)})
         for k, v in want.items():

@@ -7,7 +7,7 @@ import numpy as np
 from .rewards import rollout_units
 
 # The per-step columns, also recorded per step in the manifest under the same names.
-STEP_FIELDS = ("step_mask_sum", "step_rollouts", "step_samples")
+STEP_FIELDS = ("step_mask_sum", "step_rollouts", "step_samples", "step_groups")
 
 
 def rollout_mask_sums(rollout_ids: np.ndarray, mask_totals: np.ndarray) -> np.ndarray:
@@ -33,10 +33,12 @@ def group_fields(gid: np.ndarray, rollout_ids: np.ndarray, mask_totals: np.ndarr
     return sums[gid], rollouts[gid]
 
 
-def step_fields(rollout_ids: np.ndarray, mask_totals: np.ndarray) -> dict[str, int]:
-    """The step's loss-mask total, distinct rollouts and samples (over the rows written)."""
+def step_fields(rollout_ids: np.ndarray, mask_totals: np.ndarray, gid: np.ndarray) -> dict[str, int]:
+    """The step's loss-mask total, distinct rollouts, samples and prompt groups (labels `gid`, as
+    for group_fields), over the rows written."""
     return {
         "step_mask_sum": int(np.asarray(mask_totals, dtype=np.int64).sum()),
         "step_rollouts": int(len(np.unique(rollout_ids))),
         "step_samples": int(len(rollout_ids)),
+        "step_groups": int(len(np.unique(gid))),
     }

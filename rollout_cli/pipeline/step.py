@@ -161,4 +161,4 @@ def compute_step(
     g_sums, g_rollouts = group_fields(labels, ids, kept_masks)
     anomalies = [dict(a, step=step, split=split) for a in idr.anomalies]
     return StepFields(idr.ids, idr.assigned, rejected, rejects, keep, rewards, sums, anomalies, problems, reason, keys,
-                      groups_known, g_sums, g_rollouts, step_fields(ids, kept_masks), labels)
+                      groups_known, g_sums, g_rollouts, step_fields(ids, kept_masks, labels), labels)

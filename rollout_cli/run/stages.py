@@ -127,7 +127,7 @@ def _denominators_of_written(sf: StepFields, ids: np.ndarray, mask_totals: np.nd
     sf.group_mask_sums = np.zeros(len(ids), dtype=np.int64)
     sf.group_rollouts = np.zeros(len(ids), dtype=np.int64)
     sf.group_mask_sums[w], sf.group_rollouts[w] = gms, gro
-    sf.step_totals = step_fields(ids[w], mask_totals[w])
+    sf.step_totals = step_fields(ids[w], mask_totals[w], sf.group_labels[w])
 
 
 def _group_units(group_index: list, ids: np.ndarray) -> np.ndarray:

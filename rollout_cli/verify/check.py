@@ -37,7 +37,7 @@ group_fields_shared  rows of one prompt group (same step, group_index) share gro
 group_fields_total   ... which equal the group's loss_mask total and its number of rollouts
 rollout_reward_shared  under options.reward_baseline "rollout", samples of one rollout in one
                    prompt group share their reward
-step_fields        every row's step_mask_sum, step_rollouts, step_samples equal the step's
+step_fields        every row's step_mask_sum, step_rollouts, step_samples, step_groups equal the step's
                    values in the manifest (so they are equal across its shards), and those equal
                    the step's loss_mask total, rollouts and rows
 mmap_content       the Arrow IPC copy holds the same rows as the Parquet shard (full mode)
@@ -62,6 +62,7 @@ from ..core.hashing import DIGEST_KEYS, digest_of, file_digest  # noqa: F401 (re
 from ..core.errors import IntegrityError, UsageError
 from ..output import layout, manifest as manifest_mod
 from ..output.layout import MANIFEST, REJECTS, STAGING, TREES
+from ..pipeline.fields import STEP_FIELDS
 
 _HEX = re.compile(r"[0-9a-f]{64}")
 _EXAMPLES = 3  # offending rows quoted per failure
@@ -178,7 +179,7 @@ def _structure(m: dict, rep: _Report) -> bool:
         if s.get("split") not in layout.SPLITS:
             bad.append(f"{where}.split: expected 'train' or 'eval', got {s.get('split')!r}")
         need_int(s, "step", where, -(2**63))
-        for k in ("samples", "rows", "rejected", "rollouts", "tokens", "step_mask_sum", "step_rollouts", "step_samples"):
+        for k in ("samples", "rows", "rejected", "rollouts", "tokens", *STEP_FIELDS):
             need_int(s, k, where)
         tps = s.get("tokens_per_shard")
         if not isinstance(tps, list) or not all(_is_int(t) for t in tps):
@@ -372,6 +373,7 @@ class _StepState:
         self.row_problems = False  # a row invariant failed in one of its shards
         # group_index -> [shard, mask_total, {rollout ids}, gms_min, gms_max, gr_min, gr_max]
         self.groups: dict[int, list] = {}
+        self.grouped_rows = 0  # rows with a group_index
         self.unit_rewards: dict[tuple[int, int], list] = {}  # (group_index, rollout id) -> [shard, min, max]
         self.step_values: list[tuple[int, str, int, int]] = []  # (shard, column, min, max) per row group
         self.rollout_baseline = False
@@ -485,7 +487,7 @@ def _check_rows(t, first_row: int, step: int, shard_no: int, tally: _ShardTally,
     rmax = np.maximum.reduceat(rms[order], starts)
     st.mask_total += int(mask_tot.sum())
     st.rows += n
-    for name in ("step_mask_sum", "step_rollouts", "step_samples"):
+    for name in STEP_FIELDS:
         v = col(name).to_numpy()
         st.step_values.append((shard_no, name, int(v.min()), int(v.max())))
     _group_summary(col, ids, mask_tot, shard_no, st)
@@ -511,6 +513,7 @@ def _group_summary(col, ids, mask_tot, shard_no: int, st: _StepState) -> None:
     if not has.any():
         return
     gi = (gcol.fill_null(0) if gcol.null_count else gcol).to_numpy()[has]
+    st.grouped_rows += int(has.sum())
     rid, mt = ids[has], mask_tot[has]
     gms, gro = col("group_mask_sum").to_numpy()[has], col("group_rollouts").to_numpy()[has]
     order = np.argsort(gi, kind="stable")
@@ -556,7 +559,10 @@ def _check_groups(label: str, s: dict, paths: list[str], st: _StepState, rep: _R
             found["step_fields"].append((shard, f"{label}: {name} {lo}..{hi} in its rows, the manifest records {s[name]}"))
     # totals are compared only over clean rows (a broken loss_mask is reported as such, once)
     if st.complete and not st.row_problems and not found["step_fields"]:
-        for name, actual in (("step_mask_sum", st.mask_total), ("step_samples", st.rows), ("step_rollouts", len(st.rollouts))):
+        actuals = [("step_mask_sum", st.mask_total), ("step_samples", st.rows), ("step_rollouts", len(st.rollouts))]
+        if st.rows and st.grouped_rows == st.rows:  # every row names its group_index
+            actuals.append(("step_groups", len(st.groups)))
+        for name, actual in actuals:
             if s[name] != actual:
                 found["step_fields"].append((0, f"{label}: {name} {s[name]}, its shards hold {actual}"))
     for inv, items in found.items():

@@ -59,7 +59,7 @@ def test_uneven_fanout_rollout_baseline_counts_each_rollout_once(tmp_path):
     assert [r["group_mask_sum"] for r in rows] == [14, 14, 14, 14, 3, 3]
     assert [r["group_rollouts"] for r in rows] == [2, 2, 2, 2, 2, 2]
     assert [r["rollout_mask_sum"] for r in rows] == [9, 9, 9, 5, 1, 2]
-    assert {(r["step_mask_sum"], r["step_rollouts"], r["step_samples"]) for r in rows} == {(17, 4, 6)}
+    assert {(r["step_mask_sum"], r["step_rollouts"], r["step_samples"], r["step_groups"]) for r in rows} == {(17, 4, 6, 2)}
     step = result["steps"][0]
     assert (step["rows"], step["rollouts"]) == (6, 4)
 
@@ -71,7 +71,7 @@ def test_manifest_records_baseline_and_step_denominators(tmp_path):
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert m["options"]["reward_baseline"] == "rollout" and m["options"]["sibling_reward"] == "mean"
     s = m["steps"][0]
-    assert (s["step_mask_sum"], s["step_rollouts"], s["step_samples"]) == (17, 4, 6)
+    assert (s["step_mask_sum"], s["step_rollouts"], s["step_samples"], s["step_groups"]) == (17, 4, 6, 2)
 
 
 def test_sample_baseline_records_no_sibling_rule(tmp_path):
@@ -227,8 +227,9 @@ def test_group_fields_are_group_totals(rows):
     for i, (g, _, _, _) in enumerate(rows):
         assert gms[i] == sum(m for gg, _, _, m in rows if gg == g)
         assert gro[i] == len({r for gg, r, _, _ in rows if gg == g})
-    assert step_fields(ids, masks) == {"step_mask_sum": int(masks.sum()), "step_rollouts": len(set(ids.tolist())),
-                                       "step_samples": len(rows)}
+    assert step_fields(ids, masks, group_labels(keys)) == {
+        "step_mask_sum": int(masks.sum()), "step_rollouts": len(set(ids.tolist())), "step_samples": len(rows),
+        "step_groups": len(set(keys))}
 
 
 @given(_step(), st.integers(1, 4), st.booleans())
@@ -244,8 +245,13 @@ def test_denominators_summed_over_a_steps_shards_equal_the_steps(tmp_path_factor
 
     tables = [pq.read_table(p).to_pylist() for p in shard_paths(tmp / "out")]
     every = [r for t in tables for r in t]
-    step = {(r["step_mask_sum"], r["step_rollouts"], r["step_samples"]) for r in every}
-    assert step == {(sum(m for *_, m in rows), len({r for _, r, _, _ in rows}), len(rows))}
+    step = {(r["step_mask_sum"], r["step_rollouts"], r["step_samples"], r["step_groups"]) for r in every}
+    assert step == {(sum(m for *_, m in rows), len({r for _, r, _, _ in rows}), len(rows), len({g for g, *_ in rows}))}
+    # the per-prompt mean of a per-sample constant 1 over all shards is 1: each group's rows sum
+    # to its mask total, over group_mask_sum, over step_groups
+    per_prompt = sum(sum(r["loss_mask"]) / (r["group_mask_sum"] * r["step_groups"]) for r in every if r["group_mask_sum"])
+    groups_with_tokens = len({g for g, *_, m in rows if m})
+    assert per_prompt == pytest.approx(groups_with_tokens / len({g for g, *_ in rows}))
     assert sum(sum(r["loss_mask"]) for r in every) == sum(m for *_, m in rows)
     assert sum(len({r["rollout_id"] for r in t}) for t in tables) == len({r for _, r, _, _ in rows})
     assert sum(len(t) for t in tables) == len(rows)

@@ -567,7 +567,7 @@ def test_step_value_that_differs_between_shards_is_caught(out):
     assert "the manifest records" in res["failures"][0]["detail"]
 
 
-@pytest.mark.parametrize("field", ["step_mask_sum", "step_rollouts", "step_samples"])
+@pytest.mark.parametrize("field", ["step_mask_sum", "step_rollouts", "step_samples", "step_groups"])
 def test_step_value_edited_in_the_manifest_is_caught(out, field):
     m = manifest(out)
     s = step_entry(m, 2)
