@@ -2,7 +2,7 @@
 train-data Parquet, and load it back onto the GPU."""
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .core.versions import __version__
 
 __all__ = ["__version__", "convert", "ConvertOptions", "open_dataset", "PackedBatch", "RankDataset"]
 

@@ -25,7 +25,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from ..core.versions import __version__
 
         print(f"rollout-cli {__version__}")
         raise typer.Exit()

@@ -54,14 +54,6 @@ def exists(path: str) -> bool:
     return file_info(path).type != pafs.FileType.NotFound
 
 
-def is_dir(path: str) -> bool:
-    if not is_uri(path):
-        return os.path.isdir(path)
-    from pyarrow import fs as pafs
-
-    return file_info(path).type == pafs.FileType.Directory
-
-
 def size(path: str) -> int:
     return file_info(path).size if is_uri(path) else os.path.getsize(path)
 
@@ -96,9 +88,35 @@ def write_bytes(uri: str, data: bytes) -> None:
         f.write(data)
 
 
-def read_bytes(uri: str) -> bytes:
-    with open_read(uri) as f:
-        return f.read()
+def fsync_dir(path: str) -> None:
+    """Make a folder's entries (a rename, a new file) durable; best effort where the platform or
+    file system cannot."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_durable(path: str, data: bytes) -> None:
+    """Write a whole file so that, after a crash, it is either absent or complete: a local file
+    goes to `path.tmp`, is fsynced and renamed into place, then its folder is fsynced; an
+    object-store upload is atomic by itself."""
+    if is_uri(path):
+        write_bytes(path, data)
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
 
 
 def delete(uri: str) -> None:

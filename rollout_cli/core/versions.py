@@ -1,4 +1,7 @@
-"""The output format's name and schema version, stamped on the manifest and on every shard."""
+"""The tool's version, and the output format's name and schema version, stamped on the
+manifest and on every shard."""
+
+__version__ = "0.1.0"
 
 FORMAT = "rollout-cli/train-data"
 SCHEMA_VERSION = 1  # of the output: the manifest and the shard schema

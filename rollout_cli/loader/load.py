@@ -33,7 +33,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..output import manifest as manifest_mod
+from ..output import layout, manifest as manifest_mod
 from ..core import hashing
 from ..core.errors import IntegrityError, UsageError
 from ..core.schema import train_schema
@@ -41,7 +41,7 @@ from ..core.schema import train_schema
 __all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "SPLITS"]
 
 # split name -> top folder of its Parquet shards
-SPLITS = {"train": "data", "eval": "eval"}
+SPLITS = layout.SPLIT_TREES  # split -> the folder its shards live in
 SOURCES = ("auto", "arrow", "parquet")
 
 # The columns the loader reads; their Arrow types come from the train-row schema.
@@ -506,7 +506,7 @@ class Dataset:
         self.root = os.fspath(out)
         self.split = split
         self.manifest: dict = manifest_mod.read(self.root)
-        mpath = os.path.join(self.root, "manifest.json")
+        mpath = layout.manifest_path(self.root)
         self._shards: dict[int, list[dict]] = {}
         for entry in self.manifest.get("steps") or []:
             if not isinstance(entry, dict) or entry.get("split") != split:
@@ -520,9 +520,9 @@ class Dataset:
             for info in shards:
                 if not isinstance(info, dict) or not isinstance(info.get("path"), str):
                     raise IntegrityError(f"{mpath}: {split} step {step}: malformed shard entry {str(info)[:200]}")
-                self._safe_path(info["path"], SPLITS[split])
+                self._safe_path(info["path"], layout.split_tree(split))
                 if isinstance(info.get("mmap"), dict):
-                    self._safe_path(info["mmap"].get("path"), f"mmap/{SPLITS[split]}")
+                    self._safe_path(info["mmap"].get("path"), f"{layout.MMAP}/{layout.split_tree(split)}")
             self._shards[step] = shards
         self.steps: list[int] = sorted(self._shards)
         counts = {len(v) for v in self._shards.values()}
@@ -539,13 +539,9 @@ class Dataset:
         return len(self.steps)
 
     def _safe_path(self, rel: Any, top: str) -> str:
-        mpath = os.path.join(self.root, "manifest.json")
-        if not isinstance(rel, str) or os.path.isabs(rel) or "\\" in rel:
-            raise IntegrityError(f"{mpath}: shard path {rel!r} is not a relative path")
-        norm = os.path.normpath(rel)
-        if norm.startswith("..") or not (norm + "/").startswith(top + "/"):
-            raise IntegrityError(f"{mpath}: shard path {rel!r} is outside {top}/")
-        return os.path.join(self.root, norm)
+        if not layout.is_safe(rel, (top,)):
+            raise IntegrityError(f"{layout.manifest_path(self.root)}: shard path {rel!r} is outside {top}/ (or not a normalised relative path)")
+        return os.path.join(self.root, rel)
 
     def shard_info(self, step: int, shard: int) -> dict:
         """The manifest entry of one shard (path, rows, bytes, checksum, mmap copy)."""
@@ -558,9 +554,9 @@ class Dataset:
     def paths(self, step: int, shard: int) -> tuple[str, str | None]:
         """(Parquet path, Arrow IPC path or None) of one shard."""
         info = self.shard_info(step, shard)
-        parquet = self._safe_path(info["path"], SPLITS[self.split])
+        parquet = self._safe_path(info["path"], layout.split_tree(self.split))
         m = info.get("mmap")
-        ipc = self._safe_path(m["path"], f"mmap/{SPLITS[self.split]}") if isinstance(m, dict) else None
+        ipc = self._safe_path(m["path"], f"{layout.MMAP}/{layout.split_tree(self.split)}") if isinstance(m, dict) else None
         return parquet, ipc
 
     def load(self, step: int, shard: int, device: str | torch.device = "cpu", pin_memory: bool = False,

@@ -13,10 +13,9 @@ import uuid
 
 from ..core import storage
 from ..core.errors import OutputExistsError, UsageError
+from ..core.storage import fsync_dir
+from .layout import ENTRIES, MANIFEST, STAGING
 
-MANIFEST = "manifest.json"
-STAGING = ".staging"
-ENTRIES = ("data", "eval", "mmap", "rejects.jsonl")
 JOURNAL = "COMMITTING"
 
 
@@ -29,28 +28,8 @@ def staged_path(root: str, rel: str) -> str:
     return p
 
 
-def fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_json_atomic(path: str, obj) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
+    storage.write_durable(path, (json.dumps(obj, indent=1) + "\n").encode())
 
 
 def state(out: str) -> str:

@@ -4,11 +4,10 @@ from __future__ import annotations
 import json
 import os
 
-from .. import __version__
 from ..core import hashing, storage
 from ..core.errors import IntegrityError
-from ..core.versions import FORMAT, SCHEMA_VERSION
-
+from ..core.versions import FORMAT, SCHEMA_VERSION, __version__
+from . import layout
 
 
 def file_fingerprint(path: str) -> dict:
@@ -43,18 +42,30 @@ def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict,
     }
 
 
+class ManifestError(IntegrityError):
+    """OUT/manifest.json is missing, unreadable, not ours, or of a schema version this tool does
+    not read. `invariant` names what broke (`manifest` or `schema_version`), as verify reports it."""
+
+    def __init__(self, path: str, invariant: str, detail: str, parsed: bool = True):
+        super().__init__(f"{path}: {detail}")
+        self.path, self.invariant, self.detail, self.parsed = path, invariant, detail, parsed
+
+
 def read(out: str) -> dict:
-    """Load OUT/manifest.json, checking it is one of ours with a known schema version."""
-    path = os.path.join(out, "manifest.json")
+    """Load OUT/manifest.json, checking it is one of ours with a known schema version (the one
+    manifest reader: convert's --resume, the loader, inspect and verify all use it)."""
+    path = layout.manifest_path(out)
     try:
-        with open(path) as f:
-            m = json.load(f)
+        with open(path, "rb") as f:
+            m = json.loads(f.read())
     except FileNotFoundError:
-        raise IntegrityError(f"{out}: no manifest.json: not a complete rollout-cli output (an interrupted run, or not converted)") from None
+        raise ManifestError(path, "manifest", "missing: not a complete rollout-cli output (an interrupted run, or not converted)",
+                           parsed=False) from None
     except (OSError, ValueError) as e:
-        raise IntegrityError(f"{path}: unreadable manifest: {e}") from None
+        raise ManifestError(path, "manifest", f"unreadable: {e}", parsed=False) from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise IntegrityError(f"{path}: not a rollout-cli manifest")
+        got = m.get("format") if isinstance(m, dict) else None
+        raise ManifestError(path, "manifest", f"not a rollout-cli manifest (format {got!r}, expected {FORMAT!r})")
     if m.get("schema_version") != SCHEMA_VERSION:
-        raise IntegrityError(f"{path}: schema_version {m.get('schema_version')} is not supported (this tool reads {SCHEMA_VERSION})")
+        raise ManifestError(path, "schema_version", f"schema_version {m.get('schema_version')!r}; this tool reads {SCHEMA_VERSION}")
     return m

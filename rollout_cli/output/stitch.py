@@ -12,7 +12,7 @@ known or not, so an unchanged struct encodes back to the same bytes.
 from __future__ import annotations
 
 import struct as _struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -619,35 +619,3 @@ class Stitcher:
         meta.set(4, LIST, TList(STRUCT, self._out_rgs))
         footer = encode_struct(meta)
         return footer + len(footer).to_bytes(4, "little") + MAGIC
-
-
-def stitch(template, pieces: Sequence, row_groups: Sequence[Sequence[tuple[int, int]]]) -> Iterator[memoryview | bytes]:
-    """Return an iterator over the bytes of one Parquet file made of the pieces' column chunks.
-
-    `template` is a Parquet file with the full schema (its footer supplies schema, version,
-    key-value metadata, created_by and column orders). `pieces` are Parquet files, each holding a
-    subset of the template's leaf columns. Final row group k is made of the column chunks of the
-    `(piece index, row group index)` pairs in `row_groups[k]`, which must supply every leaf column
-    exactly once with equal row counts; chunks are laid out in template column order and yielded
-    as zero-copy slices of the piece buffers. All checks run before this returns, so a ValueError
-    is raised before any byte is produced.
-    """
-    st = Stitcher(template)
-    parsed = [st.parse(p, i) for i, p in enumerate(pieces)]
-    parts: list[memoryview | bytes] = [st.header()]
-    for k, members in enumerate(row_groups):
-        resolved = []
-        for pair in members:
-            p, r = pair
-            if not (isinstance(p, int) and 0 <= p < len(parsed)):
-                raise ValueError(f"row group {k}: no piece {p!r}")
-            resolved.append((parsed[p], r, p))
-        parts += st.add(resolved, k)
-    tail = st.footer()
-    parts += [tail[:-8], tail[-8:-4], tail[-4:]]
-    return iter(parts)
-
-
-def stitch_to_bytes(template, pieces: Sequence, row_groups: Sequence[Sequence[tuple[int, int]]]) -> bytes:
-    """`stitch`, joined into one bytes object."""
-    return b"".join(stitch(template, pieces, row_groups))

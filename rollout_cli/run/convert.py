@@ -17,6 +17,7 @@ import orjson
 from ..core import hashing, storage
 from ..output import manifest as manifest_mod
 from ..output import commit as output
+from ..output import layout
 from .engines import make_engine
 from .preload import WORKER_MODULES
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError
@@ -363,12 +364,7 @@ def _record_done(staging_root: str, res: UnitResult, fingerprint: dict | None) -
     if storage.is_uri(staging_root):
         return  # --resume needs a local OUT
     path = _staged(staging_root, f"done/{res.split}-{res.step:012d}.json")
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    storage.write_durable(path, orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
 
 
 def _output_error(out: str, e: OSError):
@@ -486,16 +482,9 @@ def _write_rejects(staging, results: list[UnitResult]) -> dict | None:
     rejects = [r for res in results for r in res.rejects]
     if not rejects:
         return None
-    path = staging.path("rejects.jsonl")
     data = b"".join(orjson.dumps(r) + b"\n" for r in rejects)
-    if storage.is_uri(path):
-        storage.write_bytes(path, data)
-    else:
-        with open(path, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    return {"path": "rejects.jsonl", "count": len(rejects), "blake3": hashing.bytes_digest(data)}
+    storage.write_durable(staging.path(layout.REJECTS), data)
+    return {"path": layout.REJECTS, "count": len(rejects), "blake3": hashing.bytes_digest(data)}
 
 
 def _inputs_info(results: list[UnitResult], fingerprints: dict[str, dict], prev: dict | None) -> tuple[list[dict], dict[str, int]]:

@@ -18,6 +18,7 @@ from .handover import Offer, can_hand_over, take_over
 from ..inputs.discover import parse_steps
 from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
 from ..core.options import ConvertOptions
+from ..output import layout
 from ..output.commit import staged_path as _staged
 from ..pipeline.plan import plan_shards
 from ..inputs.registry import read_input
@@ -215,12 +216,11 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     if any(len(r) == 0 for r in plan.rows) and opts.shards > 1:
         warnings.append(f"step {step} ({inp.split}): {sum(len(r) == 0 for r in plan.rows)} of {opts.shards} shards are empty (too few rollouts)")
     shard_infos = []
-    top = "data" if inp.split == "train" else "eval"
     for r, rows in enumerate(plan.rows):
-        rel = f"{top}/step-{step:06d}/shard-{r:05d}-of-{opts.shards:05d}.parquet"
+        rel = layout.shard_path(inp.split, step, r, opts.shards)
         # one contiguous chunk per column (take() may leave several), as the loader maps it
         part = (table.take(pa.array(rows)) if opts.shards > 1 else table).combine_chunks()
-        mrel = f"mmap/{top}/step-{step:06d}/shard-{r:05d}-of-{opts.shards:05d}.arrow"
+        mrel = layout.mmap_path(inp.split, step, r, opts.shards)
         with cf.ThreadPoolExecutor(1) as side:  # the IPC copy is written while the Parquet pieces are encoded
             mmap_job = side.submit(write_ipc, part, _staged(staging_root, mrel)) if opts.mmap else None
             wf = write_parquet(part, _staged(staging_root, rel), compression=opts.compression,

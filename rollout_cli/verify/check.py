@@ -41,16 +41,15 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 import re
 from typing import Any
 
 from ..core import hashing
 from ..core.hashing import DIGEST_KEYS, digest_of, file_digest  # noqa: F401 (re-exported)
 from ..core.errors import IntegrityError, UsageError
+from ..output import layout, manifest as manifest_mod
+from ..output.layout import MANIFEST, REJECTS, STAGING, TREES
 
-MANIFEST = "manifest.json"
-TREES = ("data", "eval", "mmap")
 _HEX = re.compile(r"[0-9a-f]{64}")
 _EXAMPLES = 3  # offending rows quoted per failure
 
@@ -102,36 +101,15 @@ class _Report:
 
 
 def _read_manifest(out: str, rep: _Report) -> dict | None:
-    from ..output.manifest import FORMAT
-    from ..core.schema import SCHEMA_VERSION
-
-    path = os.path.join(out, MANIFEST)
     try:
-        with open(path, "rb") as f:
-            m = json.loads(f.read())
-    except FileNotFoundError:
-        rep.fail(MANIFEST, "manifest", "missing: not a complete rollout-cli output (an interrupted run, or not converted)")
-        return None
-    except (OSError, ValueError) as e:
-        rep.fail(MANIFEST, "manifest", f"unreadable: {e}")
+        m = manifest_mod.read(out)
+    except manifest_mod.ManifestError as e:
+        if e.parsed:
+            rep.files.append(MANIFEST)
+        rep.fail(MANIFEST, e.invariant, e.detail)
         return None
     rep.files.append(MANIFEST)
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        rep.fail(MANIFEST, "manifest", f"not a rollout-cli manifest (format {m.get('format') if isinstance(m, dict) else None!r}, expected {FORMAT!r})")
-        return None
-    if m.get("schema_version") != SCHEMA_VERSION:
-        rep.fail(MANIFEST, "schema_version", f"schema_version {m.get('schema_version')!r}; this tool reads {SCHEMA_VERSION}")
-        return None
     return m
-
-
-def _safe_rel(p: Any, tops: tuple[str, ...]) -> bool:
-    """A relative POSIX path, normalised, inside one of `tops`."""
-    if not isinstance(p, str) or not p or p.startswith("/") or "\\" in p or "\x00" in p:
-        return False
-    if posixpath.normpath(p) != p or p.split("/")[0] not in tops:
-        return False
-    return ".." not in p.split("/")
 
 
 def _structure(m: dict, rep: _Report) -> bool:
@@ -170,7 +148,7 @@ def _structure(m: dict, rep: _Report) -> bool:
         if not isinstance(rj, dict):
             bad.append(f"rejects: expected an object or null, got {type(rj).__name__}")
         else:
-            if rj.get("path") != "rejects.jsonl":
+            if rj.get("path") != REJECTS:
                 bad.append(f"rejects.path: expected 'rejects.jsonl', got {rj.get('path')!r}")
             need_int(rj, "count", "rejects")
             need_digest(rj, "rejects")
@@ -183,7 +161,7 @@ def _structure(m: dict, rep: _Report) -> bool:
         if not isinstance(s, dict):
             bad.append(f"{where}: expected an object")
             continue
-        if s.get("split") not in ("train", "eval"):
+        if s.get("split") not in layout.SPLITS:
             bad.append(f"{where}.split: expected 'train' or 'eval', got {s.get('split')!r}")
         need_int(s, "step", where, -(2**63))
         for k in ("samples", "rows", "rejected", "rollouts", "tokens"):
@@ -200,7 +178,7 @@ def _structure(m: dict, rep: _Report) -> bool:
             if not isinstance(sh, dict):
                 bad.append(f"{w}: expected an object")
                 continue
-            if not _safe_rel(sh.get("path"), ("data", "eval")) or not sh["path"].endswith(".parquet"):
+            if not layout.is_safe(sh.get("path"), tuple(layout.SPLIT_TREES.values())) or not sh["path"].endswith(".parquet"):
                 bad.append(f"{w}.path: expected a .parquet path under data/ or eval/, got {sh.get('path')!r}")
             for k in ("rows", "rollouts", "tokens", "bytes"):
                 need_int(sh, k, w)
@@ -210,7 +188,7 @@ def _structure(m: dict, rep: _Report) -> bool:
                 if not isinstance(mm, dict):
                     bad.append(f"{w}.mmap: expected an object or null")
                     continue
-                if not _safe_rel(mm.get("path"), ("mmap",)) or not mm["path"].endswith(".arrow"):
+                if not layout.is_safe(mm.get("path"), (layout.MMAP,)) or not mm["path"].endswith(".arrow"):
                     bad.append(f"{w}.mmap.path: expected an .arrow path under mmap/, got {mm.get('path')!r}")
                 need_int(mm, "bytes", w + ".mmap")
                 need_digest(mm, w + ".mmap")
@@ -246,15 +224,14 @@ def _manifest_arithmetic(m: dict, rep: _Report) -> None:
             rep.fail(MANIFEST, "counts", f"{label}: tokens_per_shard {s['tokens_per_shard']} != the shards' tokens {[sh['tokens'] for sh in shards]}")
         if len(shards) != n_shards:
             rep.fail(MANIFEST, "shard_layout", f"{label}: {len(shards)} shards, options.shards is {n_shards}")
-        top = "data" if s["split"] == "train" else "eval"
-        step_str = f"{s['step']:06d}"
         for r, sh in enumerate(shards):
-            want = f"{top}/step-{step_str}/shard-{r:05d}-of-{len(shards):05d}.parquet"
+            want = layout.shard_path(s["split"], s["step"], r, len(shards))
             if sh["path"] != want:
                 rep.fail(MANIFEST, "shard_layout", f"{label}: shard {r} is {sh['path']!r}, expected {want!r}")
             mm = sh.get("mmap")
-            if mm is not None and mm["path"] != "mmap/" + want[: -len(".parquet")] + ".arrow":
-                rep.fail(MANIFEST, "shard_layout", f"{label}: shard {r}'s mmap copy is {mm['path']!r}, expected {'mmap/' + want[:-8] + '.arrow'!r}")
+            want_mm = layout.mmap_path(s["split"], s["step"], r, len(shards))
+            if mm is not None and mm["path"] != want_mm:
+                rep.fail(MANIFEST, "shard_layout", f"{label}: shard {r}'s mmap copy is {mm['path']!r}, expected {want_mm!r}")
             for p in (sh["path"], mm["path"] if mm else None):
                 if p is None:
                     continue
@@ -576,19 +553,19 @@ def _check_step(out: str, s: dict, expected, rep: _Report) -> None:
 
 def _check_rejects(out: str, m: dict, rep: _Report) -> None:
     rj = m.get("rejects")
-    path = os.path.join(out, "rejects.jsonl")
+    path = os.path.join(out, REJECTS)
     counts = m["counts"]
     if rj is None:
         if counts["rejected"]:
             rep.fail(MANIFEST, "rejects", f"counts.rejected is {counts['rejected']} but the manifest lists no rejects.jsonl")
         if os.path.lexists(path):
-            rep.fail("rejects.jsonl", "unexpected_file", "present, but the manifest records no rejected samples")
+            rep.fail(REJECTS, "unexpected_file", "present, but the manifest records no rejected samples")
         return
-    rep.files.append("rejects.jsonl")
+    rep.files.append(REJECTS)
     if rj["count"] != counts["rejected"]:
-        rep.fail("rejects.jsonl", "rejects", f"rejects.count {rj['count']} != counts.rejected {counts['rejected']}")
+        rep.fail(REJECTS, "rejects", f"rejects.count {rj['count']} != counts.rejected {counts['rejected']}")
     if not os.path.isfile(path):
-        rep.fail("rejects.jsonl", "file_present", "listed in the manifest but missing")
+        rep.fail(REJECTS, "file_present", "listed in the manifest but missing")
         return
     algorithm, want = digest_of(rj)
     h = hashing.new(algorithm)
@@ -615,21 +592,21 @@ def _check_rejects(out: str, m: dict, rep: _Report) -> None:
             per_step[key] = per_step.get(key, 0) + 1
     rep.bytes += size
     if lines != rj["count"]:
-        rep.fail("rejects.jsonl", "rejects", f"{lines} lines, the manifest records {rj['count']} rejected samples")
+        rep.fail(REJECTS, "rejects", f"{lines} lines, the manifest records {rj['count']} rejected samples")
     if rep.quick:
         return
     rep.hashed += size
     if h.hexdigest() != want:
-        rep.fail("rejects.jsonl", "checksum", f"{algorithm} {h.hexdigest()}, the manifest records {want}")
+        rep.fail(REJECTS, "checksum", f"{algorithm} {h.hexdigest()}, the manifest records {want}")
         return
     if unparsed:
-        rep.fail("rejects.jsonl", "rejects", f"{unparsed} line(s) are not reject records with split and step")
+        rep.fail(REJECTS, "rejects", f"{unparsed} line(s) are not reject records with split and step")
     for s in m["steps"]:
         got = per_step.pop((s["split"], s["step"]), 0)
         if got != s["rejected"]:
-            rep.fail("rejects.jsonl", "rejects", f"{s['split']} step {s['step']}: {got} rejects listed, the manifest records {s['rejected']}")
+            rep.fail(REJECTS, "rejects", f"{s['split']} step {s['step']}: {got} rejects listed, the manifest records {s['rejected']}")
     for (split, step), n in sorted(per_step.items(), key=str):
-        rep.fail("rejects.jsonl", "rejects", f"{n} rejects of {split} step {step}, which the manifest does not list")
+        rep.fail(REJECTS, "rejects", f"{n} rejects of {split} step {step}, which the manifest does not list")
 
 
 def _stray_files(out: str, m: dict, rep: _Report) -> None:
@@ -657,9 +634,9 @@ def _stray_files(out: str, m: dict, rep: _Report) -> None:
                 if rel not in expected:
                     rep.fail(rel, "unexpected_file", "not listed in the manifest (a leftover, or added after conversion)")
     for name in sorted(os.listdir(out)):
-        if name not in (MANIFEST, "rejects.jsonl", ".staging") + TREES:
+        if name not in (MANIFEST, REJECTS, STAGING) + TREES:
             rep.notes.append(f"{name}: not part of a rollout-cli output (ignored)")
-    if os.path.isdir(os.path.join(out, ".staging")):
+    if os.path.isdir(os.path.join(out, STAGING)):
         rep.notes.append(".staging: leftover staging area of a finished commit (ignored; a rerun removes it)")
 
 

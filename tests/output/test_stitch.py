@@ -3,6 +3,8 @@ ranges, column splits, both) make one Parquet file that pyarrow, Polars and Duck
 the source table -- byte-identical to what pyarrow writes for the whole table in one go."""
 from __future__ import annotations
 
+from typing import Iterator, Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,9 +15,41 @@ from hypothesis import strategies as st
 
 from rollout_cli.output.stitch import (
     BINARY, BOOL, BYTE, DOUBLE, I16, I32, I64, LIST, MAP, SET, STRUCT, TList, TMap, TStruct,
-    decode_struct, encode_struct, read_footer, stitch, stitch_to_bytes,
+    Stitcher, decode_struct, encode_struct, read_footer,
 )
 from rollout_cli.core.schema import DICTIONARY_COLUMNS, LIST_COLUMNS, train_schema
+
+def stitch(template, pieces: Sequence, row_groups: Sequence[Sequence[tuple[int, int]]]) -> Iterator[memoryview | bytes]:
+    """The whole-file form of `Stitcher` used by these tests: an iterator over the bytes of one Parquet file made of the pieces' column chunks.
+
+    `template` is a Parquet file with the full schema (its footer supplies schema, version,
+    key-value metadata, created_by and column orders). `pieces` are Parquet files, each holding a
+    subset of the template's leaf columns. Final row group k is made of the column chunks of the
+    `(piece index, row group index)` pairs in `row_groups[k]`, which must supply every leaf column
+    exactly once with equal row counts; chunks are laid out in template column order and yielded
+    as zero-copy slices of the piece buffers. All checks run before this returns, so a ValueError
+    is raised before any byte is produced.
+    """
+    st = Stitcher(template)
+    parsed = [st.parse(p, i) for i, p in enumerate(pieces)]
+    parts: list[memoryview | bytes] = [st.header()]
+    for k, members in enumerate(row_groups):
+        resolved = []
+        for pair in members:
+            p, r = pair
+            if not (isinstance(p, int) and 0 <= p < len(parsed)):
+                raise ValueError(f"row group {k}: no piece {p!r}")
+            resolved.append((parsed[p], r, p))
+        parts += st.add(resolved, k)
+    tail = st.footer()
+    parts += [tail[:-8], tail[-8:-4], tail[-4:]]
+    return iter(parts)
+
+
+def stitch_to_bytes(template, pieces: Sequence, row_groups: Sequence[Sequence[tuple[int, int]]]) -> bytes:
+    """`stitch`, joined into one bytes object."""
+    return b"".join(stitch(template, pieces, row_groups))
+
 
 COLUMNS = ["step", "sample_index", "tokens", "loss_mask", "reward", "raw_reward", "truncated", "status",
            "rollout_log_probs", "source_name"]

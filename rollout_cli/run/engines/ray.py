@@ -76,9 +76,10 @@ def _call(fn: Callable, fault: dict | None, *args: Any) -> Any:
 
 def _package_root() -> str:
     """The directory that holds the `rollout_cli` package (what `import rollout_cli` needs)."""
-    import rollout_cli
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(rollout_cli.__file__)))
+    here = os.path.abspath(__file__)  # .../rollout_cli/run/engines/ray.py
+    for _ in range(4):
+        here = os.path.dirname(here)
+    return here
 
 
 def _import_ray():
