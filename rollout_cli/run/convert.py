@@ -64,23 +64,17 @@ def plan_units(inputs: list[str], opts: ConvertOptions, out: str | None = None) 
     return units, skipped, notes
 
 
-_PART_PLAN = os.environ.get("ROLLOUT_CLI_PART_PLAN", "handover")  # MEASUREMENT ONLY
-
-
 def _plan_parts(units: list[Unit], workers: int, staging_root: str) -> list[PartTask]:
     """Split each unit into parts: plain JSONL files into byte ranges when workers are idle."""
     from ..inputs.jsonl import split_ranges
 
-    if _PART_PLAN == "parts":
-        spare = -(-4 * workers // max(1, len(units))) if workers > 1 else 1
-    else:
-        spare = max(1, workers // max(1, len(units)))
+    spare = max(1, workers // max(1, len(units)))
     tasks = []
     for u, unit in enumerate(units):
         inp = unit.input
         ranges: list[tuple[int, int | None]] = [(0, None)]
         if inp.format == "jsonl" and inp.path != "-" and not inp.path.endswith((".gz", ".zst")) and spare > 1:
-            ranges = list(split_ranges(inp.path, spare, **({"min_bytes": 8 << 20} if _PART_PLAN == "parts" else {})))
+            ranges = list(split_ranges(inp.path, spare))
         for k, (a, b) in enumerate(ranges):
             tasks.append(PartTask(u, k, inp, a, b, _staged(staging_root, f"parts/u{u:05d}-p{k:04d}.arrow")))
     return tasks
@@ -227,7 +221,7 @@ class _Schedule:
         largest part still being parsed (handover.py): parts cut to equal sizes rarely finish
         together, and steps differ in size."""
         engine = self.engine
-        if _PART_PLAN == "parts" or self.remote or engine.slots() < 2 or len(self.pending) >= engine.slots():
+        if self.remote or engine.slots() < 2 or len(self.pending) >= engine.slots():
             return
 
         def size(t: PartTask) -> int:

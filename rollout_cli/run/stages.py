@@ -43,8 +43,7 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
             return res
         start, end = given
     res.start = start
-    offer = (Offer(task.stage_path, task.input.path) if task.take_from is None and can_hand_over(task)
-             and os.environ.get("ROLLOUT_CLI_PART_PLAN", "handover") != "parts" else None)
+    offer = Offer(task.stage_path, task.input.path) if task.take_from is None and can_hand_over(task) else None
     writer = None
     sink = None
     try:
