@@ -12,6 +12,7 @@ Layout written under DIR (see README.md):
     pt/rollout_data/{1,2,3,eval_3}.pt            torch.save({"rollout_id": step, "samples": [...]})
     jsonl/rollout_data/{1,2,3,eval_3}.jsonl      one Sample.to_dict() per line
     parquet/rollout_data/{1,2,3,eval_3}.parquet  one row per sample
+    parquet_json/rollout_data/{1,2,3,eval_3}.parquet  the same, every nested column as JSON text
     reward_dict/{pt,jsonl}/rollout_data/1.*      step 1 with dict rewards (needs --reward-key accuracy)
 """
 
@@ -627,6 +628,23 @@ def parquet_table(samples: list[dict]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
+def parquet_json_table(samples: list[dict]) -> pa.Table:
+    """Every list or dict column as JSON text without field metadata, as some writers produce;
+    a text field holding other data is named in the schema metadata key json_columns."""
+    arrays, names, listed = [], [], []
+    for name in ALL_FIELDS:
+        values = [s[name] for s in samples]
+        if any(isinstance(v, (list, dict)) for v in values):
+            if name in ("prompt", "response", "label"):
+                listed.append(name)
+            arrays.append(pa.array([_json_text(v) for v in values], pa.string()))
+        else:
+            arrays.append(pa.array(values, type=PARQUET_TYPES[name]))
+        names.append(name)
+    table = pa.Table.from_arrays(arrays, names=names)
+    return table.replace_schema_metadata({"json_columns": orjson.dumps(listed).decode()} if listed else None)
+
+
 def write_parquet(path: Path, samples: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(parquet_table(samples), str(path), compression="zstd")
@@ -638,6 +656,9 @@ def write_all(out: Path) -> None:
         write_pt(out / "pt" / "rollout_data" / f"{stem}.pt", step_of(stem), samples)
         write_jsonl(out / "jsonl" / "rollout_data" / f"{stem}.jsonl", samples)
         write_parquet(out / "parquet" / "rollout_data" / f"{stem}.parquet", samples)
+        path = out / "parquet_json" / "rollout_data" / f"{stem}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(parquet_json_table(samples), str(path), compression="zstd")
     rd = build_step1_reward_dict(dumps["1"])
     write_pt(out / "reward_dict" / "pt" / "rollout_data" / "1.pt", 1, rd)
     write_jsonl(out / "reward_dict" / "jsonl" / "rollout_data" / "1.jsonl", rd)

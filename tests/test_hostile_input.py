@@ -588,3 +588,47 @@ def test_failed_run_leaves_no_manifest_and_resume_after_the_fix_works(tmp_path):
     assert res.exit_code == 0, res.output
     assert verify_output(str(out))["failures"] == []
     assert json.loads((out / "manifest.json").read_text())["counts"]["rows"] == 2
+
+
+_HOSTILE_PARQUET = [
+    # (column values for rows 0..2, the type, the field named, words of the message); row 1 is bad
+    ("tokens", [[[1, 2, 3, 4, 5]], [[1, 2], [3, 4], [5, 6]], [[1, 2, 3, 4, 5]]], None, "tokens", "flat list"),
+    ("tokens", [[1, 2, 3, 4, 5], None, [1, 2, 3, 4, 5]], None, "tokens", "got null"),
+    ("tokens", [[1, 2, 3, 4, 5], [1, None, 3, 4, 5], [1, 2, 3, 4, 5]], None, "tokens", "integers"),
+    ("tokens", [[1, 2, 3, 4, 5], [1, 2, 3, 4, 2**31], [1, 2, 3, 4, 5]], pa.list_(pa.int64()), "tokens", "2147483648"),
+    ("status", ["completed", None, "completed"], None, "status", "null"),
+    ("loss_mask", [[1, 1], [1, 2], [1, 1]], pa.list_(pa.int8()), "loss_mask", "[0, 1]"),
+    ("rollout_log_probs", [[-0.5, -0.25], [float("inf"), 0.0], [-0.5, -0.25]], None, "rollout_log_probs", "finite"),
+    ("reward", [0.0, None, 1.0], None, "reward", "number"),
+    ("tokens", ["[1, 2, 3, 4, 5]", "[1, 2, 3, 4, 2147483648]", "[1, 2, 3, 4, 5]"], None, "tokens", "2147483648"),
+    ("tokens", ["[1, 2, 3, 4, 5]", "[1, 2,", "[1, 2, 3, 4, 5]"], None, "tokens", "invalid JSON"),
+]
+
+
+@pytest.mark.parametrize("column,values,typ,field,words", _HOSTILE_PARQUET)
+def test_hostile_parquet_rows_name_file_row_and_field(tmp_path, column, values, typ, field, words):
+    cols = {k: [base_sample(i)[k] for i in range(3)] for k in base_sample(0)}
+    cols[column] = values
+    d = fresh(tmp_path)
+    src = d / "5.parquet"
+    pq.write_table(pa.table({k: pa.array(v, typ if k == column else None) for k, v in cols.items()}), src)
+    res = convert([src], d / "out")
+    assert res.exit_code == 3, res.output
+    row = 0 if words == "flat list" else 1  # nested: every row is
+    assert f"{src}:row {row}: {field}:" in res.stderr and words in res.stderr, res.stderr
+    assert not (d / "out" / "manifest.json").exists()
+    assert_clean_outcome(res, d / "out", str(src), located="row")
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.9, 0.999])
+def test_truncated_parquet_is_refused(tmp_path, keep):
+    d = fresh(tmp_path)
+    whole = d / "whole.parquet"
+    pq.write_table(pa.Table.from_pylist([base_sample(i) for i in range(6)]), whole, row_group_size=2)
+    src = d / "5.parquet"
+    data = whole.read_bytes()
+    src.write_bytes(data[: int(len(data) * keep)])
+    res = convert([src], d / "out")
+    assert res.exit_code == 3, res.output
+    assert str(src) in res.stderr
+    assert not (d / "out" / "manifest.json").exists()

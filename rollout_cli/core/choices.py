@@ -1,10 +1,13 @@
-"""Choices shared by the commands' flags."""
+"""The value sets of the options: one Enum each, the only place a set is written down. The
+command line takes its choices from these, and core/options.py checks against `values(...)`."""
 from __future__ import annotations
 
 from enum import Enum
 
 
 class Estimator(str, Enum):
+    """--advantage-estimator, as slime's flag of that name."""
+
     grpo = "grpo"
     gspo = "gspo"
     cispo = "cispo"
@@ -14,6 +17,8 @@ class Estimator(str, Enum):
 
 
 class Scope(str, Enum):
+    """--rollout-id-scope (see pipeline/ids.py)."""
+
     strict = "strict"
     step = "step"
     group = "group"
@@ -31,6 +36,11 @@ class Compression(str, Enum):
     none = "none"
 
 
+class Engine(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
 class GroupBy(str, Enum):
     rollout_id = "rollout_id"
     group_index = "group_index"
@@ -42,3 +52,12 @@ class GroupBy(str, Enum):
 class Split(str, Enum):
     train = "train"
     eval = "eval"
+
+
+class ExportFormat(str, Enum):
+    slime_pt = "slime-pt"  # slime's rollout debug dump, for --load-debug-rollout-data
+
+
+def values(choices: type[Enum]) -> tuple[str, ...]:
+    """The values of a choice Enum, in declaration order."""
+    return tuple(c.value for c in choices)

@@ -5,21 +5,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .choices import Compression, Engine, Estimator, OnError, Scope, values
 from .cores import usable_cores
 from .errors import UsageError
 
-ADVANTAGE_ESTIMATORS = (
-    "grpo",
-    "gspo",
-    "cispo",
-    "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline",
-    "ppo",
-)
-SCOPES = ("strict", "step", "group")  # --rollout-id-scope (see ids.py)
-COMPRESSIONS = ("zstd", "lz4", "snappy", "none")
-ON_ERRORS = ("fail", "skip")
-ENGINES = ("local", "ray")
+ADVANTAGE_ESTIMATORS = values(Estimator)
+SCOPES = values(Scope)  # --rollout-id-scope (see pipeline/ids.py)
+COMPRESSIONS = values(Compression)
+ON_ERRORS = values(OnError)
+ENGINES = values(Engine)
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
 
 
@@ -84,7 +78,7 @@ class ConvertOptions(RuleOptions):
     def check(self) -> None:
         super().check()
         if self.on_error not in ON_ERRORS:
-            raise UsageError("--on-error: expected fail or skip")
+            raise UsageError(f"--on-error: expected one of {', '.join(ON_ERRORS)}")
         if self.compression not in COMPRESSIONS:
             raise UsageError(f"--compression: expected one of {', '.join(COMPRESSIONS)}")
         if self.shards < 1:
@@ -94,7 +88,7 @@ class ConvertOptions(RuleOptions):
         if self.row_group_bytes < 1 << 16:
             raise UsageError("--row-group-bytes: expected at least 65536")
         if self.engine not in ENGINES:
-            raise UsageError("--engine: expected local or ray")
+            raise UsageError(f"--engine: expected one of {', '.join(ENGINES)}")
         if self.workers is not None and self.workers < 1:
             raise UsageError("--workers: expected at least 1")
         if self.overwrite and self.resume:

@@ -31,6 +31,11 @@ CORE_FIELDS: list[pa.Field] = [
     pa.field("truncated", pa.bool_(), nullable=False),
     pa.field("status", pa.string(), nullable=False),
     pa.field("rollout_mask_sum", pa.int64(), nullable=False),
+    # what `export` needs to rebuild the samples: the selected reward (reward, or
+    # reward[--reward-key]) before post-processing, and the row's place in its step's input
+    # order (0-based over the rows kept; shards hold rollouts, so they interleave)
+    pa.field("selected_reward", pa.float64(), nullable=False),
+    pa.field("position", pa.int64(), nullable=False),
 ]
 
 # Always present in every shard; null where the input lacks them.

@@ -1,27 +1,78 @@
-"""What every reader yields: parsed records with their source locations."""
+"""The one reader contract: every reader yields RawChunks with each row's source location, and
+fills a ReadInfo with what the file says about itself."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.errors import Location, Problem
+
+# Fields of a sample that hold text by nature: a string column for any other field the
+# validation reads is JSON text (see inputs/parquet.py).
+TEXT_FIELDS = frozenset({"prompt", "response", "label", "status", "source"})
+# Every top-level field the validation reads (pipeline/validate.py); readers may read only these.
+SAMPLE_FIELDS = frozenset({
+    "rollout_id", "step", "index", "group_index", "tokens", "response_length", "loss_mask",
+    "remove_sample", "status", "reward", "metadata", "source", "rollout_log_probs",
+    "teacher_log_probs", "rollout_top_p_token_ids", "rollout_top_p_token_offsets",
+    "rollout_routed_experts", "train_metadata", "multimodal_train_inputs",
+})
+KEPT_TEXT_FIELDS = ("prompt", "response", "label")  # read only with --keep-text
 
 
 @dataclass
 class RawChunk:
-    """A run of consecutive records from one input file.
+    """A run of consecutive records from one input file, in one of two forms.
 
-    ``records[i]`` is the sample dict, or None when the record could not be parsed at all;
-    ``problems`` then holds why, keyed by the record's position in this chunk.
+    Row form (`records`): ``records[i]`` is the sample dict (numeric lists may be numpy arrays),
+    or None when the record could not be parsed at all.
+    Columnar form (`columns`): field name -> a pyarrow Array with one entry per row, or a
+    list of Python values per row (fields decoded from JSON text or nested data); a field the
+    file lacks is absent. ``problems`` holds why a record could not be parsed, by position.
     """
 
     source: str
     kind: str  # "line" (JSONL, 1-based), "row" (Parquet, 0-based), "sample" (.pt, 0-based)
     numbers: list[int]
-    records: list
+    records: list | None = None
     problems: dict[int, Problem] = field(default_factory=dict)
+    columns: dict[str, Any] | None = None
 
     def location(self, i: int) -> Location:
         return Location(self.source, self.kind, self.numbers[i])
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.numbers)
+
+    def values(self, name: str) -> list:
+        """One field's value per record, in either form (None where absent or unparseable)."""
+        if self.records is not None:
+            return [r.get(name) if isinstance(r, dict) else None for r in self.records]
+        col = (self.columns or {}).get(name)
+        if col is None:
+            return [None] * len(self)
+        vals = list(col) if isinstance(col, list) else col.to_pylist()
+        for i in self.problems:
+            vals[i] = None
+        return vals
+
+
+@dataclass
+class ReadInfo:
+    """What a file says about itself, known once it has been read."""
+
+    step: int | None = None  # a .pt dump's own step key
+    train_dump: bool = False  # slime's train-side .pt dump: no rollout samples
+    lines: int = 0  # lines consumed (JSONL)
+
+
+@dataclass
+class ReadRequest:
+    """Which part of an input to read, and how."""
+
+    start: int = 0  # JSONL: byte offset; Parquet: part index
+    end: int | None = None  # JSONL: byte offset; Parquet: number of parts (row-group ranges)
+    trust_pickle: bool = False
+    keep_text: bool = True
+    chunk_records: int | None = None
+    handover: Any = None  # plain JSONL only: a run.handover.Offer

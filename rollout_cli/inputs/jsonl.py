@@ -234,3 +234,19 @@ def split_ranges(path: str, parts: int, min_bytes: int = 32 << 20) -> list[tuple
                 bounds.append(cut)
     bounds.append(size)
     return list(zip(bounds[:-1], bounds[1:]))
+
+
+def read(inp, request, info) -> Iterator[RawChunk]:
+    """The registry's entry: a JSONL file or its byte range [request.start, request.end)."""
+    stats: dict = {}
+    extra = {} if request.chunk_records is None else {"chunk_records": request.chunk_records}
+    yield from read_jsonl(inp.path, inp.display, start=request.start, end=request.end, stats=stats,
+                          handover=request.handover, **extra)
+    info.lines = stats.get("lines", 0)
+
+
+def split(inp, parts: int) -> list[tuple[int, int | None]]:
+    """Newline-aligned byte ranges of a plain file; compressed files and stdin are read whole."""
+    if inp.path == "-" or inp.path.endswith((".gz", ".zst")):
+        return [(0, None)]
+    return list(split_ranges(inp.path, parts))

@@ -1,18 +1,36 @@
-"""Parquet reader: one row per sample; dict fields as struct/map columns or JSON text."""
+"""Parquet reader, column-wise: one row per sample, read by row group, list columns kept as
+Arrow arrays. A string column for a field that is not text by nature (a list, dict or number)
+is JSON text, as is any column named by the field metadata {"encoding": "json"} or by the
+schema metadata key "json_columns" (a JSON list of names); the text `null` is null."""
 from __future__ import annotations
 
 from typing import Iterator
 
+import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from ..core import storage
 from ..core.errors import InvalidInputError, Location, Problem
-from ..core.schema import DICT_FIELDS
-from .base import RawChunk
+from .base import KEPT_TEXT_FIELDS, SAMPLE_FIELDS, TEXT_FIELDS, RawChunk
+from .parquet_parts import row_group_range
 
 CHUNK_ROWS = 1024
+# JSON text of these fields is parsed into Arrow lists of this type in one pass (pyarrow.json);
+# where that fails (a value of another type, a line break in the text), row by row with orjson,
+# so that validation words the problem as for any other input.
+_JSON_LIST_TYPES = {
+    "tokens": pa.list_(pa.int64()),
+    "loss_mask": pa.list_(pa.int64()),
+    "rollout_log_probs": pa.list_(pa.float64()),
+    "teacher_log_probs": pa.list_(pa.float64()),
+    "rollout_top_p_token_ids": pa.list_(pa.int64()),
+    "rollout_top_p_token_offsets": pa.list_(pa.int64()),
+    "rollout_routed_experts": pa.list_(pa.list_(pa.list_(pa.int64()))),
+}
 
 
 def _open(path: str, display: str) -> pq.ParquetFile:
@@ -24,48 +42,128 @@ def _open(path: str, display: str) -> pq.ParquetFile:
         raise InvalidInputError(f"{display}: not a readable Parquet file: {e}") from None
 
 
-def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_ROWS) -> Iterator[RawChunk]:
-    """Yield the rows of a Parquet sample dump as sample dicts, 0-based row numbers."""
+def json_columns(schema: pa.Schema) -> set[str]:
+    """The columns that hold JSON text: by type and field name, or as the metadata says."""
+    named: set[str] = set()
+    raw = (schema.metadata or {}).get(b"json_columns")
+    if raw:
+        try:
+            listed = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            listed = []
+        named.update(x for x in listed if isinstance(x, str)) if isinstance(listed, list) else None
+    for f in schema:
+        if (f.metadata or {}).get(b"encoding") == b"json":
+            named.add(f.name)
+        elif f.name not in TEXT_FIELDS and _is_text(f.type):
+            named.add(f.name)
+    return {f.name for f in schema if f.name in named and _is_text(f.type)}
+
+
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _json_lists(texts: pa.Array, typ: pa.DataType) -> pa.Array | None:
+    """JSON texts parsed into one Arrow array of `typ`, or None when any row does not fit."""
+    n = len(texts)
+    if not n:
+        return None
+    lines = pc.binary_join_element_wise('{"v":', pc.fill_null(texts.cast(pa.string()), "null"), "}\n", "")
+    _, offsets, data = lines.buffers()
+    bounds = np.frombuffer(offsets, dtype=np.int32, count=lines.offset + n + 1)[[lines.offset, -1]]
+    begin, end = int(bounds[0]), int(bounds[1])
+    try:
+        t = pj.read_json(
+            pa.BufferReader(data[begin:end]),
+            read_options=pj.ReadOptions(use_threads=False, block_size=min(max(end + 1, 1 << 20), 2**31 - 1)),
+            parse_options=pj.ParseOptions(explicit_schema=pa.schema([("v", typ)]), unexpected_field_behavior="error"),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if t.num_rows != n or t.num_columns != 1:
+        return None
+    return t.column(0).combine_chunks()
+
+
+def _json_values(name: str, texts: pa.Array, display: str, row: int, problems: dict[int, Problem]) -> list:
+    """JSON texts parsed row by row; a row that is not JSON gets its problem (the first per row)."""
+    out = []
+    for i, v in enumerate(texts.to_pylist()):
+        if isinstance(v, str):
+            try:
+                v = orjson.loads(v)
+            except orjson.JSONDecodeError as e:
+                if name != "reward":  # a reward left as text: validation reports its type
+                    problems.setdefault(i, Problem(Location(display, "row", row + i), name,
+                                                   f"expected JSON text, got invalid JSON: {e}"))
+                v = None
+        out.append(v)
+    return out
+
+
+def _columns(batch: pa.RecordBatch, json_cols: set[str], display: str, row: int):
+    """The batch as the reader contract's columns: decoded JSON text, map columns as dicts."""
+    cols: dict = {}
+    problems: dict[int, Problem] = {}
+    for name, col in zip(batch.schema.names, batch.columns):
+        if pa.types.is_dictionary(col.type):
+            col = col.dictionary_decode()
+        if name in json_cols:
+            typ = _JSON_LIST_TYPES.get(name)
+            parsed = _json_lists(col, typ) if typ is not None else None
+            cols[name] = parsed if parsed is not None else _json_values(name, col, display, row, problems)
+        elif pa.types.is_map(col.type):
+            cols[name] = [None if v is None else dict(v) for v in col.to_pylist()]
+        else:
+            cols[name] = col
+    return cols, problems
+
+
+def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_ROWS, *, part: int = 0,
+                 parts: int = 1, keep_text: bool = True) -> Iterator[RawChunk]:
+    """Yield the rows of a Parquet sample dump (or of part `part` of `parts` row-group ranges)
+    as columnar chunks, numbered by their 0-based row in the file."""
     display = display or path
     pf = _open(path, display)
     schema = pf.schema_arrow
-    map_cols = [f.name for f in schema if pa.types.is_map(f.type)]
-    json_cols = [f.name for f in schema if f.name in DICT_FIELDS and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))]
-    row = 0
+    wanted = SAMPLE_FIELDS | (set(KEPT_TEXT_FIELDS) if keep_text else set())
+    names = [n for n in schema.names if n in wanted]
+    json_cols = json_columns(schema)
+    groups = row_group_range(part, parts, pf.num_row_groups)
+    row = sum(pf.metadata.row_group(g).num_rows for g in range(groups.start))
+    if not len(groups):
+        return
+    # with no sample field at all, read one column for the row count: every row then lacks tokens
+    read_cols = names or schema.names[:1]
     try:
-        for batch in pf.iter_batches(batch_size=chunk_rows):
+        for batch in pf.iter_batches(batch_size=chunk_rows, row_groups=list(groups), columns=read_cols):
+            n = batch.num_rows
             for name, col in zip(batch.schema.names, batch.columns):
                 try:
                     col.validate(full=True)  # e.g. string data that is not UTF-8
                 except pa.ArrowInvalid as e:
-                    raise InvalidInputError(f"{display}: rows {row}..{row + batch.num_rows - 1}: {name}: invalid data: {e}") from None
-            records = batch.to_pylist()
-            problems: dict[int, Problem] = {}
-            for i, rec in enumerate(records):
-                for name in map_cols:
-                    v = rec.get(name)
-                    if isinstance(v, list):
-                        rec[name] = dict(v)
-                for name in json_cols:
-                    v = rec.get(name)
-                    if isinstance(v, str):
-                        try:
-                            rec[name] = orjson.loads(v)
-                        except orjson.JSONDecodeError as e:
-                            if name == "reward":
-                                continue  # left as text; validation reports the type
-                            problems[i] = Problem(Location(display, "row", row + i), name, f"expected JSON text, got invalid JSON: {e}")
-                            records[i] = None
-                            break
-            numbers = list(range(row, row + len(records)))
-            row += len(records)
-            yield RawChunk(display, "row", numbers, records, problems)
+                    raise InvalidInputError(f"{display}: rows {row}..{row + n - 1}: {name}: invalid data: {e}") from None
+            if not names:
+                batch = batch.select([])
+            cols, problems = _columns(batch, json_cols, display, row)
+            yield RawChunk(display, "row", list(range(row, row + n)), None, problems, cols)
+            row += n
     except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
         raise InvalidInputError(f"{display}: cannot read Parquet near row {row}: {e}") from None
 
 
+def read(inp, request, info) -> Iterator[RawChunk]:
+    """The registry's entry: the whole file, or part `request.start` of `request.end`."""
+    part, parts = (request.start, request.end) if request.end else (0, 1)
+    yield from read_parquet(inp.path, inp.display, request.chunk_records or CHUNK_ROWS, part=part, parts=parts,
+                            keep_text=request.keep_text)
+
+
 def peek_step_value(path: str) -> object | None:
-    """The first row's `step` value, when the file has such a column."""
+    """The first row's `step` value, when the file has such a column (JSON text decoded)."""
     try:
         pf = pq.ParquetFile(storage.open_read(path, seekable=True) if storage.is_uri(path) else path)
     except (OSError, pa.ArrowException, UnicodeDecodeError):
@@ -76,4 +174,10 @@ def peek_step_value(path: str) -> object | None:
         first = next(pf.iter_batches(batch_size=1, columns=["step"]))
     except (OSError, pa.ArrowException, UnicodeDecodeError, StopIteration):
         return None
-    return first.column(0)[0].as_py()
+    v = first.column(0)[0].as_py()
+    if isinstance(v, str) and "step" in json_columns(pf.schema_arrow):
+        try:
+            return orjson.loads(v)
+        except orjson.JSONDecodeError:
+            return v
+    return v

@@ -1,36 +1,48 @@
-"""Input readers: each turns one file into RawChunks of sample dicts in Sample.to_dict() form."""
+"""The reader registry: format name -> the module that reads it. A new format is one module
+with `read(inp, request, info) -> Iterator[RawChunk]` (and optionally `split(inp, parts)`),
+plus one line here. Modules are imported only when a file of their format is read, so the
+converting process (which plans parts) stays free of numpy and pyarrow."""
 from __future__ import annotations
 
+import importlib
 from typing import Iterator
 
-from .base import RawChunk
+from .base import RawChunk, ReadInfo, ReadRequest
 
-__all__ = ["RawChunk", "read_input"]
+__all__ = ["RawChunk", "ReadInfo", "ReadRequest", "Reading", "FORMATS", "read_input", "split_input"]
+
+FORMATS = {
+    "jsonl": "rollout_cli.inputs.jsonl",
+    "parquet": "rollout_cli.inputs.parquet",
+    "pt": "rollout_cli.inputs.slime_pt",
+}
+# Part planning runs in the converting process: these modules import no numpy or pyarrow.
+SPLITTERS = {
+    "jsonl": "rollout_cli.inputs.jsonl",
+    "parquet": "rollout_cli.inputs.parquet_parts",
+}
 
 
-def read_input(inp, *, trust_pickle: bool = False, payload: dict | None = None, start: int = 0, end: int | None = None,
-               chunk_records: int | None = None, handover=None) -> Iterator[RawChunk]:
-    """Read an InputFile (or its byte range, for plain JSONL) by its format.
+class Reading:
+    """An input being read: iterate for its chunks; `info` is complete once they are done."""
 
-    `payload` receives what the file says about itself: `step` and `train_dump` for `.pt`
-    dumps, `lines` consumed for JSONL. `handover` (plain JSONL only) lets another worker take
-    over the rest of the range.
-    """
-    payload = {} if payload is None else payload
-    extra = {} if chunk_records is None else {"chunk_records": chunk_records}
-    if inp.format == "jsonl":
-        from .jsonl import read_jsonl
+    def __init__(self, inp, request: ReadRequest):
+        self.info = ReadInfo()
+        self._chunks = importlib.import_module(FORMATS[inp.format]).read(inp, request, self.info)
 
-        yield from read_jsonl(inp.path, inp.display, start=start, end=end, stats=payload, handover=handover, **extra)
-    elif inp.format == "parquet":
-        from .parquet import read_parquet
+    def __iter__(self) -> Iterator[RawChunk]:
+        return self._chunks
 
-        yield from read_parquet(inp.path, inp.display, **({"chunk_rows": chunk_records} if chunk_records else {}))
-    else:
-        from .slime_pt import read_pt
 
-        dump = read_pt(inp.path, inp.display, trust_pickle)
-        payload["step"] = dump.step
-        payload["train_dump"] = dump.train_dump
-        if dump.chunk is not None:
-            yield dump.chunk
+def read_input(inp, *, trust_pickle: bool = False, start: int = 0, end: int | None = None,
+               chunk_records: int | None = None, handover=None, keep_text: bool = True) -> Reading:
+    """Read an InputFile (or one part of it, as split_input planned) through its format's reader."""
+    return Reading(inp, ReadRequest(start, end, trust_pickle, keep_text, chunk_records, handover))
+
+
+def split_input(inp, parts: int) -> list[tuple[int, int | None]]:
+    """The parts an input can be read in, for up to `parts` workers: [(0, None)] when whole."""
+    name = SPLITTERS.get(inp.format)
+    if name is None or parts <= 1:
+        return [(0, None)]
+    return importlib.import_module(name).split(inp, parts)

@@ -5,11 +5,16 @@ arbitrary objects, through torch itself.
 """
 from __future__ import annotations
 
+import array
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
+
+import numpy as np
 
 from ..core.errors import InvalidInputError, Location, Problem
 from .base import RawChunk
+
+CHUNK_SAMPLES = 1024
 
 
 @dataclass
@@ -42,27 +47,83 @@ def load_payload(path: str, display: str, trust_pickle: bool) -> Any:
         raise InvalidInputError(f"{display}: cannot open: {e.strerror or e}") from None
 
 
-def read_pt(path: str, display: str | None = None, trust_pickle: bool = False) -> PtDump:
-    """Load a dump and return its samples as one chunk, numbered by position in `samples`."""
-    display = display or path
+def _open_dump(path: str, display: str, trust_pickle: bool) -> tuple[int | None, bool, list | None]:
+    """(step, train_dump, samples) of a dump; samples is None for a train-side dump."""
     payload = load_payload(path, display, trust_pickle)
     if not isinstance(payload, dict) or "samples" not in payload:
         got = type(payload).__name__ if not isinstance(payload, dict) else f"keys {sorted(map(str, payload))[:8]}"
         raise InvalidInputError(f"{display}: samples: expected slime's dump layout {{'rollout_id': step, 'samples': [...]}}, got {got}")
     if "format_version" in payload:
-        return PtDump(None, True, None)
+        return None, True, None
     samples = payload["samples"]
     if not isinstance(samples, list):
         raise InvalidInputError(f"{display}: samples: expected a list, got {type(samples).__name__}")
     step = payload.get("rollout_id")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**63):
         raise InvalidInputError(f"{display}: rollout_id: expected the step number, an integer in [0, 2**63 - 1], got {step!r}")
+    return step, False, samples
+
+
+def _chunk(display: str, samples: list, first: int) -> RawChunk:
     problems: dict[int, Problem] = {}
     records: list = []
     for i, s in enumerate(samples):
         if isinstance(s, dict):
             records.append(s)
         else:
-            problems[i] = Problem(Location(display, "sample", i), None, f"expected a sample dict, got {type(s).__name__}")
+            problems[i] = Problem(Location(display, "sample", first + i), None, f"expected a sample dict, got {type(s).__name__}")
             records.append(None)
-    return PtDump(step, False, RawChunk(display, "sample", list(range(len(records))), records, problems))
+    return RawChunk(display, "sample", list(range(first, first + len(records))), records, problems)
+
+
+def read_pt(path: str, display: str | None = None, trust_pickle: bool = False) -> PtDump:
+    """Load a dump and return its samples as one chunk, numbered by position in `samples`."""
+    display = display or path
+    step, train_dump, samples = _open_dump(path, display, trust_pickle)
+    if train_dump:
+        return PtDump(None, True, None)
+    return PtDump(step, False, _chunk(display, samples, 0))
+
+
+# The numeric lists a sample's dict may hold as Python lists (tensors arrive as numpy arrays).
+_INT_LISTS = ("tokens", "loss_mask", "rollout_top_p_token_ids", "rollout_top_p_token_offsets")
+_FLOAT_LISTS = ("rollout_log_probs", "teacher_log_probs")
+
+
+def _as_arrays(s: dict) -> None:
+    """Replace the sample's numeric lists by numpy arrays, freeing the lists. A list the
+    validation must word a problem for (a leading bool, a float among ints, a string, a null,
+    an int beyond int64) stays a list, so its message is the same as for any other input."""
+    for k in _INT_LISTS:
+        v = s.get(k)
+        if type(v) is list and v and type(v[0]) is not bool:
+            try:
+                s[k] = np.frombuffer(array.array("q", v), dtype=np.int64)
+            except (TypeError, OverflowError):
+                pass
+    for k in _FLOAT_LISTS:
+        v = s.get(k)
+        if type(v) is list and v:
+            try:
+                s[k] = np.fromiter(v, dtype=np.float64, count=len(v))
+            except (TypeError, ValueError, OverflowError):
+                pass
+
+
+def read(inp, request, info) -> Iterator[RawChunk]:
+    """The registry's entry: the dump's samples in chunks, numeric lists as arrays. Each
+    sample is converted just before its chunk is handed on and dropped from the payload, so
+    the object graph shrinks while the arrays grow."""
+    step, train_dump, samples = _open_dump(inp.path, inp.display, request.trust_pickle)
+    info.step, info.train_dump = step, train_dump
+    if train_dump:
+        return
+    size = request.chunk_records or CHUNK_SAMPLES
+    for a in range(0, len(samples), size):
+        part = samples[a:a + size]
+        samples[a:a + size] = [None] * len(part)  # the chunk holds the only reference now
+        for s in part:
+            if isinstance(s, dict):
+                _as_arrays(s)
+        yield _chunk(inp.display, part, a)
+        del part

@@ -36,6 +36,16 @@ def _fresh_ids(taken: np.ndarray, count: int) -> np.ndarray:
     return np.setdiff1d(candidates, taken, assume_unique=True)[:count]
 
 
+def reused_ids(id_state: np.ndarray, explicit: np.ndarray, group_index: list) -> dict[int, list]:
+    """Explicit ids carried by samples of more than one prompt group: {id: [groups, in order]}."""
+    groups_of: dict[int, list] = {}
+    for i in np.flatnonzero(id_state == ID_EXPLICIT).tolist():
+        gs = groups_of.setdefault(int(explicit[i]), [])
+        if group_index[i] not in gs:
+            gs.append(group_index[i])
+    return {v: gs for v, gs in groups_of.items() if len(gs) > 1}
+
+
 def assign_ids(
     id_state: np.ndarray,
     explicit: np.ndarray,
@@ -51,14 +61,7 @@ def assign_ids(
     ids[is_explicit] = explicit[is_explicit]
     problems: list[tuple[int, Problem]] = []
     remap_positions = np.zeros(0, dtype=np.int64)
-    keys_of: dict[int, list] = {}
-    if is_explicit.any():
-        for i in np.flatnonzero(is_explicit).tolist():
-            keys = keys_of.setdefault(int(ids[i]), [])
-            g = group_index[i]
-            if g not in keys:
-                keys.append(g)
-    conflicts = {v: gs for v, gs in keys_of.items() if len(gs) > 1}
+    conflicts = reused_ids(id_state, explicit, group_index)
     if conflicts and scope == "strict":
         for v, gs in conflicts.items():
             members = [i for i in np.flatnonzero(is_explicit & (ids == v)).tolist()]

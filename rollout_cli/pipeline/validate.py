@@ -224,23 +224,33 @@ class _Row:
     text: tuple | None
 
 
-def _validate(rec: dict, reward_key: str | None, keep_text: bool, lazy: bool = False) -> _Row:
-    """One sample's row. With `lazy`, the value ranges of the simdjson reader's long lists are
-    left to `_build` (every other check runs here)."""
-    sample_index = _opt_int(rec, "index")
-    group_index = _opt_int(rec, "group_index")
+def _ids(rec: dict) -> tuple[int | None, int | None]:
+    return _opt_int(rec, "index"), _opt_int(rec, "group_index")
+
+
+def _tokens(rec: dict, lazy: bool) -> np.ndarray:
     if "tokens" not in rec:
         raise _Bad("tokens", "missing")
     tokens = rec["tokens"]
     if not (lazy and _i64(tokens) and len(tokens)):
         tokens = _int_array("tokens", tokens, 0, INT32_MAX, allow_empty=False)
-    n_tok = len(tokens)
+    return tokens
+
+
+def _response_length(rec: dict) -> int:
     rl = rec.get("response_length")
     if not _is_int(rl):
         raise _Bad("response_length", f"expected an integer, got {_got(rl)}" if "response_length" in rec else "missing")
-    rl = int(rl)
+    return int(rl)
+
+
+def _check_response_length(rl: int, n_tok: int) -> None:
     if not 0 <= rl <= n_tok:
         raise _Bad("response_length", f"expected 0 <= response_length <= len(tokens) = {n_tok}, got {rl}")
+
+
+def _loss_mask(rec: dict, rl: int, lazy: bool) -> np.ndarray:
+    """The mask (all ones when null); zeros for a removed sample, whose mask is still checked."""
     lm = rec.get("loss_mask")
     if lm is None:
         mask = np.ones(rl, dtype=np.uint8)
@@ -253,18 +263,31 @@ def _validate(rec: dict, reward_key: str | None, keep_text: bool, lazy: bool = F
             mask = lm
         else:
             mask = _int_array("loss_mask", lm, 0, 1).astype(np.uint8, copy=False) if rl else np.zeros(0, dtype=np.uint8)
-    rs = rec.get("remove_sample", False)
-    if not isinstance(rs, (bool, np.bool_)) and rs is not None:
-        raise _Bad("remove_sample", f"expected true/false, got {_got(rs)}")
-    if rs:
+    if _remove_sample(rec):
         if mask is lm:  # kept lazily, and about to be replaced: its values are checked now
             _int_array("loss_mask", lm, 0, 1)
         mask = np.zeros(rl, dtype=np.uint8)
+    return mask
+
+
+def _remove_sample(rec: dict) -> bool:
+    rs = rec.get("remove_sample", False)
+    if not isinstance(rs, (bool, np.bool_)) and rs is not None:
+        raise _Bad("remove_sample", f"expected true/false, got {_got(rs)}")
+    return bool(rs)
+
+
+def _status(rec: dict) -> str:
     if "status" not in rec:
         raise _Bad("status", "missing")
     status = rec["status"]
     if not isinstance(status, str) or status not in _STATUS_SET:
         raise _Bad("status", f"expected one of {', '.join(STATUSES)}, got {_got(status)}")
+    return status
+
+
+def _rewards_and_metadata(rec: dict, reward_key: str | None) -> tuple[float, float, int | None, str]:
+    """(reward value, raw reward, round number, source name)."""
     if "reward" not in rec:
         raise _Bad("reward", "missing")
     reward_value = select_reward(rec["reward"], reward_key)
@@ -284,12 +307,17 @@ def _validate(rec: dict, reward_key: str | None, keep_text: bool, lazy: bool = F
     else:
         sn = md.get("source_name")
         source_name = sn if isinstance(sn, str) and sn else "unknown"
-    lp = rec.get("rollout_log_probs")
+    return reward_value, raw_reward, round_number, source_name
+
+
+def _log_probs(rec: dict, key: str, rl: int, lazy: bool) -> np.ndarray | None:
+    lp = rec.get(key)
     if lp is not None and not (lazy and _f64(lp) and len(lp) == rl):
-        lp = _float_array("rollout_log_probs", lp, rl)
-    tlp = rec.get("teacher_log_probs")
-    if tlp is not None and not (lazy and _f64(tlp) and len(tlp) == rl):
-        tlp = _float_array("teacher_log_probs", tlp, rl)
+        lp = _float_array(key, lp, rl)
+    return lp
+
+
+def _top_p(rec: dict, rl: int) -> tuple[np.ndarray | None, np.ndarray | None]:
     tp_ids, tp_off = rec.get("rollout_top_p_token_ids"), rec.get("rollout_top_p_token_offsets")
     if (tp_ids is None) != (tp_off is None):
         missing = "rollout_top_p_token_offsets" if tp_off is None else "rollout_top_p_token_ids"
@@ -304,19 +332,28 @@ def _validate(rec: dict, reward_key: str | None, keep_text: bool, lazy: bool = F
                 "rollout_top_p_token_offsets",
                 f"expected non-decreasing offsets from 0 to len(rollout_top_p_token_ids) = {len(tp_ids)}, got {int(tp_off[0])}..{int(tp_off[-1])}",
             )
+    return tp_ids, tp_off
+
+
+def _routed_experts(rec: dict, n_tok: int) -> np.ndarray | None:
     rexp = rec.get("rollout_routed_experts")
-    if rexp is not None:
-        try:
-            a = np.asarray(rexp)
-        except (ValueError, OverflowError):
-            raise _Bad("rollout_routed_experts", "expected a [len(tokens)-1, layers, topk] integer array, got ragged data") from None
-        if a.ndim != 3 or (a.size and a.dtype.kind not in "iu"):
-            raise _Bad("rollout_routed_experts", f"expected a [len(tokens)-1, layers, topk] integer array, got shape {list(a.shape)} of {a.dtype}")
-        if a.shape[0] != n_tok - 1:
-            raise _Bad("rollout_routed_experts", f"expected {n_tok - 1} rows (len(tokens)-1), got {a.shape[0]}")
-        if a.size and (int(a.min()) < 0 or int(a.max()) > INT32_MAX):
-            raise _Bad("rollout_routed_experts", "expected expert ids in int32 range")
-        rexp = a
+    if rexp is None:
+        return None
+    try:
+        a = np.asarray(rexp)
+    except (ValueError, OverflowError):
+        raise _Bad("rollout_routed_experts", "expected a [len(tokens)-1, layers, topk] integer array, got ragged data") from None
+    if a.ndim != 3 or (a.size and a.dtype.kind not in "iu"):
+        raise _Bad("rollout_routed_experts", f"expected a [len(tokens)-1, layers, topk] integer array, got shape {list(a.shape)} of {a.dtype}")
+    if a.shape[0] != n_tok - 1:
+        raise _Bad("rollout_routed_experts", f"expected {n_tok - 1} rows (len(tokens)-1), got {a.shape[0]}")
+    if a.size and (int(a.min()) < 0 or int(a.max()) > INT32_MAX):
+        raise _Bad("rollout_routed_experts", "expected expert ids in int32 range")
+    return a
+
+
+def _json_fields(rec: dict, keep_text: bool) -> tuple[str | None, str | None, tuple | None]:
+    """(train_metadata, multimodal_train_inputs) as JSON text, and the kept text fields."""
     tm = rec.get("train_metadata")
     if tm is not None and not isinstance(tm, dict):
         raise _Bad("train_metadata", f"expected a dict or null, got {_got(tm)}")
@@ -325,6 +362,25 @@ def _validate(rec: dict, reward_key: str | None, keep_text: bool, lazy: bool = F
     text = None
     if keep_text:
         text = (_text("prompt", rec.get("prompt")), _text("response", rec.get("response")), _text("label", rec.get("label")))
+    return train_metadata, mm, text
+
+
+def _validate(rec: dict, reward_key: str | None, keep_text: bool, lazy: bool = False) -> _Row:
+    """One sample's row, its fields checked in a fixed order (the first problem is reported).
+    With `lazy`, the value ranges of the simdjson reader's long lists are left to `_build`
+    (every other check runs here)."""
+    sample_index, group_index = _ids(rec)
+    tokens = _tokens(rec, lazy)
+    rl = _response_length(rec)
+    _check_response_length(rl, len(tokens))
+    mask = _loss_mask(rec, rl, lazy)
+    status = _status(rec)
+    reward_value, raw_reward, round_number, source_name = _rewards_and_metadata(rec, reward_key)
+    lp = _log_probs(rec, "rollout_log_probs", rl, lazy)
+    tlp = _log_probs(rec, "teacher_log_probs", rl, lazy)
+    tp_ids, tp_off = _top_p(rec, rl)
+    rexp = _routed_experts(rec, len(tokens))
+    train_metadata, mm, text = _json_fields(rec, keep_text)
     return _Row(
         sample_index, group_index, tokens, rl, mask, reward_value, raw_reward, status, lp, tlp, tp_ids, tp_off,
         rexp, round_number, source_name, train_metadata, mm, text,
@@ -482,35 +538,52 @@ def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, k
                     step: int | None = None) -> NormChunk:
     """Validate one chunk; `base_pos` is the position of its first record in the unit. With
     `step`, a record's own `step` field must be that step."""
+    if chunk.columns is not None:
+        from .validate_columns import normalize_columns
+
+        return normalize_columns(chunk, base_pos, reward_key=reward_key, keep_text=keep_text, step=step)
     try:
         return _normalize(chunk, base_pos, reward_key, keep_text, step, lazy=True)
     except _Unchecked:  # a lazily kept value is out of range: the exact checks find and word it
         return _normalize(chunk, base_pos, reward_key, keep_text, step, lazy=False)
 
 
+def _prelude(out: NormChunk, chunk: RawChunk, i: int, rec: dict | None, step: int | None) -> bool:
+    """The per-record summary (id state, explicit id, group); False, with the problem recorded,
+    when the record cannot be a row: unparseable, an invalid rollout id, or another step's."""
+    if rec is None:  # unparseable: it still holds its place (one fill id), so fixing it shifts no id
+        out.problems.append((i, chunk.problems[i]))
+        return False
+    state, value = parse_rollout_id(rec.get("rollout_id"))
+    out.id_state[i], out.explicit_id[i] = state, value
+    gi = rec.get("group_index")
+    if _is_int(gi):
+        out.group_index[i] = int(gi)
+    if state == ID_INVALID:
+        out.problems.append(
+            (i, Problem(chunk.location(i), "rollout_id", f"expected an integer or null, got {_got(rec.get('rollout_id'))}"))
+        )
+        return False
+    if step is not None and rec.get("step") is not None and (not _is_int(rec["step"]) or int(rec["step"]) != step):
+        out.problems.append((i, Problem(chunk.location(i), "step", f"expected {step} (this file's step), got {_got(rec['step'])}")))
+        return False
+    return True
+
+
+def empty_norm(chunk: RawChunk) -> NormChunk:
+    n = len(chunk)
+    return NormChunk(chunk.source, chunk.kind, chunk.numbers, [ID_MISSING] * n, [None] * n, [None] * n, [False] * n)
+
+
 def _normalize(chunk: RawChunk, base_pos: int, reward_key: str | None, keep_text: bool, step: int | None,
                lazy: bool) -> NormChunk:
-    n = len(chunk.records)
-    out = NormChunk(chunk.source, chunk.kind, chunk.numbers, [ID_MISSING] * n, [None] * n, [None] * n, [False] * n)
+    out = empty_norm(chunk)
     rows: list[_Row] = []
     pos: list[int] = []
     for i, rec in enumerate(chunk.records):
-        if rec is None:  # unparseable: it still holds its place (one fill id), so fixing it shifts no id
-            out.problems.append((i, chunk.problems[i]))
-            continue
-        state, value = parse_rollout_id(rec.get("rollout_id"))
-        out.id_state[i], out.explicit_id[i] = state, value
-        gi = rec.get("group_index")
-        if _is_int(gi):
-            out.group_index[i] = int(gi)
-        if state == ID_INVALID:
-            out.problems.append(
-                (i, Problem(chunk.location(i), "rollout_id", f"expected an integer or null, got {_got(rec.get('rollout_id'))}"))
-            )
+        if not _prelude(out, chunk, i, rec, step):
             continue
         try:
-            if step is not None and rec.get("step") is not None and (not _is_int(rec["step"]) or int(rec["step"]) != step):
-                raise _Bad("step", f"expected {step} (this file's step), got {_got(rec['step'])}")
             try:
                 row = _validate(rec, reward_key, keep_text, lazy)
             except _Bad:
@@ -524,17 +597,20 @@ def _normalize(chunk: RawChunk, base_pos: int, reward_key: str | None, keep_text
         out.valid[i] = True
         rows.append(row)
         pos.append(base_pos + i)
+    out.batches.extend(build_batches(rows, pos, keep_text))
+    return out
+
+
+def build_batches(rows: list[_Row], pos: list[int], keep_text: bool) -> list[pa.RecordBatch]:
+    """Validated rows as batches, each list column below _MAX_BATCH_VALUES values."""
+    batches = []
     start, acc = 0, 0
     for k, r in enumerate(rows):
         v = _row_values(r)
         if acc + v > _MAX_BATCH_VALUES and k > start:
-            out.batches.append(_build(rows[start:k], pos[start:k], keep_text))
+            batches.append(_build(rows[start:k], pos[start:k], keep_text))
             start, acc = k, 0
         acc += v
     if start < len(rows):
-        out.batches.append(_build(rows[start:], pos[start:], keep_text))
-    return out
-
-
-def problem_location(chunk: NormChunk, i: int) -> Location:
-    return Location(chunk.source, chunk.kind, chunk.numbers[i])
+        batches.append(_build(rows[start:], pos[start:], keep_text))
+    return batches

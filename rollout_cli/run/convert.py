@@ -22,7 +22,8 @@ from .engines import make_engine
 from .preload import WORKER_MODULES
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError
 from .handover import can_hand_over
-from ..inputs.discover import InputFile, discover, parse_steps
+from ..inputs.discover import InputFile
+from ..inputs.units import claim_step, plan_units
 from ..core.options import ConvertOptions
 from ..output.commit import staged_path as _staged
 from .tasks import PartResult, PartTask, Unit, UnitResult
@@ -44,38 +45,16 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     return run(unit, parts, opts, staging_root)
 
 
-def plan_units(inputs: list[str], opts: ConvertOptions, out: str | None = None) -> tuple[list[Unit], list[str], list[str]]:
-    """Discover inputs, select --steps, order by (split, step), refuse duplicate steps."""
-    files, skipped, notes = discover(inputs, opts.step, exclude=out)
-    lo, hi = parse_steps(opts.steps)
-    units = []
-    seen: dict[tuple, str] = {}
-    for f in files:
-        if f.step is not None and not (f.format == "pt" and f.step_from == "name"):
-            # a .pt dump's own step key decides; such units are filtered once read
-            if (lo is not None and f.step < lo) or (hi is not None and f.step > hi):
-                continue
-            key = (f.split, f.step)
-            if key in seen:
-                raise InvalidInputError(f"two inputs give {f.split} step {f.step}: {seen[key]} and {f.display}")
-            seen[key] = f.display
-        units.append(Unit(f, f.step))
-    units.sort(key=lambda u: (u.input.split != "train", u.step if u.step is not None else -1, u.input.display))
-    return units, skipped, notes
-
-
 def _plan_parts(units: list[Unit], workers: int, staging_root: str) -> list[PartTask]:
-    """Split each unit into parts: plain JSONL files into byte ranges when workers are idle."""
-    from ..inputs.jsonl import split_ranges
+    """Split each unit into parts when workers are idle: plain JSONL files into byte ranges,
+    Parquet files into row-group ranges (the registry's splitters)."""
+    from ..inputs.registry import split_input
 
     spare = max(1, workers // max(1, len(units)))
     tasks = []
     for u, unit in enumerate(units):
-        inp = unit.input
-        ranges: list[tuple[int, int | None]] = [(0, None)]
-        if inp.format == "jsonl" and inp.path != "-" and not inp.path.endswith((".gz", ".zst")) and spare > 1:
-            ranges = list(split_ranges(inp.path, spare))
-        for k, (a, b) in enumerate(ranges):
+        for k, (a, b) in enumerate(split_input(unit.input, spare)):
+            inp = unit.input
             tasks.append(PartTask(u, k, inp, a, b, _staged(staging_root, f"parts/u{u:05d}-p{k:04d}.arrow")))
     return tasks
 
@@ -466,9 +445,7 @@ def _run(units: list[Unit], opts: ConvertOptions, staging_root: str, fingerprint
 def _check_distinct_steps(results: list[UnitResult]) -> None:
     seen: dict = {}
     for r in results:
-        if (r.split, r.step) in seen:
-            raise InvalidInputError(f"two inputs give {r.split} step {r.step}: {seen[(r.split, r.step)]} and {r.input.display}")
-        seen[(r.split, r.step)] = r.input.display
+        claim_step(seen, r.split, r.step, r.input.display)
 
 
 def _write_rejects(staging, results: list[UnitResult]) -> dict | None:

@@ -6,16 +6,15 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import sys
-from typing import Callable
-
 import numpy as np
 import pyarrow as pa
 
 from ..core import storage
 from ..core.cores import usable_cores
-from ..core.errors import Location, Problem, UsageError
+from ..core.errors import Location, Problem
 from .handover import Offer, can_hand_over, take_over
-from ..inputs.discover import parse_steps
+from ..inputs.units import in_steps, record_step, train_dump_note, unit_step
+from ..pipeline.records import id_inputs, locator
 from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
 from ..core.options import ConvertOptions
 from ..output import layout
@@ -33,7 +32,6 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
     plain JSONL file may hand the rest of its range over to an idle worker (handover.py); a
     task with `take_from` is that worker's: it parses what it is given (maybe nothing), and
     hands nothing over in turn."""
-    payload: dict = {}
     res = PartResult(task.unit, task.part, 0, 0, task.input.display, "line", [], [], [], [], [], [], None)
     start, end = task.start, task.end
     if task.take_from is not None:
@@ -47,10 +45,11 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
     writer = None
     sink = None
     try:
-        for raw in read_input(task.input, trust_pickle=opts.trust_pickle, payload=payload, start=start, end=end,
-                              handover=offer):
+        reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end, handover=offer,
+                             keep_text=opts.keep_text)
+        for raw in reading:
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
-                                 step=task.input.step if task.input.format != "pt" else None)
+                                 step=record_step(task.input))
             res.records += len(raw)
             res.kind = nc.kind
             res.numbers.extend(nc.numbers)
@@ -74,9 +73,9 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
         if sink is not None:
             sink.close()
     res.stage_path = task.stage_path if writer is not None else None
-    res.lines = payload.get("lines", 0)
-    res.step_from_payload = payload.get("step")
-    res.train_dump = bool(payload.get("train_dump"))
+    res.lines = reading.info.lines
+    res.step_from_payload = reading.info.step
+    res.train_dump = reading.info.train_dump
     return res
 
 
@@ -88,24 +87,6 @@ def _shift_lines(r: PartResult, offset: int) -> None:
                   for i, p in r.problems]
 
 
-def _concat_summaries(chunks: list[NormChunk]):
-    id_state = np.fromiter((s for c in chunks for s in c.id_state), dtype=np.int8)
-    explicit = np.fromiter((0 if v is None else v for c in chunks for v in c.explicit_id), dtype=np.int64, count=len(id_state))
-    group_index = [g for c in chunks for g in c.group_index]
-    return id_state, explicit, group_index
-
-
-def _locator(chunks: list[NormChunk]) -> Callable[[int], Location]:
-    starts = np.cumsum([0] + [len(c.numbers) for c in chunks])
-
-    def where(pos: int) -> Location:
-        k = int(np.searchsorted(starts, pos, side="right")) - 1
-        c = chunks[k]
-        return Location(c.source, c.kind, c.numbers[pos - int(starts[k])])
-
-    return where
-
-
 def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray, mask_sums: np.ndarray, keep_text: bool) -> pa.Table:
     schema = train_schema(keep_text)
     n = pre.num_rows
@@ -114,6 +95,8 @@ def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray,
         "rollout_id": pa.array(ids, pa.int64()),
         "reward": pa.array(rewards, pa.float32()),
         "rollout_mask_sum": pa.array(mask_sums, pa.int64()),
+        "selected_reward": pre.column("_reward_value"),
+        "position": pa.array(np.arange(n, dtype=np.int64)),
     }
     cols = [computed[f.name] if f.name in computed else pre.column(f.name) for f in schema]
     return pa.Table.from_arrays(cols, schema=schema)
@@ -172,13 +155,9 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     parts = sorted(parts, key=lambda r: (r.start, r.part))
     if any(r.train_dump for r in parts):
         _drop_parts(parts)
-        return f"{inp.display}: slime train-side dump (format_version key), skipped"
-    payload_step = parts[0].step_from_payload
-    step = payload_step if payload_step is not None else unit.step
-    if step is None:
-        raise UsageError(f"{inp.display}: cannot tell its step: no rollout_id key in the dump and no number in its name")
-    lo, hi = parse_steps(opts.steps)
-    if (lo is not None and step < lo) or (hi is not None and step > hi):
+        return train_dump_note(unit)
+    step = unit_step(unit, parts[0].step_from_payload)
+    if not in_steps(step, opts.steps):
         _drop_parts(parts)
         return f"{inp.display}: step {step} is outside --steps {opts.steps}, skipped"
     line_offset = 0
@@ -187,9 +166,9 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
             _shift_lines(r, line_offset)
             line_offset += r.lines
     chunks = [NormChunk(r.source, r.kind, r.numbers, r.id_state, r.explicit_id, r.group_index, r.valid) for r in parts]
-    where = _locator(chunks)
+    where = locator(chunks)
     bases = np.cumsum([0] + [r.records for r in parts])
-    id_state, explicit, group_index = _concat_summaries(chunks)
+    id_state, explicit, group_index = id_inputs(chunks)
     n = len(id_state)
     problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
     # the valid rows, in order

@@ -5,14 +5,7 @@ from dataclasses import dataclass
 
 from ..core.errors import Problem
 from ..inputs.discover import InputFile
-
-
-@dataclass
-class Unit:
-    """One step of one split, from one input file."""
-
-    input: InputFile
-    step: int | None
+from ..inputs.units import Unit  # noqa: F401  (planned below run/, shared with inspect)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from inspect_samples import sample, write_jsonl
 from rollout_cli.cli.app import app
-from rollout_cli.inspect.stats import ANOMALY_KINDS
+from rollout_cli.inspect import ANOMALY_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "sample_data"

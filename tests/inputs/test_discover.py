@@ -1,4 +1,4 @@
-"""Stage 1 discovery (inputs.py, convert.plan_units): step numbers, splits, skipping, --steps."""
+"""Stage 1 discovery and unit planning (inputs.discover, inputs.units.plan_units): step numbers, splits, skipping, --steps."""
 from __future__ import annotations
 
 import gzip
@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import SAMPLE_DATA, copts, make_sample, read_rows, write_jsonl, write_pt
-from rollout_cli.run.convert import convert, plan_units
+from rollout_cli.inputs.units import plan_units
+from rollout_cli.run.convert import convert
 from rollout_cli.core.errors import InvalidInputError, UsageError
 from rollout_cli.inputs.discover import discover, input_format, parse_steps
 

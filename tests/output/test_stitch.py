@@ -17,7 +17,7 @@ from rollout_cli.output.stitch import (
     BINARY, BOOL, BYTE, DOUBLE, I16, I32, I64, LIST, MAP, SET, STRUCT, TList, TMap, TStruct,
     Stitcher, decode_struct, encode_struct, read_footer,
 )
-from rollout_cli.core.schema import DICTIONARY_COLUMNS, LIST_COLUMNS, train_schema
+from rollout_cli.core.schema import DICTIONARY_COLUMNS, LIST_COLUMNS, SCHEMA_VERSION, train_schema
 
 def stitch(template, pieces: Sequence, row_groups: Sequence[Sequence[tuple[int, int]]]) -> Iterator[memoryview | bytes]:
     """The whole-file form of `Stitcher` used by these tests: an iterator over the bytes of one Parquet file made of the pieces' column chunks.
@@ -268,7 +268,7 @@ def test_column_split_pieces():
     back = read(out)
     assert back.equals(t)
     assert back.schema == SCHEMA
-    assert pq.read_schema(pa.BufferReader(out)).metadata[b"rollout_cli.schema_version"] == b"1"
+    assert pq.read_schema(pa.BufferReader(out)).metadata[b"rollout_cli.schema_version"] == str(SCHEMA_VERSION).encode()
     check_layout(out, [25, 35])
 
 

@@ -149,7 +149,7 @@ def _input_with_a_bad_sample(tmp_path: Path) -> Path:
 
 def test_one_flipped_byte_in_a_shard_is_caught_and_named(out):
     shard = step_entry(manifest(out), 2)["shards"][1]["path"]
-    flip_byte(out / shard)
+    flip_byte(out / shard, 0.2)  # in a data page, before the footer
     res = verify_output(str(out))
     assert fails(res) == {(shard, "checksum")}
     with pytest.raises(IntegrityError) as e:

@@ -1,0 +1,124 @@
+"""`rollout-cli convert INPUT... OUT`: flags -> `run.convert.convert` -> summary table or JSON."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, List, Optional
+
+import typer
+
+from ..core.choices import Compression, Engine, Estimator, OnError, Scope
+from ..core.options import ConvertOptions
+from . import options as o
+from .common import run_command
+from .render import Progress, print_convert_summary
+
+D = ConvertOptions()  # every default, from the library
+
+OnErrorOpt = Annotated[OnError, typer.Option(
+    "--on-error", metavar="MODE", rich_help_panel=o.VALIDATION,
+    help=o.per_value({OnError.fail: "exit 3 on invalid samples, nothing written",
+                      OnError.skip: "reject their rollouts into OUT/rejects.jsonl and go on"}))]
+MaxErrors = Annotated[Optional[int], typer.Option(
+    "--max-errors", metavar="N", rich_help_panel=o.VALIDATION,
+    help="fail: report up to N problems (default 20); skip: stop once more than N samples are "
+         "rejected (default: no limit).")]
+
+Shards = Annotated[int, typer.Option(
+    "--shards", metavar="N", rich_help_panel=o.OUTPUT,
+    help="Shard files per step (one per data-parallel rank), balanced by tokens; a rollout is "
+         "never split.")]
+KeepGroups = Annotated[bool, typer.Option(
+    "--keep-groups", rich_help_panel=o.OUTPUT, help="Never split a prompt group across shards.")]
+CompressionOpt = Annotated[Compression, typer.Option(
+    "--compression", metavar="CODEC", rich_help_panel=o.OUTPUT,
+    help=f"Parquet codec: {o.one_of(Compression)} (zstd at level {D.compression_level}).")]
+RowGroupBytes = Annotated[int, typer.Option(
+    "--row-group-bytes", metavar="BYTES", rich_help_panel=o.OUTPUT,
+    help="Upper bound of a row group's uncompressed size.")]
+Mmap = Annotated[bool, typer.Option(
+    "--mmap/--no-mmap", rich_help_panel=o.OUTPUT,
+    help="Also write an uncompressed Arrow IPC copy of each shard under OUT/mmap/ (zero-copy loading).")]
+KeepText = Annotated[bool, typer.Option(
+    "--keep-text", rich_help_panel=o.OUTPUT, help="Keep prompt, response and label as text columns.")]
+Overwrite = Annotated[bool, typer.Option(
+    "--overwrite", rich_help_panel=o.OUTPUT,
+    help="Replace an existing OUT; the old one stays whole until the new one is complete.")]
+Resume = Annotated[bool, typer.Option(
+    "--resume", rich_help_panel=o.OUTPUT,
+    help="Finish an interrupted run, or bring a complete OUT up to date: only new or changed "
+         "inputs are converted.")]
+
+Workers = Annotated[Optional[int], typer.Option(
+    "--workers", metavar="N", rich_help_panel=o.EXECUTION, help="Worker processes (default: all cores).")]
+EngineOpt = Annotated[Engine, typer.Option(
+    "--engine", metavar="NAME", rich_help_panel=o.EXECUTION,
+    help=o.per_value({Engine.local: "this machine",
+                      Engine.ray: "a Ray cluster (pip install 'rollout-cli\\[ray]')"}))]
+RayAddress = Annotated[Optional[str], typer.Option(
+    "--ray-address", metavar="ADDR", rich_help_panel=o.EXECUTION,
+    help="Ray cluster address, HOST:PORT (default: start or join a local Ray).")]
+
+
+def convert(
+    inputs: Annotated[List[str], typer.Argument(
+        metavar="INPUT...", show_default=False,
+        help="Dump files or folders (searched recursively; local paths or s3://, gs:// URIs), "
+             "or - for JSONL on stdin.")],
+    out: Annotated[str, typer.Argument(
+        metavar="OUT", show_default=False, help="Output folder (a local path or an s3://, gs:// URI).")],
+    advantage_estimator: o.AdvantageEstimator = Estimator(D.advantage_estimator),
+    reward_key: o.RewardKey = D.reward_key,
+    disable_rewards_normalization: o.DisableRewardsNormalization = not D.rewards_normalization,
+    disable_grpo_std_normalization: o.DisableGrpoStdNormalization = not D.grpo_std_normalization,
+    slime_compat: o.SlimeCompat = D.slime_compat,
+    rollout_batch_size: o.RolloutBatchSize = D.rollout_batch_size,
+    rollout_id_scope: o.RolloutIdScope = Scope(D.rollout_id_scope),
+    n_samples_per_prompt: o.NSamplesPerPrompt = D.n_samples_per_prompt,
+    steps: o.Steps = D.steps,
+    step: o.Step = D.step,
+    trust_pickle: o.TrustPickle = D.trust_pickle,
+    on_error: OnErrorOpt = OnError(D.on_error),
+    max_errors: MaxErrors = D.max_errors,
+    shards: Shards = D.shards,
+    keep_groups: KeepGroups = D.keep_groups,
+    compression: CompressionOpt = Compression(D.compression),
+    row_group_bytes: RowGroupBytes = D.row_group_bytes,
+    mmap: Mmap = D.mmap,
+    keep_text: KeepText = D.keep_text,
+    overwrite: Overwrite = D.overwrite,
+    resume: Resume = D.resume,
+    workers: Workers = D.workers,
+    engine: EngineOpt = Engine(D.engine),
+    ray_address: RayAddress = D.ray_address,
+    as_json: o.Json = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summary.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "-v", "--verbose", help="List skipped files and notes; tracebacks for internal errors.")] = False,
+) -> None:
+    """Convert rollout dumps into sharded train-data Parquet plus a manifest."""
+    opts = ConvertOptions(**o.option_values(ConvertOptions, locals()))  # parameters are named as its fields
+
+    def work():
+        from ..run.convert import convert as run_convert
+
+        if opts.engine == "local" and opts.worker_count() > 1:
+            from ..run.preload import start_pool_early
+
+            start_pool_early()  # a no-op when the executable already started it
+        with Progress(quiet or as_json) as progress:
+            return run_convert(inputs, out, opts, progress=progress)
+
+    result = run_command(work, as_json, verbose)
+    if as_json:
+        print(json.dumps(result))
+        return
+    if verbose:
+        for s in result["skipped"]:
+            print(f"skipped (not an input): {s}", file=sys.stderr)
+        for s in result["notes"]:
+            print(f"note: {s}", file=sys.stderr)
+    for w in result["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    if not quiet:
+        print_convert_summary(result)

@@ -1,0 +1,97 @@
+"""The options several commands share, each declared once: flag, help, panel and metavar. A
+command names the parameter with the alias as its type and the library dataclass's field as its
+default (`steps: Steps = RULES.steps`), so the default lives in core/options.py alone. The choice
+lists in the help come from core/choices.py."""
+from __future__ import annotations
+
+import dataclasses
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from ..core.choices import Estimator, Scope, values
+from ..core.options import RuleOptions
+
+RULES = RuleOptions()  # the defaults of the id and reward options
+
+# Help panels. A panel holding --disable-grpo-std-normalization (32 characters) may use metavars
+# of at most 2 (rich shares 80 columns between the name and the help text): see tests/cli.
+REWARDS = "Rewards"
+NORMALISATION = "Normalisation"
+ROLLOUT_IDS = "Rollout ids"
+INPUTS = "Inputs"
+VALIDATION = "Validation"
+OUTPUT = "Output"
+EXECUTION = "Execution"
+VIEW = "View"
+
+
+def one_of(choices: type[Enum]) -> str:
+    """'a, b or c': a choice set for help text."""
+    v = values(choices)
+    return ", ".join(v[:-1]) + " or " + v[-1] if len(v) > 1 else v[0]
+
+
+def per_value(described: dict[Enum, str]) -> str:
+    """'a: what a does; b: ...' for every value of one choice Enum (all of them, in order)."""
+    (kind,) = {type(c) for c in described}
+    assert list(described) == list(kind), f"{kind.__name__}: describe every value, in order"
+    return "; ".join(f"{c.value}: {text}" for c, text in described.items()) + "."
+
+
+AdvantageEstimator = Annotated[Estimator, typer.Option(
+    "--advantage-estimator", metavar="NAME", rich_help_panel=REWARDS,
+    help=f"As slime's flag: {one_of(Estimator)}. Decides mean-centring and std-scaling.")]
+RewardKey = Annotated[Optional[str], typer.Option(
+    "--reward-key", metavar="KEY", rich_help_panel=REWARDS,
+    help="Take this key from dict rewards (and from a dict metadata.raw_reward).")]
+DisableRewardsNormalization = Annotated[bool, typer.Option(
+    "--disable-rewards-normalization", rich_help_panel=NORMALISATION, help="Keep rewards as they are.")]
+DisableGrpoStdNormalization = Annotated[bool, typer.Option(
+    "--disable-grpo-std-normalization", rich_help_panel=NORMALISATION, help="Mean-centre only: no std-scaling.")]
+SlimeCompat = Annotated[bool, typer.Option(
+    "--slime-compat", rich_help_panel=NORMALISATION,
+    help="Reproduce slime's position-based reward normalisation bit for bit (needs "
+         "--rollout-batch-size and torch).")]
+RolloutBatchSize = Annotated[Optional[int], typer.Option(
+    "--rollout-batch-size", metavar="N", rich_help_panel=NORMALISATION, help="Prompts per step; used by --slime-compat.")]
+
+RolloutIdScope = Annotated[Scope, typer.Option(
+    "--rollout-id-scope", metavar="SCOPE", rich_help_panel=ROLLOUT_IDS,
+    help=per_value({Scope.strict: "an explicit id in two prompt groups is an error",
+                    Scope.step: "merge them, as slime does",
+                    Scope.group: "ids are unique within a prompt group only"}))]
+NSamplesPerPrompt = Annotated[Optional[int], typer.Option(
+    "--n-samples-per-prompt", metavar="N", rich_help_panel=ROLLOUT_IDS,
+    help="Group size: samples without group_index form groups of N in input order; "
+         "the size inspect expects; n of --slime-compat (default 1).")]
+
+Steps = Annotated[Optional[str], typer.Option(
+    "--steps", metavar="A:B", rich_help_panel=INPUTS, help="Select steps: A:B (inclusive), A:, :B or A.")]
+Step = Annotated[Optional[int], typer.Option(
+    "--step", metavar="N", rich_help_panel=INPUTS, help="Step number of a single input (required for stdin).")]
+TrustPickle = Annotated[bool, typer.Option(
+    "--trust-pickle", rich_help_panel=INPUTS,
+    help="Allow .pt dumps that need full unpickling, which can run code: only for files you trust.")]
+
+MaxAnomalies = Annotated[int, typer.Option(
+    "--max-anomalies", metavar="N", rich_help_panel=VIEW,
+    help="Keep at most N anomalies of each kind (the counts stay complete; 0: all).")]
+
+Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object on stdout.")]
+
+
+def option_values(options: type, params: dict) -> dict:
+    """Keyword arguments for the dataclass `options` from a command's parameters (its `locals()`):
+    every parameter named as a field, choices as their values, and the two --disable-*
+    switches turned into the fields they negate."""
+    fields = {f.name for f in dataclasses.fields(options)}
+    out = {}
+    for name, value in params.items():
+        negated = name.startswith("disable_") and name[len("disable_"):] in fields
+        field = name[len("disable_"):] if negated else name
+        if field not in fields:
+            continue
+        out[field] = (not value) if negated else value.value if isinstance(value, Enum) else value
+    return out

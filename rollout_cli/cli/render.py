@@ -1,0 +1,233 @@
+"""What the commands print for people: tables and summaries (a rich table on a terminal, aligned
+plain text when piped), and the progress bar. rich is imported inside the functions, so that
+importing the command line stays light."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+TEXT_ANOMALY_LIMIT = 20  # anomalies listed as a table without -v
+TEXT_FIELD_CHARS = 2000  # prompt/response/label characters shown by --show in text mode
+
+
+def err_console():
+    """A rich console on stderr."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+class Progress:
+    """A rich progress bar on stderr when it is a terminal; no callback otherwise. The callback
+    takes (what, done, total); the bar reads `prefix + what`."""
+
+    def __init__(self, silent: bool, start: str = "converting", prefix: str = "steps "):
+        self.silent = silent
+        self.start, self.prefix = start, prefix
+        self.bar = None
+
+    def __enter__(self):
+        if self.silent or not sys.stderr.isatty():
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True,
+                            console=err_console())
+        self.bar.start()
+        self.task = self.bar.add_task(self.start, total=None)
+
+        def cb(what: str, done: int, total: int) -> None:
+            self.bar.update(self.task, total=total or None, completed=done, description=f"{self.prefix}{what}")
+
+        return cb
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+        return False
+
+
+def print_convert_summary(result: dict) -> None:
+    """The table of steps `convert` prints when it is done."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    c = result["counts"]
+    t = Table(title=f"{result['out']}: {c['rows']} rows from {c['input_samples']} samples, {c['rejected']} rejected", title_justify="left")
+    for col in ("split", "step", "samples", "rows", "rejected", "rollouts", "tokens", "shard max/mean"):
+        t.add_column(col, justify="right" if col not in ("split",) else "left")
+    for s in result["steps"]:
+        t.add_row(s["split"], str(s["step"]), str(s["samples"]), str(s["rows"]), str(s["rejected"]), str(s["rollouts"]), str(s["tokens"]),
+                  f"{s['imbalance']:.3f}")
+    con.print(t)
+    if result["rejects"]:
+        con.print(f"rejected samples and reasons: {result['out']}/rejects.jsonl")
+    con.print(f"done in {result['seconds']:.2f}s")
+
+
+# ------------------------------------------------------------------------------------------ inspect
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.6g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_fmt(x)}" for k, x in v.items())
+    return str(v)
+
+
+def _table(con, title: str, headers: list[str], rows: list[list[Any]], left: int = 1) -> None:
+    """A rich table on a terminal; aligned plain text otherwise. The first `left` columns align left."""
+    cells = [[_fmt(v) for v in r] for r in rows]
+    if con.is_terminal:
+        from rich.table import Table
+
+        t = Table(title=title, title_justify="left")
+        for k, h in enumerate(headers):
+            t.add_column(h, justify="left" if k < left or h in ("statuses", "message", "where") else "right",
+                         overflow="fold")
+        for r in cells:
+            t.add_row(*r)
+        con.print(t)
+        return
+    widths = [max([len(h)] + [len(r[k]) for r in cells]) for k, h in enumerate(headers)]
+
+    def line(vals: list[str]) -> str:
+        out = []
+        for k, v in enumerate(vals):
+            last = k == len(vals) - 1
+            if k < left or headers[k] in ("statuses", "message", "where"):
+                out.append(v if last else v.ljust(widths[k]))
+            else:
+                out.append(v.rjust(widths[k]))
+        return "  ".join(out).rstrip()
+
+    print(title)
+    print(line(headers))
+    for r in cells:
+        print(line(r))
+    print()
+
+
+def _text(con, s: str) -> None:
+    if con.is_terminal:
+        con.print(s, markup=False, soft_wrap=True)
+    else:
+        print(s)
+
+
+def _hist(h: dict) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in h.items()) or "-"
+
+
+def _rstats(s: dict) -> str:
+    if not s["count"]:
+        return "none"
+    return f"mean {_fmt(s['mean'])}  std {_fmt(s['std'])}  min {_fmt(s['min'])}  max {_fmt(s['max'])}  (n {s['count']})"
+
+
+def _where(w: list[dict]) -> str:
+    if not w:
+        return "-"
+    first = w[0]
+    s = first["file"]
+    for k in ("line", "row", "sample"):
+        if k in first:
+            s += f":{k} {first[k]}"
+    return s + (f" (+{len(w) - 1})" if len(w) > 1 else "")
+
+
+def print_inspect(result: dict, verbose: bool) -> None:
+    """`inspect`'s summary, per-step table, groups and anomalies."""
+    con = _console()
+    s = result["summary"]
+    what = "converted output" if s["input"] == "converted" else "dumps"
+    _text(con, f"{s['split']} split of {what}: {s['files']} file(s), {s['steps']} step(s), {s['samples']} samples "
+               f"({s['rows']} kept, {s['rejected']} rejected)")
+    _text(con, f"rollouts {s['rollouts']}, prompt groups {s['prompt_groups']}")
+    t = s["tokens"]
+    _text(con, f"tokens: prompt {t['prompt']}, response {t['response']}, total {t['total']}, loss-mask sum {t['mask_sum']}")
+    _text(con, f"status: {_hist(s['status'])}; truncation rate {_fmt(s['truncation_rate'])}")
+    _text(con, f"raw_reward: {_rstats(s['rewards']['raw_reward'])}")
+    _text(con, f"reward (post-processed): {_rstats(s['rewards']['reward'])}")
+    _text(con, f"samples per rollout (size: rollouts): {_hist(s['samples_per_rollout'])}")
+    _text(con, f"prompt-group sizes (size: groups): {_hist(s['group_sizes'])}")
+    _text(con, "")
+    _table(con, "per step", ["split", "step", "samples", "rejected", "rollouts", "groups", "tokens", "mask sum", "mean resp len",
+                             "raw reward", "reward", "trunc rate", "zero-var groups"],
+           [[p["split"], p["step"], p["samples"], p["rejected"], p["rollouts"], p["prompt_groups"], p["tokens"], p["mask_sum"],
+             p["response_length_mean"], p["raw_reward_mean"], p["reward_mean"], p["truncation_rate"], p["zero_variance_groups"]]
+            for p in s["per_step"]], left=1)
+    if s["group_by"]:
+        gb = s["group_by"]
+        key_h = "step:rollout_id" if gb == "rollout_id" else gb
+        mask_h = "rollout_mask_sum" if gb == "rollout_id" else "mask sum"
+        rows = []
+        for g in result["groups"]:
+            key = f"{g['key'][0]}:{g['key'][1]}" if gb == "rollout_id" else g["key"]
+            rows.append([key, g["samples"], g["rollouts"], g["prompt_groups"], g["tokens"],
+                         g["rollout_mask_sum"] if gb == "rollout_id" else g["mask_sum"],
+                         g["reward_mean"], g["reward_min"], g["reward_max"], g["raw_reward_mean"], g["statuses"]])
+        shown = len(result["groups"])
+        title = f"by {gb}: {s['groups_total']} group(s)" + (f", first {shown} shown (--limit 0 shows all)" if shown < s["groups_total"] else "")
+        _table(con, title, [key_h, "samples", "rollouts", "groups", "tokens", mask_h, "reward mean", "min", "max", "raw mean", "statuses"],
+               rows)
+    counts = s["anomaly_counts"]
+    if not counts:
+        _text(con, "anomalies: none")
+        return
+    _text(con, "anomalies: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    items = result["anomalies"] if verbose else result["anomalies"][:TEXT_ANOMALY_LIMIT]
+    _table(con, f"anomalies ({len(items)} of {sum(counts.values())} listed{'' if verbose else '; -v or --json for all kept'})",
+           ["level", "kind", "step", "where", "message"],
+           [[a["level"], a["kind"], a["step"], _where(a["where"]), a["message"]] for a in items], left=3)
+
+
+def _clip(s: str | None) -> str:
+    if s is None:
+        return "-"
+    if len(s) <= TEXT_FIELD_CHARS:
+        return s
+    return s[:TEXT_FIELD_CHARS] + f"... ({len(s) - TEXT_FIELD_CHARS} more characters; --json shows all)"
+
+
+def _runs(runs: list | None) -> str:
+    if runs is None:
+        return "-"
+    parts = [f"{v}x{n}" for v, n in runs[:12]]
+    return " ".join(parts) + (f" ... ({len(runs) - 12} more runs)" if len(runs) > 12 else "")
+
+
+def print_rollout(r: dict) -> None:
+    """`inspect --show`: one rollout's samples."""
+    con = _console()
+    _text(con, f"rollout {r['step']}:{r['rollout_id']} ({r['split']} step {r['step']}, rollout_id {r['rollout_id']}, {r['input']}): "
+               f"{len(r['samples'])} sample(s), rollout_mask_sum {_fmt(r['rollout_mask_sum'])}")
+    if r["note"]:
+        _text(con, f"note: {r['note']}")
+    for k, smp in enumerate(r["samples"]):
+        _text(con, "")
+        _text(con, f"-- sample {k + 1}/{len(r['samples'])}  {_where([smp['where']])}  sample_index {_fmt(smp['sample_index'])}  "
+                   f"group_index {_fmt(smp['group_index'])}  status {smp['status']}  source {smp['source_name']}")
+        _text(con, f"   tokens {smp['total_length']} (prompt {smp['prompt_length']}, response {smp['response_length']}); "
+                   f"loss mask {smp['mask_sum']}/{smp['response_length']} trainable, runs {_runs(smp['mask_runs'])}")
+        _text(con, f"   reward {_fmt(smp['reward'])} (raw {_fmt(smp['raw_reward'])})")
+        if r["text"]:
+            _text(con, f"   prompt: {_clip(smp.get('prompt'))}")
+            _text(con, f"   response: {_clip(smp.get('response'))}")
+            _text(con, f"   label: {_clip(smp.get('label'))}")
+    for rej in r["rejected"]:
+        _text(con, f"rejected: {_where([rej['where']])}: {rej['field'] or ''}{': ' if rej['field'] else ''}{rej['reason']}")

@@ -1,0 +1,68 @@
+"""`rollout-cli report PATH... -o FILE`: flags -> `report.build_report` -> one HTML file; a line
+or JSON on stdout."""
+from __future__ import annotations
+
+import json
+from typing import Annotated, List
+
+import typer
+
+from ..core.choices import Estimator, Scope
+from . import options as o
+from .common import run_command
+from .render import Progress
+
+R = o.RULES
+
+Out = Annotated[str, typer.Option(
+    "-o", "--out", metavar="FILE", rich_help_panel=o.OUTPUT, show_default=False, help="The HTML file to write.")]
+Overwrite = Annotated[bool, typer.Option("--overwrite", rich_help_panel=o.OUTPUT, help="Replace an existing file.")]
+Details = Annotated[int, typer.Option(
+    "--details", metavar="N", rich_help_panel=o.VIEW,
+    help="Rollouts whose samples (loss mask, text) the page embeds: those anomalies name first, "
+         "then spread over the steps.")]
+
+
+def report_cmd(
+    paths: Annotated[List[str], typer.Argument(
+        metavar="PATH...", show_default=False,
+        help="Dump files or folders (searched recursively), or converted output folders "
+             "(holding manifest.json).")],
+    out: Out,
+    overwrite: Overwrite = False,
+    details: Details = 100,  # report.DEFAULT_DETAILS (a test compares)
+    max_anomalies: o.MaxAnomalies = 100,  # ReportOptions.max_anomalies (a test compares)
+    advantage_estimator: o.AdvantageEstimator = Estimator(R.advantage_estimator),
+    reward_key: o.RewardKey = R.reward_key,
+    disable_rewards_normalization: o.DisableRewardsNormalization = not R.rewards_normalization,
+    disable_grpo_std_normalization: o.DisableGrpoStdNormalization = not R.grpo_std_normalization,
+    rollout_id_scope: o.RolloutIdScope = Scope(R.rollout_id_scope),
+    n_samples_per_prompt: o.NSamplesPerPrompt = R.n_samples_per_prompt,
+    steps: o.Steps = R.steps,
+    trust_pickle: o.TrustPickle = R.trust_pickle,
+    as_json: o.Json = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summary.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Tracebacks for internal errors.")] = False,
+) -> None:
+    """Write one self-contained HTML page of a run's rollouts (no network needed to open it).
+
+    --json prints {path, bytes, counts}.
+    """
+    rules = o.option_values(o.RuleOptions, locals())  # parameters are named as its fields
+
+    def work():
+        from ..inspect import InspectOptions
+        from ..report import ReportOptions, build_report
+
+        opts = ReportOptions(InspectOptions(**rules), details=details, max_anomalies=max_anomalies or None)
+        with Progress(quiet or as_json, start="reading", prefix="") as progress:
+            return build_report(paths, out, opts, overwrite=overwrite, progress=progress)
+
+    result = run_command(work, as_json, verbose)
+    if as_json:
+        print(json.dumps(result))
+        return
+    if not quiet:
+        parts = [f"{split}: {c['steps']} step(s), {c['samples']} samples, {c['rollouts']} rollouts, {c['anomalies']} anomalies"
+                 for split, c in result["counts"].items()]
+        print(f"wrote {result['path']} ({result['bytes'] / 1e6:.1f} MB; {'; '.join(parts)})")

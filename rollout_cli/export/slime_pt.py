@@ -1,0 +1,224 @@
+"""`export --format slime-pt`: a converted output as slime rollout debug dumps.
+
+One file per step, `DEST/{step}.pt` (train) and `DEST/eval_{step}.pt` (eval), each
+`torch.save({"rollout_id": step, "samples": [Sample.to_dict() form, ...]})`, which slime replays
+with `--load-debug-rollout-data DEST/{rollout_id}.pt` (slime-spec sections 2a and 9). The
+samples hold plain Python values and CPU tensors only, in their input order, with `status`
+strings, the assigned rollout ids as explicit ids, the loss mask after `remove_sample`, and
+the selected reward before post-processing. Fields conversion does not keep come back with
+slime's defaults (`lost_fields`).
+
+The files are written to a staging folder next to DEST and renamed into place as a whole.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..core.errors import IntegrityError, OutputError, OutputExistsError, UsageError
+from ..inputs.discover import parse_steps
+from ..output import manifest
+from ..output.commit import fsync_dir
+
+FORMATS = ("slime-pt",)
+SPLITS = ("train", "eval")
+
+# slime's Sample fields in declaration order (= the key order of Sample.to_dict()), with the
+# defaults slime gives the ones an output does not hold
+_DEFAULTS: dict[str, Any] = {
+    "group_index": None, "index": None, "rollout_id": None, "prompt": "", "tokens": None,
+    "multimodal_inputs": None, "multimodal_train_inputs": None, "multimodal_train_input_id": None,
+    "apply_chat_template_kwargs": {}, "response": "", "response_length": 0, "label": None,
+    "reward": None, "loss_mask": None, "weight_versions": [], "rollout_log_probs": None,
+    "rollout_top_p_token_ids": None, "rollout_top_p_token_offsets": None,
+    "rollout_routed_experts": None, "remove_sample": False, "teacher_log_probs": None,
+    "status": None, "metadata": {}, "generate_function_path": None, "custom_rm_path": None,
+    "train_metadata": None, "session_id": None, "non_generation_time": 0.0,
+    "spec_info": {"spec_accept_token_num": 0, "spec_draft_token_num": 0, "spec_verify_ct": 0, "completion_token_num": 0},
+    "prefix_cache_info": {"cached_tokens": 0, "total_prompt_tokens": 0},
+}
+
+# what an export never restores (conversion does not keep it)
+LOST_FIELDS = (
+    "multimodal_inputs", "multimodal_train_input_id", "apply_chat_template_kwargs", "weight_versions",
+    "generate_function_path", "custom_rm_path", "session_id", "non_generation_time", "spec_info",
+    "prefix_cache_info", "trace and other extra keys",
+)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("export --format slime-pt writes with torch.save: pip install 'rollout-cli[torch]'") from None
+    return torch
+
+
+def _is_inside(a: str, b: str) -> bool:
+    a, b = os.path.realpath(a), os.path.realpath(b)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
+
+def _check_dest(dest: str, overwrite: bool) -> bool:
+    """True when DEST exists and holds entries (to be replaced)."""
+    if not os.path.lexists(dest):
+        return False
+    if not os.path.isdir(dest):
+        raise OutputError(f"{dest}: exists and is not a folder")
+    if not os.listdir(dest):
+        return False
+    if not overwrite:
+        raise OutputExistsError(f"{dest}: holds files; pass --overwrite to replace them")
+    return True
+
+
+def _read_step(out: str, entry: dict, keep_text: bool) -> pa.Table:
+    tables = []
+    for sh in entry["shards"]:
+        path = os.path.join(out, sh["path"])
+        if not _is_inside(path, out):
+            raise IntegrityError(f"{out}/manifest.json: shard path {sh['path']!r} leaves the output folder")
+        try:
+            t = pq.read_table(path)
+        except (OSError, pa.ArrowInvalid) as e:
+            raise IntegrityError(f"{path}: unreadable shard: {e}") from None
+        if t.num_rows != sh["rows"]:
+            raise IntegrityError(f"{path}: {t.num_rows} rows, the manifest says {sh['rows']}")
+        tables.append(t)
+    t = pa.concat_tables(tables) if tables else None
+    if t is None or "position" not in t.schema.names or "selected_reward" not in t.schema.names:
+        raise IntegrityError(f"{out}: shards lack the position and selected_reward columns; convert again with this version")
+    return t.take(pc.sort_indices(t, [("position", "ascending")]))
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else orjson.loads(text)
+
+
+def _samples(t: pa.Table, torch) -> list[dict]:
+    """The rows as Sample.to_dict() dicts, in input order."""
+    c = {name: t.column(name).to_pylist() for name in t.schema.names
+         if name not in ("rollout_routed_experts", "rollout_top_p_token_ids", "rollout_top_p_token_offsets")}
+    n = t.num_rows
+    keep_text = "prompt" in c
+
+    def int32_tensors(name: str) -> list:
+        col = t.column(name).combine_chunks()
+        out = []
+        for i in range(n):
+            v = col[i]
+            out.append(None if not v.is_valid else torch.from_numpy(v.values.to_numpy().astype(np.int32, copy=True)))
+        return out
+
+    top_ids, top_off = int32_tensors("rollout_top_p_token_ids"), int32_tensors("rollout_top_p_token_offsets")
+    experts = int32_tensors("rollout_routed_experts")
+    samples = []
+    for i in range(n):
+        meta: dict[str, Any] = {}
+        if c["raw_reward"][i] != c["selected_reward"][i]:
+            meta["raw_reward"] = c["raw_reward"][i]
+        if c["round_number"][i] is not None:
+            meta["round_number"] = c["round_number"][i]
+        if c["source_name"][i] != "unknown":
+            meta["source_name"] = c["source_name"][i]
+        rexp = experts[i]
+        if rexp is not None:
+            rexp = rexp.reshape(c["rollout_routed_experts_shape"][i])
+        s = dict(_DEFAULTS, spec_info=dict(_DEFAULTS["spec_info"]), prefix_cache_info=dict(_DEFAULTS["prefix_cache_info"]))
+        s.update(
+            group_index=c["group_index"][i], index=c["sample_index"][i], rollout_id=c["rollout_id"][i],
+            tokens=c["tokens"][i], multimodal_train_inputs=_json(c["multimodal_train_inputs"][i]),
+            response_length=c["response_length"][i], reward=c["selected_reward"][i], loss_mask=c["loss_mask"][i],
+            rollout_log_probs=c["rollout_log_probs"][i], rollout_top_p_token_ids=top_ids[i],
+            rollout_top_p_token_offsets=top_off[i], rollout_routed_experts=rexp,
+            teacher_log_probs=c["teacher_log_probs"][i], status=c["status"][i], metadata=meta,
+            train_metadata=_json(c["train_metadata"][i]), apply_chat_template_kwargs={}, weight_versions=[],
+        )
+        if keep_text:
+            s.update(prompt=c["prompt"][i] if c["prompt"][i] is not None else "",
+                     response=c["response"][i] if c["response"][i] is not None else "", label=c["label"][i])
+        samples.append(s)
+    return samples
+
+
+def export_slime_pt(out: str, dest: str, *, steps: str | None = None, split: str | None = None,
+                    overwrite: bool = False) -> dict:
+    """Write OUT's steps as slime-replayable `.pt` dumps into DEST (atomically). Returns what
+    was written: per file its path, split, step, samples and bytes, and the notes on what the
+    export cannot restore."""
+    t0 = time.perf_counter()
+    if split is not None and split not in SPLITS:
+        raise UsageError(f"--split: expected train or eval, got {split!r}")
+    lo, hi = parse_steps(steps)
+    m = manifest.read(out)
+    if _is_inside(dest, out) or _is_inside(out, dest):
+        raise UsageError(f"{dest}: must not contain or lie inside the output {out}")
+    _check_dest(dest, overwrite)
+    torch = _torch()
+    keep_text = bool(m.get("options", {}).get("keep_text", False))
+    chosen = [e for e in m.get("steps", []) if (split is None or e["split"] == split)
+              and (lo is None or e["step"] >= lo) and (hi is None or e["step"] <= hi)]
+    if not chosen:
+        what = f"{split} steps" if split else "steps"
+        raise UsageError(f"{out}: no {what}" + (f" in --steps {steps}" if steps else ""))
+    parent = os.path.dirname(os.path.abspath(dest)) or "."
+    try:
+        os.makedirs(parent, exist_ok=True)
+        stage = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(dest))}.export-", dir=parent)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(stage, 0o777 & ~umask)  # mkdtemp's folder is private; DEST gets the usual mode
+    except OSError as e:
+        raise OutputError(f"{dest}: cannot write next to it: {e.strerror or e}") from None
+    files = []
+    try:
+        for e in chosen:
+            name = f"{e['step']}.pt" if e["split"] == "train" else f"eval_{e['step']}.pt"
+            samples = _samples(_read_step(out, e, keep_text), torch)
+            path = os.path.join(stage, name)
+            with open(path, "wb") as f:
+                torch.save({"rollout_id": e["step"], "samples": samples}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            files.append({"path": name, "split": e["split"], "step": e["step"], "samples": len(samples),
+                          "bytes": os.path.getsize(path)})
+        fsync_dir(stage)
+        _commit(stage, dest, overwrite)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    notes = [f"not kept by conversion, exported with slime's defaults: {', '.join(LOST_FIELDS)}"]
+    if not keep_text:
+        notes.append("prompt, response and label were not kept (convert without --keep-text): exported empty")
+    if m.get("options", {}).get("reward_key"):
+        notes.append(f"reward is the selected number (reward[{m['options']['reward_key']!r}]): replay without --reward-key")
+    return {"out": out, "dest": dest, "format": "slime-pt", "files": files, "samples": sum(f["samples"] for f in files),
+            "notes": notes, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _commit(stage: str, dest: str, overwrite: bool) -> None:
+    """Rename the staged folder to DEST; an existing DEST (with --overwrite) is moved aside
+    first and removed after, so DEST is always either the old whole or the new whole."""
+    try:
+        if _check_dest(dest, overwrite):
+            aside = os.path.join(os.path.dirname(os.path.abspath(dest)), f".{os.path.basename(os.path.abspath(dest))}.old-{uuid.uuid4().hex[:8]}")
+            os.rename(dest, aside)
+            os.rename(stage, dest)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            if os.path.isdir(dest):
+                os.rmdir(dest)
+            os.rename(stage, dest)
+        fsync_dir(os.path.dirname(os.path.abspath(dest)))
+    except OSError as e:
+        raise OutputError(f"{dest}: cannot write: {e.strerror or e}") from None

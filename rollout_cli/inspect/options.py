@@ -1,0 +1,33 @@
+"""What `inspect` is asked to look at: convert's id and reward rules (RuleOptions, for dumps),
+the split, and how many anomalies of each kind to keep."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.errors import UsageError
+from ..core.options import RuleOptions
+from ..output.layout import SPLITS
+
+DEFAULT_MAX_ANOMALIES = 100  # stored per kind; counts are always complete
+
+
+@dataclass
+class InspectOptions(RuleOptions):
+    """The id and reward rules of `convert` (dumps only), plus what to look at."""
+
+    split: str = "train"
+    max_anomalies: int | None = DEFAULT_MAX_ANOMALIES  # per kind; None = all
+
+    def check(self) -> None:
+        super().check()
+        if self.split not in SPLITS:
+            raise UsageError(f"--split: expected one of {', '.join(SPLITS)}")
+        if self.max_anomalies is not None and self.max_anomalies < 0:
+            raise UsageError("--max-anomalies: expected 0 or more")
+
+    def id_reward_options(self) -> dict:
+        """The id and reward settings, as `summary.options` shows them for dumps."""
+        d = self.rule_options()
+        if not self.slime_compat:  # inspect's JSON names slime_compat only when it is on
+            d.pop("slime_compat")
+        return d

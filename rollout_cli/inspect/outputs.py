@@ -1,0 +1,192 @@
+"""Steps of a converted output: its manifest (output.manifest.read) and its shards, read one
+record batch at a time and only the small columns (never `tokens`); rejects.jsonl and the
+manifest's anomalies listed as the anomalies of dumps are."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..core.errors import IntegrityError, InvalidInputError, UsageError
+from ..inputs.units import in_steps
+from ..output import manifest as manifest_mod
+from ..pipeline.rewards import group_keys
+from .anomalies import Anomalies, problem_kind, row_anomalies
+from .options import InspectOptions
+from .rows import ROW_SCHEMA, StepData, dense
+
+# the shard columns inspect reads (source_name may be missing in older outputs)
+OUT_COLUMNS = ["rollout_id", "sample_index", "group_index", "response_length", "total_length", "loss_mask", "reward",
+               "raw_reward", "truncated", "status", "source_name", "rollout_mask_sum"]
+_BATCH_ROWS = 8192
+
+
+def is_output(path: str) -> bool:
+    """A converted output folder (complete: it has its manifest)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "manifest.json"))
+
+
+def read_manifest(out: str) -> dict:
+    """The output's manifest; an unreadable one is invalid input here (exit 3)."""
+    try:
+        return manifest_mod.read(out)
+    except IntegrityError as e:
+        raise InvalidInputError(str(e)) from None
+
+
+def mask_sums(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row sum and length of a list<uint8> loss-mask column (nulls count as empty)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy().astype(np.int64)
+    flat = pc.list_flatten(arr).to_numpy(zero_copy_only=False).astype(np.int64)
+    cs = np.r_[0, np.cumsum(flat)]
+    ends = np.cumsum(lengths)
+    return cs[ends] - cs[ends - lengths], lengths
+
+
+@dataclass
+class _Shards:
+    """One step's shards, read: small per-row columns, and where each row is."""
+
+    names: list[str] = field(default_factory=list)
+    parts: list[pa.Table] = field(default_factory=list)
+    shard_of: list[np.ndarray] = field(default_factory=list)
+    row_in: list[np.ndarray] = field(default_factory=list)
+    length_bad: list[tuple[str, int, int, int]] = field(default_factory=list)  # (shard, row, response_length, mask length)
+
+    def where_row(self):
+        sh = np.concatenate(self.shard_of) if self.shard_of else np.zeros(0, np.int64)
+        ri = np.concatenate(self.row_in) if self.row_in else np.zeros(0, np.int64)
+        names = self.names
+        return lambda i: {"file": names[int(sh[i])], "row": int(ri[i])}
+
+
+def _small_columns(b: pa.RecordBatch, names: set) -> pa.Table:
+    msum, _ = mask_sums(b.column("loss_mask"))
+    src = b.column("source_name") if "source_name" in names else pa.array(["unknown"] * b.num_rows)
+    return pa.table({
+        "rollout_id": b.column("rollout_id"),
+        "sample_index": b.column("sample_index"),
+        "group_index": b.column("group_index"),
+        "response_length": pc.cast(b.column("response_length"), pa.int64()),
+        "total_length": pc.cast(b.column("total_length"), pa.int64()),
+        "mask_sum": pa.array(msum, pa.int64()),
+        "reward": pc.cast(b.column("reward"), pa.float32()),
+        "raw_reward": pc.cast(b.column("raw_reward"), pa.float64()),
+        "truncated": b.column("truncated"),
+        "status": pc.cast(b.column("status"), pa.string()),
+        "source_name": pc.cast(src, pa.string()),
+        "rollout_mask_sum": pc.cast(b.column("rollout_mask_sum"), pa.int64()),
+    })
+
+
+def _read_shard(path: str, k: int, got: _Shards) -> None:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path, memory_map=True)
+        names = set(pf.schema_arrow.names)
+        missing = [c for c in OUT_COLUMNS if c not in names and c not in ("source_name",)]
+        if missing:
+            raise InvalidInputError(f"{path}: not a rollout-cli shard: no column {missing[0]}")
+        r0 = 0
+        for b in pf.iter_batches(batch_size=_BATCH_ROWS, columns=[c for c in OUT_COLUMNS if c in names]):
+            _, mlen = mask_sums(b.column("loss_mask"))
+            rl = b.column("response_length").to_numpy(zero_copy_only=False).astype(np.int64)
+            for i in np.flatnonzero(mlen != rl).tolist():
+                got.length_bad.append((path, r0 + i, int(rl[i]), int(mlen[i])))
+            nb = b.num_rows
+            got.parts.append(_small_columns(b, names))
+            got.shard_of.append(np.full(nb, k, dtype=np.int64))
+            got.row_in.append(np.arange(r0, r0 + nb, dtype=np.int64))
+            r0 += nb
+    except (OSError, pa.ArrowException) as e:
+        raise InvalidInputError(f"{path}: cannot read shard: {e}") from None
+
+
+def _prompt_keys(group_index: list, mopts: dict) -> tuple[list, bool]:
+    """The rows' prompt-group keys as convert formed them, and whether they are known."""
+    if mopts.get("n_samples_per_prompt") and mopts.get("shards", 1) == 1:
+        return group_keys(group_index, mopts["n_samples_per_prompt"]), True  # rows kept input order: same chunks as convert
+    return [g if g is not None else ("sample", k) for k, g in enumerate(group_index)], all(g is not None for g in group_index)
+
+
+def _step_rows(got: _Shards, step: int, keys: list) -> pa.Table:
+    if not got.parts:
+        return ROW_SCHEMA.empty_table()
+    t = pa.concat_tables(got.parts)
+    n = t.num_rows
+    return pa.Table.from_arrays(
+        [pa.array(np.full(n, step, dtype=np.int64)), t.column("rollout_id"), t.column("sample_index"),
+         t.column("group_index"), pa.array(dense(keys), pa.int64())]
+        + [t.column(c) for c in ("response_length", "total_length", "mask_sum", "reward", "raw_reward", "truncated", "status",
+                                 "source_name", "rollout_mask_sum")]
+        + [pa.array(np.arange(n, dtype=np.int64))],
+        schema=ROW_SCHEMA,
+    )
+
+
+def output_steps(out: str, m: dict, opts: InspectOptions, anomalies: Anomalies, seen: set) -> Iterator[StepData]:
+    """The selected steps of one output (manifest `m`), in manifest order."""
+    mopts = m.get("options", {})
+    for s in m.get("steps", []):
+        split, step = s["split"], int(s["step"])
+        if split != opts.split or not in_steps(step, opts.steps):
+            continue
+        if (split, step) in seen:
+            raise UsageError(f"{out}: {split} step {step} is also given by another input")
+        seen.add((split, step))
+        got = _Shards()
+        for k, sh in enumerate(s.get("shards", [])):
+            path = os.path.join(out, sh["path"])
+            got.names.append(path)
+            _read_shard(path, k, got)
+        keys, groups_known = _prompt_keys([g for p in got.parts for g in p.column("group_index").to_pylist()], mopts)
+        rows = _step_rows(got, step, keys)
+        rejected = int(s.get("rejected", 0))
+        sd = StepData(split, step, out, rows.num_rows + rejected, rejected, rows, groups_known=groups_known)
+        for path, r, rl, ml in got.length_bad:
+            anomalies.add("loss_mask_length", "error", split, step,
+                          f"loss_mask: expected length {rl} (response_length), got {ml}", [{"file": path, "row": r}], field="loss_mask")
+        for a in m.get("anomalies", []):
+            if a.get("split") == split and a.get("step") == step:
+                anomalies.add_recorded(a, split, step, {"file": os.path.join(out, "manifest.json")})
+        _reject_anomalies(out, m, split, step, anomalies)
+        sd.zero_variance_groups = row_anomalies(sd, got.where_row(), anomalies, mopts.get("n_samples_per_prompt"), None)
+        yield sd
+
+
+def _reject_anomalies(out: str, m: dict, split: str, step: int, anomalies: Anomalies) -> None:
+    """rejects.jsonl records of one step, as the anomalies inspect lists for invalid dump samples."""
+    info = m.get("rejects")
+    if not info:
+        return
+    path = os.path.join(out, info.get("path", "rejects.jsonl"))
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise InvalidInputError(f"{path}: cannot open: {e.strerror or e}") from None
+    with f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                r = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                raise InvalidInputError(f"{path}: invalid JSON: {e}") from None
+            if r.get("split") != split or r.get("step") != step:
+                continue
+            loc = {k: r[k] for k in ("file", "line", "row", "sample") if k in r}
+            extra = {"rollout_id": r["rollout_id"]} if "rollout_id" in r else {}
+            fld, reason = r.get("field"), r.get("reason", "")
+            if fld is None and str(reason).startswith("sibling of"):
+                anomalies.add("rejected_sibling", "info", split, step, f"left out with its rollout: {reason}", [loc], **extra)
+            else:
+                anomalies.add(problem_kind(fld, reason), "error", split, step, f"{fld}: {reason}" if fld else str(reason), [loc],
+                              field=fld, **extra)

@@ -1,0 +1,176 @@
+"""`inspect --show`: one rollout's samples, with text and loss-mask runs. On dumps the step is
+read once for the ids (dumps.dump_step), then again for the text of the wanted samples only."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from ..core.errors import InvalidInputError, UsageError
+from .aggregate import r6
+from .anomalies import Anomalies, loc_dict
+from .dumps import dump_step, read_chunks, validate_chunk
+from .options import InspectOptions
+from .outputs import OUT_COLUMNS
+from .rows import StepData
+from .sources import Sources, resolve
+
+_TEXT = ("prompt", "response", "label")
+
+
+def parse_rollout_ref(ref: str) -> tuple[int | None, int]:
+    """`STEP:ID` or `ID`."""
+    try:
+        if ":" in ref:
+            a, b = ref.split(":", 1)
+            return int(a), int(b)
+        return None, int(ref)
+    except ValueError:
+        raise UsageError(f"--show: expected STEP:ID or ID (integers), got {ref!r}") from None
+
+
+def mask_runs(mask: list | np.ndarray) -> list[list[int]]:
+    """Run-length encoding [[value, length], ...] of a loss mask."""
+    a = np.asarray(mask, dtype=np.int64)
+    if not len(a):
+        return []
+    cut = np.flatnonzero(np.r_[True, a[1:] != a[:-1]])
+    lens = np.diff(np.r_[cut, len(a)])
+    return [[int(a[c]), int(n)] for c, n in zip(cut.tolist(), lens.tolist())]
+
+
+def _sample_view(r: dict, where: dict, text: bool) -> dict:
+    d = {
+        "where": where,
+        "sample_index": r["sample_index"],
+        "group_index": r["group_index"],
+        "status": r["status"],
+        "response_length": r["response_length"],
+        "prompt_length": r["total_length"] - r["response_length"],
+        "total_length": r["total_length"],
+        "mask_sum": r["mask_sum"],
+        "mask_runs": r.get("mask_runs"),
+        "reward": r6(r["reward"]),
+        "raw_reward": r6(r["raw_reward"]),
+        "source_name": r["source_name"],
+    }
+    if text:
+        d["prompt"], d["response"], d["label"] = r.get("prompt"), r.get("response"), r.get("label")
+    return d
+
+
+def show_rollout(paths: list[str], rollout: str, options: InspectOptions | None = None) -> dict:
+    """One rollout's samples: `{"rollout": {"split", "step", "rollout_id", "samples": [...], ...}}`."""
+    opts = options or InspectOptions()
+    opts.check()
+    want_step, want_id = parse_rollout_ref(rollout)
+    src = resolve(list(paths), opts)
+    if src.kind == "converted":
+        return _show_output(src, opts, want_step, want_id)
+    sd = _find_dump_step(src, opts, rollout, want_step)
+    return _show_dump(sd, opts, want_id)
+
+
+def _find_dump_step(src: Sources, opts: InspectOptions, rollout: str, want_step: int | None) -> StepData:
+    units = src.units
+    if any(u.input.path == "-" for u in units):
+        raise UsageError("--show reads its input twice (ids, then text): save stdin to a file first")
+    if want_step is None:
+        if len(units) != 1:
+            raise UsageError(f"--show {rollout}: {len(units)} {opts.split} inputs; name the step as STEP:ID")
+    else:
+        units = [u for u in units if u.step is None or u.step == want_step or u.input.format == "pt"]
+    seen: dict = {}
+    for unit in units:
+        sd = dump_step(unit, opts, Anomalies(0), seen, [])
+        if sd is not None and (want_step is None or sd.step == want_step):
+            return sd
+    raise UsageError(f"--show {rollout}: no {opts.split} step {want_step} in the input" if want_step is not None
+                     else f"--show {rollout}: no {opts.split} input")
+
+
+def _add_text(sd: StepData, opts: InspectOptions, by_pos: dict[int, dict]) -> None:
+    """Second pass over the dump: text and mask runs of the samples at `by_pos`' positions."""
+    inp = sd.records.input
+    payload: dict = {}
+    base = 0
+    for raw in read_chunks(inp, opts, payload):
+        lo, hi = base, base + len(raw)
+        base = hi
+        if not any(lo <= p < hi for p in by_pos):
+            continue
+        nc = validate_chunk(raw, lo, inp, opts, keep_text=True)
+        for b in nc.batches:
+            masks = b.column("loss_mask")
+            for k, p in enumerate(b.column("_pos").to_pylist()):
+                if p in by_pos:
+                    r = by_pos[p]
+                    r["mask_runs"] = mask_runs(masks[k].values.to_numpy(zero_copy_only=False))
+                    r["prompt"], r["response"], r["label"] = (b.column(c)[k].as_py() for c in _TEXT)
+
+
+def _show_dump(sd: StepData, opts: InspectOptions, want_id: int) -> dict:
+    rec = sd.records
+    t = sd.rows
+    sel = np.flatnonzero(t.column("rollout_id").to_numpy() == want_id)
+    rej = np.flatnonzero(rec.assigned & rec.rejected & (rec.ids == want_id))
+    if not len(sel) and not len(rej):
+        raise UsageError(f"--show: step {sd.step} has no rollout {want_id}")
+    rows = t.take(pa.array(sel)).to_pylist()
+    _add_text(sd, opts, {r["pos"]: r for r in rows})
+    samples = [_sample_view(r, loc_dict(rec.where(r["pos"])), True) for r in rows]
+    rejected = [dict({"where": loc_dict(rec.where(i))}, **({"field": rec.reasons[i].field, "reason": rec.reasons[i].message}
+                                                           if i in rec.reasons else {"field": None, "reason": "sibling of an invalid sample"}))
+                for i in rej.tolist()]
+    return {"rollout": {
+        "split": sd.split, "step": sd.step, "rollout_id": want_id, "input": "dumps",
+        "rollout_mask_sum": int(rows[0]["rollout_mask_sum"]) if rows else None,
+        "samples": samples, "rejected": rejected, "text": True, "note": None,
+    }}
+
+
+def _output_step(src: Sources, opts: InspectOptions, want_step: int | None, want_id: int) -> tuple[str, dict]:
+    candidates = [(out, s) for out, m in src.outputs for s in m.get("steps", [])
+                  if s["split"] == opts.split and (want_step is None or s["step"] == want_step)]
+    if want_step is None and len(candidates) != 1:
+        raise UsageError(f"--show {want_id}: {len(candidates)} {opts.split} steps in the output; name the step as STEP:ID")
+    if not candidates:
+        raise UsageError(f"--show: no {opts.split} step {want_step} in the output")
+    return candidates[0]
+
+
+def _show_output(src: Sources, opts: InspectOptions, want_step: int | None, want_id: int) -> dict:
+    import pyarrow.parquet as pq
+
+    out, s = _output_step(src, opts, want_step, want_id)
+    samples = []
+    text = False
+    rms = None
+    for sh in s.get("shards", []):
+        path = os.path.join(out, sh["path"])
+        try:
+            pf = pq.ParquetFile(path, memory_map=True)
+            names = pf.schema_arrow.names
+            text = all(c in names for c in _TEXT)
+            cols = [c for c in OUT_COLUMNS + list(_TEXT) if c in names]
+            r0 = 0
+            for b in pf.iter_batches(batch_size=8192, columns=cols):
+                for k in np.flatnonzero(b.column("rollout_id").to_numpy() == want_id).tolist():
+                    r = {c: b.column(c)[k].as_py() for c in cols if c != "loss_mask"}
+                    mask = b.column("loss_mask")[k].values.to_numpy(zero_copy_only=False)
+                    r["mask_sum"] = int(mask.astype(np.int64).sum())
+                    r["mask_runs"] = mask_runs(mask)
+                    r.setdefault("source_name", "unknown")
+                    rms = r["rollout_mask_sum"]
+                    samples.append(_sample_view(r, {"file": path, "row": r0 + k}, text))
+                r0 += b.num_rows
+        except (OSError, pa.ArrowException) as e:
+            raise InvalidInputError(f"{path}: cannot read shard: {e}") from None
+    if not samples:
+        raise UsageError(f"--show: {opts.split} step {s['step']} has no rollout {want_id}")
+    return {"rollout": {
+        "split": opts.split, "step": int(s["step"]), "rollout_id": want_id, "input": "converted",
+        "rollout_mask_sum": rms, "samples": samples, "rejected": [], "text": text,
+        "note": None if text else "prompt, response and label are not in this output: convert with --keep-text to keep them",
+    }}

@@ -1,0 +1,73 @@
+"""What the paths given to `inspect` are: dumps (planned into units exactly as convert plans
+them) or converted outputs (read through their manifests), one kind at a time."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import pyarrow as pa
+
+from ..core.errors import UsageError
+from ..inputs.units import Unit, plan_units
+from .anomalies import Anomalies
+from .dumps import dump_steps
+from .options import InspectOptions
+from .outputs import is_output, output_steps, read_manifest
+from .rows import StepData
+
+
+@dataclass
+class Sources:
+    kind: str  # "dumps" | "converted"
+    outputs: list[tuple[str, dict]] = field(default_factory=list)  # converted: (folder, its manifest), as given
+    units: list[Unit] = field(default_factory=list)  # dumps: the units of the split looked at
+    notes: list[str] = field(default_factory=list)
+    other_split: int = 0  # inputs (dumps) or steps (converted) of the other split
+
+
+def resolve(paths: list[str], opts: InspectOptions) -> Sources:
+    """Tell dumps from converted outputs; plan the dump units of `opts.split`."""
+    if not paths:
+        raise UsageError("no input given")
+    outs = []
+    for p in paths:
+        if os.path.basename(p) == "manifest.json" and os.path.isfile(p):
+            outs.append(os.path.dirname(p) or ".")
+        elif is_output(p):
+            outs.append(p)
+    if outs:
+        if len(outs) != len(paths):
+            raise UsageError("give either converted outputs (folders with manifest.json) or dumps, not both")
+        src = Sources("converted", outputs=[(o, read_manifest(o)) for o in outs])
+        src.other_split = sum(s.get("split") != opts.split for _, m in src.outputs for s in m.get("steps", []))
+        return src
+    units, _, notes = plan_units(list(paths), opts)
+    for u in units:
+        if u.input.format == "parquet" and u.input.path != "-" and _is_train_rows(u.input.path):
+            raise UsageError(f"{u.input.display}: a shard of converted output; inspect its output folder (the one with manifest.json)")
+    src = Sources("dumps", units=[u for u in units if u.input.split == opts.split], notes=notes)
+    src.other_split = len(units) - len(src.units)
+    if not units:
+        raise UsageError("no input files found (expected .pt, .jsonl, .jsonl.gz, .jsonl.zst, .parquet, or a converted output folder)")
+    return src
+
+
+def _is_train_rows(path: str) -> bool:
+    import pyarrow.parquet as pq
+
+    try:
+        md = pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowException):
+        return False
+    return b"rollout_cli.schema_version" in md
+
+
+def iter_step_data(src: Sources, opts: InspectOptions, anomalies: Anomalies, notes: list) -> Iterator[StepData]:
+    """Every selected step of the sources, in convert's order."""
+    if src.kind == "dumps":
+        yield from dump_steps(src.units, opts, anomalies, notes)
+        return
+    seen: set = set()
+    for out, m in src.outputs:
+        yield from output_steps(out, m, opts, anomalies, seen)

@@ -1,0 +1,16 @@
+"""rollout-cli's rules inside a slime run, through slime's two plugin hooks:
+
+    --custom-reward-post-process-path rollout_cli.slime.post_process_rewards
+    --custom-convert-samples-to-train-data-path rollout_cli.slime.convert_samples_to_train_data
+
+Both take `(args, samples)` (slime's parsed args and the flat `list[Sample]`) and run the same
+stage functions as `rollout-cli convert`. Settings slime has no flag for come from environment
+variables (`ROLLOUT_CLI_ROLLOUT_ID_SCOPE`, `ROLLOUT_CLI_SLIME_COMPAT`; see `settings`).
+Importing this starts nothing: no CLI, no worker processes; torch is imported only to build
+the routed-experts tensors slime expects.
+"""
+from __future__ import annotations
+
+from .plugin import ENV_VARS, convert_samples_to_train_data, post_process_rewards, settings
+
+__all__ = ["ENV_VARS", "convert_samples_to_train_data", "post_process_rewards", "settings"]

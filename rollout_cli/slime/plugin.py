@@ -1,0 +1,221 @@
+"""The two slime hooks, built on the pipeline's stage functions (validate, ids, rewards, fields,
+step), so that what they return for a batch equals what `convert` writes for it as a dump."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..core.errors import InvalidInputError, Location, StepProblems, UsageError
+from ..core.options import SCOPES, RuleOptions
+from ..inputs.base import RawChunk
+from ..pipeline.step import StepFields, compute_step
+from ..pipeline.validate import normalize_chunk, pre_schema
+
+log = logging.getLogger("rollout_cli.slime")
+
+SOURCE = "slime batch"  # how problems name the batch: "slime batch:sample 3"
+
+# environment variable -> (RuleOptions field, parser); slime's parser refuses unknown flags
+ENV_VARS = {
+    "ROLLOUT_CLI_ROLLOUT_ID_SCOPE": "rollout_id_scope",
+    "ROLLOUT_CLI_SLIME_COMPAT": "slime_compat",
+}
+_TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off", ""})
+
+# Per-sample lists a batch has on every sample or on none: slime tensorises them (or, for
+# round_number, reads every sample's metadata key), so a partial one would fail deep inside it.
+_ALL_OR_NONE = (
+    ("round_number", "metadata.round_number"),
+    ("rollout_log_probs", "rollout_log_probs"),
+    ("rollout_top_p_token_ids", "rollout_top_p_token_ids"),
+    ("rollout_routed_experts", "rollout_routed_experts"),
+    ("teacher_log_probs", "teacher_log_probs"),
+)
+
+_logged: set = set()
+
+
+def _env_value(name: str, raw: str) -> Any:
+    field = ENV_VARS[name]
+    if field == "rollout_id_scope":
+        if raw not in SCOPES:
+            raise UsageError(f"{name}: expected one of {', '.join(SCOPES)}, got {raw!r}")
+        return raw
+    v = raw.strip().lower()
+    if v not in _TRUE | _FALSE:
+        raise UsageError(f"{name}: expected 1/true/yes or 0/false/no, got {raw!r}")
+    return v in _TRUE
+
+
+def settings(args: Any) -> RuleOptions:
+    """The rules for a slime run: slime's own args (advantage_estimator, rewards_normalization,
+    grpo_std_normalization, n_samples_per_prompt, reward_key, rollout_batch_size) plus the
+    rollout-cli-only settings from the environment. Logged once per distinct value."""
+    n = getattr(args, "n_samples_per_prompt", None)
+    opts = RuleOptions(
+        advantage_estimator=getattr(args, "advantage_estimator", "grpo"),
+        n_samples_per_prompt=n,
+        reward_key=getattr(args, "reward_key", None) or None,
+        rewards_normalization=bool(getattr(args, "rewards_normalization", True)),
+        # slime's parse_args turns std-scaling off for one sample per prompt
+        grpo_std_normalization=bool(getattr(args, "grpo_std_normalization", True)) and n != 1,
+        rollout_batch_size=getattr(args, "rollout_batch_size", None),
+    )
+    for name, field in ENV_VARS.items():
+        raw = os.environ.get(name)
+        if raw is not None:
+            setattr(opts, field, _env_value(name, raw))
+    try:
+        opts.check()
+    except UsageError as e:
+        raise UsageError(f"rollout_cli.slime: {e}") from None
+    shown = json.dumps(opts.rule_options(), sort_keys=True)
+    if shown not in _logged:
+        _logged.add(shown)
+        log.info("rollout_cli.slime settings: %s", shown)
+    return opts
+
+
+def _plain(v: Any) -> Any:
+    """A torch tensor as a numpy array (what the validators take); anything else unchanged."""
+    if type(v).__module__.startswith("torch") and hasattr(v, "detach"):
+        torch = sys.modules["torch"]
+        t = v.detach().cpu()
+        if t.dtype in (torch.bfloat16, torch.float16):
+            t = t.float()
+        return t.numpy()
+    return v
+
+
+def _record(s: Any) -> dict:
+    """One Sample as its `to_dict()` form (slime's dump form), tensors as numpy arrays."""
+    d = s.to_dict() if hasattr(s, "to_dict") else dict(s)
+    status = d.get("status")
+    if status is not None and not isinstance(status, str):  # a Sample.Status enum
+        d["status"] = getattr(status, "value", status)
+    return {k: _plain(v) for k, v in d.items()}
+
+
+@dataclass
+class _Batch:
+    records: list[dict]
+    table: pa.Table  # the validated rows (pre-schema), in batch order
+    fields: StepFields
+
+
+def _where(i: int) -> Location:
+    return Location(SOURCE, "sample", i)
+
+
+def _run_stages(samples: list, opts: RuleOptions) -> _Batch:
+    records = [_record(s) for s in samples]
+    chunk = RawChunk(SOURCE, "sample", list(range(len(records))), records)
+    nc = normalize_chunk(chunk, 0, reward_key=opts.reward_key, keep_text=False)
+    table = pa.Table.from_batches(nc.batches, schema=pre_schema(False)) if nc.batches else pre_schema(False).empty_table()
+    try:
+        sf = compute_step(
+            id_state=np.asarray(nc.id_state, dtype=np.int8),
+            explicit=np.fromiter((0 if v is None else v for v in nc.explicit_id), dtype=np.int64, count=len(records)),
+            group_index=nc.group_index, problems=nc.problems, where=_where,
+            row_pos=table.column("_pos").to_numpy(), reward_values=table.column("_reward_value").to_numpy(),
+            mask_totals=table.column("_mask_total").to_numpy(), split="train", step=0, opts=opts, fail=True,
+        )
+    except StepProblems as e:
+        problems = e.args[0]
+        shown = "; ".join(str(p) for p in problems[:5])
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise InvalidInputError(f"{len(problems)} invalid samples in the batch: {shown}{more}", problems) from None
+    for a in sf.anomalies:
+        if a.get("level") == "warning":
+            log.warning("rollout_cli.slime: %s", a["message"])
+    return _Batch(records, table, sf)
+
+
+def post_process_rewards(args: Any, samples: list) -> tuple[list[float], list[float]]:
+    """slime's `--custom-reward-post-process-path` hook: `(raw_rewards, rewards)`, one number
+    each per sample. raw_rewards are the selected rewards (reward, or reward[reward_key]);
+    rewards are normalised per prompt group (by group_index, float32, unbiased std, eps 1e-6;
+    a one-sample group gives 0.0, never NaN). Invalid samples raise InvalidInputError."""
+    opts = settings(args)
+    opts.rollout_id_scope = "step"  # ids do not enter rewards; slime assigns them itself after this hook
+    b = _run_stages(samples, opts)
+    return b.table.column("_reward_value").to_pylist(), b.fields.rewards.tolist()
+
+
+def _partial_fields(table: pa.Table, index: list) -> list[str]:
+    """One line per optional per-sample field set on some samples but not all."""
+    lines = []
+    n = table.num_rows
+    for col, name in _ALL_OR_NONE:
+        nulls = table.column(col).null_count
+        if 0 < nulls < n:
+            missing = np.flatnonzero(table.column(col).is_null().to_numpy(zero_copy_only=False)).tolist()
+            shown = ", ".join(f"{i} (index {index[i]})" for i in missing[:8]) + (", ..." if len(missing) > 8 else "")
+            lines.append(f"{name}: set on {n - nulls} of {n} samples, missing on batch positions {shown}")
+    return lines
+
+
+def convert_samples_to_train_data(args: Any, samples: list) -> dict:
+    """slime's `--custom-convert-samples-to-train-data-path` hook: the whole `train_data` dict
+    with rollout-cli's rules (ids, id scope, rewards, masks, mask sums), in slime's value types
+    and key order, including `rollout_ids` and `rollout_mask_sums`. An optional per-sample key
+    appears when the batch has it; on only some samples it is an InvalidInputError naming the
+    field and the samples."""
+    opts = settings(args)
+    b = _run_stages(samples, opts)
+    t, sf = b.table, b.fields
+    index = t.column("sample_index").to_pylist()
+    partial = _partial_fields(t, index)
+    top_p = t.column("rollout_top_p_token_ids").null_count < t.num_rows if t.num_rows else False
+    if getattr(args, "rollout_top_p", 1.0) != 1.0 and not top_p and t.num_rows:
+        partial.append(f"rollout_top_p_token_ids: --rollout-top-p {args.rollout_top_p} needs it on every sample, set on none")
+    if partial:
+        raise InvalidInputError("every sample of a batch must have these fields, or none: " + "; ".join(partial))
+    pos = t.column("_pos").to_numpy()
+    d: dict[str, Any] = {
+        "tokens": t.column("tokens").to_pylist(),
+        "response_lengths": t.column("response_length").to_pylist(),
+        "rewards": sf.rewards.tolist(),
+        "raw_reward": t.column("raw_reward").to_pylist(),
+        "truncated": [int(v) for v in t.column("truncated").to_pylist()],
+        "sample_indices": index,
+        "rollout_ids": sf.ids[pos].tolist(),
+        "loss_masks": t.column("loss_mask").to_pylist(),
+        "rollout_mask_sums": sf.mask_sums.tolist(),
+    }
+    has = {c: t.num_rows > 0 and t.column(c).null_count == 0 for c, _ in _ALL_OR_NONE}
+    if has["round_number"]:
+        d["round_number"] = t.column("round_number").to_pylist()
+    if has["rollout_log_probs"]:
+        d["rollout_log_probs"] = t.column("rollout_log_probs").to_pylist()
+    if top_p:
+        d["rollout_top_p_token_ids"] = t.column("rollout_top_p_token_ids").to_pylist()
+        d["rollout_top_p_token_offsets"] = t.column("rollout_top_p_token_offsets").to_pylist()
+    if has["rollout_routed_experts"]:
+        import torch  # slime hands routed experts on as tensors
+
+        flat, shapes = t.column("rollout_routed_experts"), t.column("rollout_routed_experts_shape").to_pylist()
+        d["rollout_routed_experts"] = [
+            torch.from_numpy(flat[i].values.to_numpy().reshape(shapes[i]).copy()) for i in range(t.num_rows)
+        ]
+    recs = [b.records[p] for p in pos.tolist()]
+    if any(r.get("train_metadata") is not None for r in recs):
+        d["metadata"] = [r.get("train_metadata") for r in recs]
+    if any(r.get("multimodal_train_inputs") is not None for r in recs):
+        # the samples' own objects (tensors stay tensors), not the JSON text convert stores
+        d["multimodal_train_inputs"] = [_orig(samples[p], "multimodal_train_inputs") for p in pos.tolist()]
+    if has["teacher_log_probs"]:
+        d["teacher_log_probs"] = t.column("teacher_log_probs").to_pylist()
+    d["source_names"] = t.column("source_name").to_pylist()
+    return d
+
+
+def _orig(s: Any, key: str) -> Any:
+    return getattr(s, key, None) if not isinstance(s, dict) else s.get(key)

@@ -1,0 +1,156 @@
+"""export --format slime-pt: replayable dumps that convert back to byte-identical shards."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLE_DATA, copts, make_sample, read_rows, write_jsonl
+from slime_sample import SAMPLE_FIELDS, Sample
+
+from rollout_cli.core.errors import IntegrityError, OutputExistsError, OutputError, UsageError
+from rollout_cli.run.convert import convert
+
+torch = pytest.importorskip("torch")
+from rollout_cli.export.slime_pt import export_slime_pt  # noqa: E402
+
+
+def shard_bytes(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for top in ("data", "eval", "mmap") for p in sorted((out / top).rglob("*")) if p.is_file()}
+
+
+def replay(dest: Path, again: Path) -> None:
+    """What slime's --load-debug-rollout-data does with each file (torch.load, Sample.from_dict),
+    then the samples dumped again as slime's save would (Sample.to_dict)."""
+    again.mkdir()
+    for f in sorted(dest.iterdir()):
+        payload = torch.load(str(f), weights_only=True)
+        samples = [Sample.from_dict(d) for d in payload["samples"]]
+        torch.save({"rollout_id": payload["rollout_id"], "samples": [s.to_dict() for s in samples]}, str(again / f.name))
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "pt"])
+def test_round_trip_gives_byte_identical_shards(tmp_path, fmt):
+    opts = dict(shards=2, keep_text=True, mmap=True)
+    convert([str(SAMPLE_DATA / fmt / "rollout_data")], str(tmp_path / "out"), copts(**opts))
+    res = export_slime_pt(str(tmp_path / "out"), str(tmp_path / "dest"))
+    assert sorted(f["path"] for f in res["files"]) == ["1.pt", "2.pt", "3.pt", "eval_3.pt"]
+    assert res["samples"] == 16 + 15 + 15 + 7
+    replay(tmp_path / "dest", tmp_path / "again")
+    convert([str(tmp_path / "again")], str(tmp_path / "out2"), copts(**opts))
+    first, second = shard_bytes(tmp_path / "out"), shard_bytes(tmp_path / "out2")
+    assert len(first) == 16 and first == second
+
+
+def test_files_are_slime_dumps(tmp_path):
+    convert([str(SAMPLE_DATA / "pt" / "rollout_data")], str(tmp_path / "out"), copts(shards=3))
+    export_slime_pt(str(tmp_path / "out"), str(tmp_path / "dest"))
+    payload = torch.load(str(tmp_path / "dest" / "3.pt"), weights_only=True)
+    assert set(payload) == {"rollout_id", "samples"} and payload["rollout_id"] == 3
+    samples = payload["samples"]
+    assert all(list(s) == SAMPLE_FIELDS for s in samples)
+    assert all(isinstance(s["status"], str) for s in samples)
+    # input order (the shards interleave it), assigned ids made explicit
+    assert [s["index"] for s in samples] == list(range(31, 46))
+    assert [s["rollout_id"] for s in samples] == [1, 3, 4, 5, 2, 2, 0, 0, 6, 8, 9, 10, 7, 7, 7]
+    rexp = samples[0]["rollout_routed_experts"]
+    assert rexp.dtype == torch.int32 and list(rexp.shape) == [len(samples[0]["tokens"]) - 1, 2, 2]
+    assert samples[0]["rollout_top_p_token_offsets"].dtype == torch.int32
+    one = torch.load(str(tmp_path / "dest" / "1.pt"), weights_only=True)["samples"]
+    # the reward before post-processing; sample 10 had remove_sample: its mask comes back zeroed
+    assert [s["reward"] for s in one] == [float(r["reward"]) for r in _pt_samples(1)]
+    assert one[10]["loss_mask"] == [0] * one[10]["response_length"] and one[10]["remove_sample"] is False
+    two = torch.load(str(tmp_path / "dest" / "2.pt"), weights_only=True)["samples"]
+    orig = _pt_samples(2)
+    # metadata.raw_reward only where it differs from the reward (what conversion reads is the same)
+    assert [s["metadata"].get("raw_reward", s["reward"]) for s in two] == [float(o["metadata"].get("raw_reward", o["reward"])) for o in orig]
+    assert sum("raw_reward" in s["metadata"] for s in two) == 2
+    assert [s["metadata"]["round_number"] for s in two] == [o["metadata"]["round_number"] for o in orig]
+    assert [s["train_metadata"] for s in two] == [o["train_metadata"] for o in orig]
+
+
+def _pt_samples(step: int) -> list[dict]:
+    return torch.load(str(SAMPLE_DATA / "pt" / "rollout_data" / f"{step}.pt"), weights_only=True)["samples"]
+
+
+def test_skipped_rollouts_are_left_out_and_round_trip(tmp_path):
+    samples = [make_sample(index=i, group_index=i // 2, reward=float(i % 2)) for i in range(6)]
+    samples[3]["loss_mask"] = [1]  # invalid: its rollout is rejected
+    write_jsonl(tmp_path / "in" / "5.jsonl", samples)
+    convert([str(tmp_path / "in")], str(tmp_path / "out"), copts(on_error="skip"))
+    export_slime_pt(str(tmp_path / "out"), str(tmp_path / "dest"))
+    got = torch.load(str(tmp_path / "dest" / "5.pt"), weights_only=True)["samples"]
+    assert [s["index"] for s in got] == [0, 1, 2, 4, 5]
+    replay(tmp_path / "dest", tmp_path / "again")
+    convert([str(tmp_path / "again")], str(tmp_path / "out2"), copts())
+    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "out2")
+
+
+def test_reward_key_exports_the_selected_number(tmp_path):
+    convert([str(SAMPLE_DATA / "reward_dict" / "pt" / "rollout_data")], str(tmp_path / "out"), copts(reward_key="accuracy"))
+    res = export_slime_pt(str(tmp_path / "out"), str(tmp_path / "dest"))
+    assert any("replay without --reward-key" in n for n in res["notes"])
+    got = torch.load(str(tmp_path / "dest" / "1.pt"), weights_only=True)["samples"]
+    assert [s["reward"] for s in got] == [float(s["reward"]["accuracy"]) for s in torch.load(
+        str(SAMPLE_DATA / "reward_dict" / "pt" / "rollout_data" / "1.pt"), weights_only=True)["samples"]]
+    convert([str(tmp_path / "dest")], str(tmp_path / "out2"), copts())
+    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "out2")
+
+
+def test_steps_and_split_select(tmp_path):
+    convert([str(SAMPLE_DATA / "jsonl" / "rollout_data")], str(tmp_path / "out"), copts())
+    res = export_slime_pt(str(tmp_path / "out"), str(tmp_path / "a"), steps="2:3", split="train")
+    assert [f["path"] for f in res["files"]] == ["2.pt", "3.pt"]
+    res = export_slime_pt(str(tmp_path / "out"), str(tmp_path / "b"), split="eval")
+    assert [f["path"] for f in res["files"]] == ["eval_3.pt"] and sorted(os.listdir(tmp_path / "b")) == ["eval_3.pt"]
+    with pytest.raises(UsageError, match="no train steps in --steps 7:9"):
+        export_slime_pt(str(tmp_path / "out"), str(tmp_path / "c"), steps="7:9", split="train")
+    assert not (tmp_path / "c").exists()
+
+
+def test_dest_with_files_needs_overwrite_and_is_swapped_whole(tmp_path):
+    convert([str(SAMPLE_DATA / "jsonl" / "rollout_data")], str(tmp_path / "out"), copts())
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    export_slime_pt(str(tmp_path / "out"), str(dest), steps="1")  # an empty DEST is fine
+    (dest / "old.txt").write_text("x")
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+    with pytest.raises(OutputExistsError, match="holds files; pass --overwrite"):
+        export_slime_pt(str(tmp_path / "out"), str(dest))
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
+    export_slime_pt(str(tmp_path / "out"), str(dest), overwrite=True)
+    assert sorted(os.listdir(dest)) == ["1.pt", "2.pt", "3.pt", "eval_3.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["dest", "out"]  # no staging or old copy left
+
+
+def test_a_failed_export_leaves_dest_untouched(tmp_path, monkeypatch):
+    convert([str(SAMPLE_DATA / "jsonl" / "rollout_data")], str(tmp_path / "out"), copts())
+    dest = tmp_path / "dest"
+    export_slime_pt(str(tmp_path / "out"), str(dest), steps="1")
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+    real, calls = torch.save, []
+
+    def failing(obj, f, *a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(obj, f, *a, **k)
+
+    monkeypatch.setattr(torch, "save", failing)
+    with pytest.raises(OSError):
+        export_slime_pt(str(tmp_path / "out"), str(dest), overwrite=True)
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
+    assert sorted(os.listdir(tmp_path)) == ["dest", "out"]
+
+
+def test_bad_sources_and_dest(tmp_path):
+    with pytest.raises(IntegrityError, match="not a complete rollout-cli output"):
+        export_slime_pt(str(tmp_path), str(tmp_path / "dest"))
+    convert([str(SAMPLE_DATA / "jsonl" / "rollout_data")], str(tmp_path / "out"), copts())
+    with pytest.raises(UsageError, match="must not contain or lie inside"):
+        export_slime_pt(str(tmp_path / "out"), str(tmp_path / "out" / "dump"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="not a folder"):
+        export_slime_pt(str(tmp_path / "out"), str(tmp_path / "file"))
+    rows = read_rows(tmp_path / "out", step=1)
+    assert [r["position"] for r in rows] == list(range(16))

@@ -1,0 +1,195 @@
+"""The same samples give byte-identical shards whatever the input format: JSONL, Parquet with
+native types or with JSON-text columns (and the other types writers produce), and `.pt`; a
+Parquet file read in row-group parts gives what it gives read whole."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import copts, make_sample, shard_bytes, write_jsonl, write_pt
+from rollout_cli.inputs import parquet_parts
+from rollout_cli.inputs.discover import InputFile
+from rollout_cli.inputs.parquet import read_parquet
+from rollout_cli.inputs.registry import FORMATS, read_input, split_input
+from rollout_cli.run.convert import convert
+
+SETTINGS = dict(deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+JSON_TEXT = ("tokens", "loss_mask", "rollout_log_probs", "metadata", "index", "reward")
+
+
+@st.composite
+def samples(draw):
+    n = draw(st.integers(1, 12))
+    out = []
+    for i in range(n):
+        rl = draw(st.integers(0, 6))
+        prompt = draw(st.integers(1, 5))
+        tokens = draw(st.lists(st.integers(0, 2**31 - 1), min_size=prompt + rl, max_size=prompt + rl))
+        mask = draw(st.one_of(st.none(), st.lists(st.integers(0, 1), min_size=rl, max_size=rl)))
+        lp = draw(st.one_of(st.none(), st.lists(st.floats(-30, 0, width=32), min_size=rl, max_size=rl)))
+        out.append({
+            "group_index": i // 2, "index": i, "rollout_id": None, "tokens": tokens, "response_length": rl,
+            "reward": draw(st.floats(-2, 2, allow_nan=False)), "loss_mask": mask, "rollout_log_probs": lp,
+            "remove_sample": draw(st.booleans()), "status": draw(st.sampled_from(["completed", "truncated"])),
+            "metadata": {"round_number": draw(st.one_of(st.none(), st.integers(0, 9)))},
+        })
+    return out
+
+
+def _as_json_text(recs: list[dict]) -> pa.Table:
+    cols = {k: [r[k] for r in recs] for k in recs[0]}
+    arrays = {}
+    for k, vals in cols.items():
+        if k in JSON_TEXT:
+            arrays[k] = pa.array([orjson.dumps(x).decode() for x in vals], pa.string())  # None -> "null"
+        else:
+            arrays[k] = pa.array(vals)
+    return pa.table(arrays)
+
+
+def _shards(src: Path, out: Path, **kw) -> dict[str, bytes]:
+    convert([str(src)], str(out), copts(**kw))
+    return shard_bytes(out)
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(samples())
+def test_same_shards_from_every_format(recs):
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        write_jsonl(d / "j" / "3.jsonl", recs)
+        (d / "p").mkdir()
+        pq.write_table(pa.Table.from_pylist(recs), d / "p" / "3.parquet")
+        (d / "q").mkdir()
+        pq.write_table(_as_json_text(recs), d / "q" / "3.parquet")
+        write_pt(d / "t" / "3.pt", recs, 3)
+        want = _shards(d / "j" / "3.jsonl", d / "oj")
+        assert want
+        assert _shards(d / "p" / "3.parquet", d / "op") == want
+        assert _shards(d / "q" / "3.parquet", d / "oq") == want
+        assert _shards(d / "t" / "3.pt", d / "ot") == want
+
+
+def _writer_types(recs: list[dict]) -> pa.Table:
+    """The same samples with the other types Parquet writers produce."""
+    n = len(recs)
+    return pa.table({
+        "group_index": pa.array([r["group_index"] for r in recs], pa.int32()),
+        "index": pa.array([r["index"] for r in recs], pa.uint16()),
+        "tokens": pa.array([r["tokens"] for r in recs], pa.large_list(pa.uint32())),
+        "response_length": pa.array([r["response_length"] for r in recs], pa.int8()),
+        "reward": pa.array([r["reward"] for r in recs], pa.float32()),
+        "loss_mask": pa.array([[bool(x) for x in r["loss_mask"]] for r in recs], pa.list_(pa.bool_())),
+        "rollout_log_probs": pa.array([r["rollout_log_probs"] for r in recs], pa.list_(pa.float32())),
+        "status": pa.array([r["status"] for r in recs]).dictionary_encode(),
+        "metadata": pa.array([list(r["metadata"].items()) for r in recs], pa.map_(pa.string(), pa.int64())),
+        "remove_sample": pa.array([False] * n),
+    })
+
+
+def test_writer_types_match_jsonl(tmp_path):
+    recs = [make_sample(index=i, group_index=i // 2, response_length=2 + i % 3, log_probs=True,
+                        reward=0.25 * i, metadata={"round_number": i}) for i in range(6)]
+    recs[2]["loss_mask"][0] = 0
+    for r in recs:
+        r["reward"] = float(pa.scalar(r["reward"], pa.float32()).as_py())  # exact in float32
+    write_jsonl(tmp_path / "j" / "3.jsonl", recs)
+    (tmp_path / "p").mkdir()
+    pq.write_table(_writer_types(recs), tmp_path / "p" / "3.parquet")
+    assert _shards(tmp_path / "p" / "3.parquet", tmp_path / "op") == _shards(tmp_path / "j" / "3.jsonl", tmp_path / "oj")
+
+
+def test_json_columns_named_by_metadata_and_null_text(tmp_path):
+    recs = [make_sample(index=i, group_index=i // 2, log_probs=i % 2 == 0, label={"answer": i}) for i in range(4)]
+    write_jsonl(tmp_path / "j" / "3.jsonl", recs)
+    t = _as_json_text(recs)  # rollout_log_probs of odd rows is the text "null"
+    label = pa.field("label", pa.string(), metadata={"encoding": "json"})
+    t = t.set_column(t.schema.get_field_index("label"), label, pa.array([orjson.dumps(r["label"]).decode() for r in recs]))
+    (tmp_path / "p").mkdir()
+    pq.write_table(t, tmp_path / "p" / "3.parquet")
+    kw = dict(keep_text=True)
+    assert _shards(tmp_path / "p" / "3.parquet", tmp_path / "op", **kw) == _shards(tmp_path / "j" / "3.jsonl", tmp_path / "oj", **kw)
+
+
+def test_schema_level_json_columns(tmp_path):
+    recs = [make_sample(index=i, group_index=i // 2, metadata={"round_number": i},
+                        prompt=[{"role": "user", "content": f"q{i}"}]) for i in range(4)]
+    write_jsonl(tmp_path / "j" / "3.jsonl", recs)
+    t = pa.Table.from_pylist([dict(r, prompt=orjson.dumps(r["prompt"]).decode()) for r in recs])
+    t = t.replace_schema_metadata({"json_columns": '["prompt"]'})
+    (tmp_path / "p").mkdir()
+    pq.write_table(t, tmp_path / "p" / "3.parquet")
+    kw = dict(keep_text=True)
+    assert _shards(tmp_path / "p" / "3.parquet", tmp_path / "op", **kw) == _shards(tmp_path / "j" / "3.jsonl", tmp_path / "oj", **kw)
+
+
+def _parquet_in_groups(path: Path, n: int, group: int) -> list[dict]:
+    recs = [make_sample(index=i, group_index=i // 4, response_length=1 + i % 5, log_probs=True,
+                        metadata={"round_number": i}) for i in range(n)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(recs), path, row_group_size=group)
+    return recs
+
+
+def test_row_group_parts_cover_the_file_once(tmp_path):
+    path = tmp_path / "3.parquet"
+    _parquet_in_groups(path, 23, 4)  # 6 row groups
+    inp = InputFile(str(path), "3.parquet", "parquet", 3, "train", "name")
+    parts = parquet_parts.split(inp, 4, min_bytes=1)
+    assert parts == [(k, 4) for k in range(4)]
+    numbers = []
+    for k, n in parts:
+        for raw in read_parquet(str(path), "3.parquet", part=k, parts=n):
+            numbers.extend(raw.numbers)
+    assert numbers == list(range(23))
+    assert split_input(inp, 1) == [(0, None)]
+    assert parquet_parts.split(inp, 4) == [(0, None)]  # a small file is one part
+
+
+def test_parquet_parts_on_several_workers_give_the_same_shards(tmp_path, monkeypatch):
+    path = tmp_path / "in" / "3.parquet"
+    _parquet_in_groups(path, 40, 6)
+    whole = _shards(path, tmp_path / "o1")
+    monkeypatch.setattr(parquet_parts, "MIN_PART_BYTES", 1)
+    assert _shards(path, tmp_path / "o3", workers=3) == whole
+
+
+def test_registry_names_a_module_per_format():
+    assert set(FORMATS) == {"jsonl", "parquet", "pt"}
+
+
+def test_reading_reports_what_the_file_says(tmp_path):
+    recs = [make_sample(index=i) for i in range(3)]
+    pt = write_pt(tmp_path / "dump.pt", recs, 8)
+    reading = read_input(InputFile(str(pt), "dump.pt", "pt", None, "train", "payload"))
+    chunks = list(reading)
+    assert reading.info.step == 8 and not reading.info.train_dump
+    assert [c.numbers for c in chunks] == [[0, 1, 2]]
+    assert all(type(r["tokens"]).__module__ == "numpy" for r in chunks[0].records)
+    j = write_jsonl(tmp_path / "1.jsonl", recs)
+    reading = read_input(InputFile(str(j), "1.jsonl", "jsonl", 1, "train", "name"))
+    assert sum(len(c) for c in reading) == 3 and reading.info.lines == 3
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 1024])
+def test_pt_chunks_number_samples_by_position(tmp_path, chunk):
+    recs = [make_sample(index=i) for i in range(5)]
+    pt = write_pt(tmp_path / "dump.pt", recs, 2)
+    reading = read_input(InputFile(str(pt), "dump.pt", "pt", None, "train", "payload"), chunk_records=chunk)
+    assert [n for c in reading for n in c.numbers] == list(range(5))
+
+
+@pytest.mark.parametrize("keep_text", [False, True])
+def test_sample_data_in_json_text_gives_the_same_shards(tmp_path, keep_text):
+    data = Path(__file__).resolve().parents[2] / "sample_data"
+    want = _shards(data / "jsonl" / "rollout_data", tmp_path / "j", keep_text=keep_text)
+    assert _shards(data / "parquet_json" / "rollout_data", tmp_path / "q", keep_text=keep_text) == want
+    assert _shards(data / "parquet" / "rollout_data", tmp_path / "p", keep_text=keep_text) == want

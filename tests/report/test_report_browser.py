@@ -1,0 +1,118 @@
+"""The report page in a real browser: headless Chromium (Debian's `chromium`) with the network off
+opens the sample data's report; no console errors, nothing fetched, every plot drawn, the numbers
+shown are inspect's, and the drill-down follows the chosen rollout, group and link.
+
+Chromium is required: without it these tests fail (CI installs it in .ci/run)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cdp_browser import Browser, find_browser
+from conftest import SAMPLE_DATA
+from rollout_cli.report import build_report, read_data
+
+PLOTS = ["plot-reward", "plot-length", "plot-rates", "plot-spr", "dist-length", "dist-reward", "dist-groups", "dist-spr"]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    if find_browser() is None:
+        pytest.fail("no Chromium on PATH: apt-get install chromium (the browser test is required, not optional)")
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    build_report([str(SAMPLE_DATA / "jsonl")], str(out))
+    with Browser() as b:
+        url = b.open(out)
+        b.settle(0.3)
+        yield b, url, read_data(str(out))
+
+
+def js(b, expr: str):
+    return b.eval(f"JSON.stringify({expr})") and json.loads(b.eval(f"JSON.stringify({expr})"))
+
+
+def choose(b, select_id: str, value) -> None:
+    b.eval(f"(() => {{ const s = document.getElementById({json.dumps(select_id)}); s.value = {json.dumps(str(value))};"
+           f" s.dispatchEvent(new Event('change')); }})()")
+
+
+def test_opens_offline_without_errors(page):
+    b, url, _ = page
+    assert b.eval("document.body.dataset.ready") == "1"
+    assert b.errors() == []
+    assert set(b.requests()) == {url}  # the page itself, nothing else
+    assert b.eval("typeof Plotly") == "object"
+
+
+def test_every_plot_rendered(page):
+    b, _, _ = page
+    for pid in PLOTS:
+        box = js(b, f"(() => {{ const p = document.getElementById('{pid}'); const s = p.querySelector('svg.main-svg');"
+                    f" const r = s ? s.getBoundingClientRect() : {{width: 0, height: 0}};"
+                    f" return [r.width, r.height, p.querySelectorAll('g.trace').length,"
+                    f" p.querySelectorAll('g.trace path, g.trace .point').length]; }})()")
+        assert box[0] > 100 and box[1] > 100, (pid, box)
+        assert box[2] >= 1 and box[3] >= 1, (pid, box)
+
+
+def test_numbers_shown_are_inspects(page):
+    b, _, data = page
+    s = data["splits"]["train"]["inspect"]["summary"]
+    cards = dict(js(b, "[...document.querySelectorAll('#summary .card')].map(c => [c.querySelector('.k').textContent,"
+                       " c.querySelector('.v').textContent])"))
+    assert cards["samples"] == str(s["samples"]) and cards["rollouts"] == str(s["rollouts"])
+    assert cards["prompt groups"] == str(s["prompt_groups"]) and cards["loss-mask sum"] == str(s["tokens"]["mask_sum"])
+    rows = js(b, "document.querySelectorAll('#anomaly-table tbody tr').length")
+    assert rows == len(data["splits"]["train"]["inspect"]["anomalies"]) == 8
+    # the plotted reward means are the per-step table's
+    ys = js(b, "document.getElementById('plot-reward').data.filter(t => t.name === 'reward mean')[0].y")
+    assert ys == [p["reward_mean"] for p in s["per_step"]]
+
+
+def test_drilldown_follows_the_chosen_rollout(page):
+    b, _, _ = page
+    before = b.eval("document.getElementById('drill-view').textContent")
+    assert "rollout 1:0" in before
+    choose(b, "drill-step", 2)
+    choose(b, "drill-rollout", 16)
+    after = b.eval("document.getElementById('drill-view').textContent")
+    assert after != before and "rollout 2:16: 3 sample(s) in 1 rollout(s)" in after
+    assert js(b, "document.querySelectorAll('#drill-table tbody tr').length") == 3
+    # the second sample of rollout 16 has a tool span: a masked run drawn between trained ones
+    strips = js(b, "[...document.querySelectorAll('#drill-view .mask')].map(m => [...m.children].map(s => s.className))")
+    assert strips[1] == ["m1", "m0", "m1"]
+    widths = js(b, "[...document.querySelectorAll('#drill-view .mask')[1].children].map(s => s.getBoundingClientRect().width)")
+    assert all(w > 0 for w in widths)
+    assert "tool_call" in after  # the response text
+    assert b.eval("location.hash") == "#rollout-train-2-16"
+
+
+def test_group_and_links(page):
+    b, _, _ = page
+    choose(b, "drill-step", 3)
+    choose(b, "drill-group", 11)
+    view = b.eval("document.getElementById('drill-view').textContent")
+    assert "prompt group 11 of step 3: 3 sample(s) in 1 rollout(s)" in view
+    b.eval("location.hash = '#rollout-train-2-19'")
+    b.settle(0.2)
+    assert "rollout 2:19: 2 sample(s)" in b.eval("document.getElementById('drill-view').textContent")
+    b.eval("location.hash = '#anomaly-train-3'")
+    b.settle(0.2)
+    assert js(b, "document.getElementById('anomaly-train-3').classList.contains('hl')")
+    # a rollout link in the anomalies table opens that rollout
+    b.eval("document.querySelector('#anomaly-table a[href=\"#rollout-train-1-10\"]').click()")
+    b.settle(0.2)
+    assert "rollout 1:10: 1 sample(s)" in b.eval("document.getElementById('drill-view').textContent")
+    assert b.errors() == []
+
+
+def test_eval_tab(page):
+    b, _, data = page
+    b.eval("document.querySelector('#splits button[data-split=eval]').click()")
+    b.settle(0.2)
+    cards = dict(js(b, "[...document.querySelectorAll('#summary .card')].map(c => [c.querySelector('.k').textContent,"
+                       " c.querySelector('.v').textContent])"))
+    assert cards["samples"] == str(data["splits"]["eval"]["inspect"]["summary"]["samples"]) == "7"
+    assert "rollout 3:" in b.eval("document.getElementById('drill-view').textContent")
+    assert b.errors() == []

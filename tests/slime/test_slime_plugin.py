@@ -1,0 +1,232 @@
+"""rollout_cli.slime: the hooks give what `convert` writes, in slime's key names and types."""
+from __future__ import annotations
+
+import copy
+import logging
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import orjson
+import pytest
+from conftest import SAMPLE_DATA, copts, make_sample, read_rows
+from slime_sample import Sample
+
+from rollout_cli.core.errors import InvalidInputError, UsageError
+from rollout_cli.core.schema import SLIME_KEYS
+from rollout_cli.inputs.discover import discover
+from rollout_cli.inputs.registry import read_input
+from rollout_cli.run.convert import convert
+from rollout_cli.slime import convert_samples_to_train_data, post_process_rewards
+
+FORMATS = ("jsonl", "parquet", "pt")
+# slime-spec section 6: the per-sample keys the DP split slices, and the whole-batch raw_reward
+SPLIT_KEYS = {
+    "tokens", "multimodal_train_inputs", "response_lengths", "rewards", "truncated", "loss_masks", "round_number",
+    "sample_indices", "rollout_ids", "rollout_mask_sums", "rollout_log_probs", "rollout_top_p_token_ids",
+    "rollout_top_p_token_offsets", "rollout_routed_experts", "source_names", "prompt", "teacher_log_probs", "raw_reward",
+}
+ALWAYS = {"tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices", "rollout_ids",
+          "loss_masks", "rollout_mask_sums", "source_names"}
+# slime-spec section 3b: the insertion order of slime's own converter
+SLIME_ORDER = ["tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices", "rollout_ids",
+               "loss_masks", "rollout_mask_sums", "round_number", "rollout_log_probs", "rollout_top_p_token_ids",
+               "rollout_top_p_token_offsets", "rollout_routed_experts", "metadata", "multimodal_train_inputs",
+               "teacher_log_probs", "source_names"]
+
+
+def slime_args(**kw):
+    d = dict(advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=True,
+             n_samples_per_prompt=4, reward_key=None, rollout_batch_size=4, rollout_top_p=1.0)
+    d.update(kw)
+    return SimpleNamespace(**d)
+
+
+def batch(fmt: str, step: int, root=None) -> list[Sample]:
+    inputs, _, _ = discover([str(root or SAMPLE_DATA / fmt / "rollout_data")])
+    inp = next(i for i in inputs if i.split == "train" and i.step == step)
+    return [Sample.from_dict(r) for c in read_input(inp) for r in c.records]
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    outs = {}
+    for fmt in FORMATS:
+        out = tmp_path_factory.mktemp("plugin") / fmt
+        convert([str(SAMPLE_DATA / fmt / "rollout_data")], str(out), copts())
+        outs[fmt] = out
+    return outs
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_dict_equals_convert_rows(converted, fmt, step):
+    samples = batch(fmt, step)
+    d = convert_samples_to_train_data(slime_args(), samples)
+    rows = read_rows(converted[fmt], step=step)
+    assert len(rows) == len(samples)
+    compared = set()
+    for col, key in SLIME_KEYS.items():
+        if key not in d:
+            continue
+        got = d[key]
+        want = [r[col] for r in rows]
+        if col == "truncated":
+            want = [int(v) for v in want]
+        if col == "rollout_routed_experts":
+            want = [np.asarray(r[col], dtype=np.int32).reshape(r["rollout_routed_experts_shape"]) for r in rows]
+            got = [t.numpy() for t in got]
+            assert all(g.dtype == np.int32 and (g == w).all() for g, w in zip(got, want))
+        elif col == "train_metadata":
+            assert got == [orjson.loads(w) if w is not None else None for w in want]
+        else:
+            assert got == want, key
+        compared.add(key)
+    # every optional column convert filled for this step is in the dict, and no other
+    filled = {SLIME_KEYS[c] for c in SLIME_KEYS if c in rows[0] and any(r[c] is not None for r in rows)}
+    assert filled - {"total_lengths"} == set(d), (filled, set(d))
+    assert compared == set(d)
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_dict_has_every_key_the_split_reads_in_slime_types(step):
+    samples = batch("pt", step)
+    d = convert_samples_to_train_data(slime_args(), samples)
+    assert ALWAYS <= set(d)
+    assert set(d) - {"metadata"} <= SPLIT_KEYS
+    assert list(d) == [k for k in SLIME_ORDER if k in d]
+    n = len(samples)
+    assert all(len(v) == n for v in d.values())
+    assert all(type(t) is list and all(type(x) is int for x in t) for t in d["tokens"])
+    assert all(type(x) is float for x in d["rewards"] + d["raw_reward"])
+    assert all(type(x) is int for x in d["rollout_mask_sums"] + d["rollout_ids"] + d["response_lengths"])
+    assert set(d["truncated"]) <= {0, 1}
+    assert all(len(m) == rl for m, rl in zip(d["loss_masks"], d["response_lengths"]))
+    assert not any(np.isnan(d["rewards"]))
+    # mask sums: per rollout, over its samples' masks
+    for i, rid in enumerate(d["rollout_ids"]):
+        assert d["rollout_mask_sums"][i] == sum(sum(m) for m, r in zip(d["loss_masks"], d["rollout_ids"]) if r == rid)
+
+
+def test_samples_with_tensors_give_the_same_dict():
+    torch = pytest.importorskip("torch")
+    plain = batch("jsonl", 3)
+    tensors = copy.deepcopy(plain)
+    for s in tensors:
+        s.tokens = torch.tensor(s.tokens)
+        s.rollout_log_probs = torch.tensor(s.rollout_log_probs, dtype=torch.bfloat16).float()
+        s.rollout_top_p_token_ids = torch.tensor(s.rollout_top_p_token_ids, dtype=torch.int32)
+        s.rollout_routed_experts = torch.tensor(s.rollout_routed_experts, dtype=torch.int32)
+    a, b = convert_samples_to_train_data(slime_args(), plain), convert_samples_to_train_data(slime_args(), tensors)
+    assert a["tokens"] == b["tokens"] and a["rollout_ids"] == b["rollout_ids"]
+    assert a["rollout_top_p_token_ids"] == b["rollout_top_p_token_ids"]
+    assert all((x == y).all() for x, y in zip(a["rollout_routed_experts"], b["rollout_routed_experts"]))
+    assert b["rollout_log_probs"] == [s.rollout_log_probs.tolist() for s in tensors]
+
+
+def test_a_field_on_some_samples_only_fails_naming_field_and_samples():
+    samples = batch("jsonl", 1)
+    for k in (3, 7):
+        samples[k].rollout_log_probs = None
+    with pytest.raises(InvalidInputError) as e:
+        convert_samples_to_train_data(slime_args(), samples)
+    msg = str(e.value)
+    assert "rollout_log_probs: set on 14 of 16 samples" in msg
+    assert "missing on batch positions 3 (index 3), 7 (index 7)" in msg
+    samples = batch("jsonl", 2)
+    del samples[0].metadata["round_number"]
+    with pytest.raises(InvalidInputError, match=r"metadata.round_number: set on 14 of 15 samples, missing on batch positions 0 \(index 16\)"):
+        convert_samples_to_train_data(slime_args(), samples)
+
+
+def test_top_p_replay_needs_the_top_p_fields():
+    with pytest.raises(InvalidInputError, match="rollout_top_p_token_ids: --rollout-top-p 0.9 needs it on every sample"):
+        convert_samples_to_train_data(slime_args(rollout_top_p=0.9), batch("jsonl", 1))
+    assert "rollout_top_p_token_ids" in convert_samples_to_train_data(slime_args(rollout_top_p=0.9), batch("jsonl", 3))
+
+
+def test_invalid_sample_names_position_and_field():
+    samples = batch("jsonl", 1)
+    samples[5].loss_mask = samples[5].loss_mask[:-1]
+    with pytest.raises(InvalidInputError, match=r"slime batch:sample 5: loss_mask: expected length"):
+        convert_samples_to_train_data(slime_args(), samples)
+    samples = batch("jsonl", 1)
+    samples[2].reward = float("nan")
+    with pytest.raises(InvalidInputError, match=r"slime batch:sample 2: reward: expected a finite number"):
+        post_process_rewards(slime_args(), samples)
+
+
+def reuse_batch() -> list[Sample]:
+    # two executions of different prompt groups both stamp explicit id 0
+    return [Sample.from_dict(make_sample(index=i, group_index=i // 2, rollout_id=0, reward=float(i % 2))) for i in range(4)]
+
+
+def test_id_scope_from_the_environment(monkeypatch):
+    with pytest.raises(InvalidInputError, match="explicit id 0 is used by samples of different prompt groups"):
+        convert_samples_to_train_data(slime_args(n_samples_per_prompt=2), reuse_batch())
+    monkeypatch.setenv("ROLLOUT_CLI_ROLLOUT_ID_SCOPE", "group")
+    assert convert_samples_to_train_data(slime_args(n_samples_per_prompt=2), reuse_batch())["rollout_ids"] == [0, 0, 1, 1]
+    monkeypatch.setenv("ROLLOUT_CLI_ROLLOUT_ID_SCOPE", "step")
+    d = convert_samples_to_train_data(slime_args(n_samples_per_prompt=2), reuse_batch())
+    assert d["rollout_ids"] == [0, 0, 0, 0] and d["rollout_mask_sums"] == [8] * 4
+    monkeypatch.setenv("ROLLOUT_CLI_ROLLOUT_ID_SCOPE", "loose")
+    with pytest.raises(UsageError, match="ROLLOUT_CLI_ROLLOUT_ID_SCOPE: expected one of strict, step, group, got 'loose'"):
+        convert_samples_to_train_data(slime_args(), reuse_batch())
+
+
+def test_slime_compat_from_the_environment(monkeypatch):
+    pytest.importorskip("torch")
+    samples = batch("jsonl", 2)  # ragged groups: slime normalises the whole batch as one row
+    own = post_process_rewards(slime_args(), samples)[1]
+    monkeypatch.setenv("ROLLOUT_CLI_SLIME_COMPAT", "1")
+    compat = post_process_rewards(slime_args(), samples)[1]
+    x = np.asarray([s.reward for s in samples], dtype=np.float32)
+    want = (x - x.mean()) / (x.std(ddof=1) + np.float32(1e-6))
+    assert np.allclose(compat, want, atol=1e-6) and not np.allclose(own, want, atol=1e-3)
+    monkeypatch.setenv("ROLLOUT_CLI_SLIME_COMPAT", "maybe")
+    with pytest.raises(UsageError, match="ROLLOUT_CLI_SLIME_COMPAT: expected"):
+        post_process_rewards(slime_args(), samples)
+
+
+def test_settings_are_logged_once(caplog, monkeypatch):
+    monkeypatch.setenv("ROLLOUT_CLI_ROLLOUT_ID_SCOPE", "group")  # a value no other test logs first
+    monkeypatch.setattr("rollout_cli.slime.plugin._logged", set())
+    with caplog.at_level(logging.INFO, logger="rollout_cli.slime"):
+        for _ in range(3):
+            convert_samples_to_train_data(slime_args(), batch("jsonl", 1))
+    lines = [r.getMessage() for r in caplog.records if "settings" in r.getMessage()]
+    assert len(lines) == 1 and '"rollout_id_scope": "group"' in lines[0] and '"n_samples_per_prompt": 4' in lines[0]
+
+
+def test_post_process_rewards_matches_convert(converted):
+    samples = batch("jsonl", 2)
+    raw, rewards = post_process_rewards(slime_args(), samples)
+    rows = read_rows(converted["jsonl"], step=2)
+    assert rewards == [r["reward"] for r in rows]
+    assert raw == [float(s.reward) for s in samples]
+    assert len(raw) == len(rewards) == len(samples)
+
+
+def test_post_process_rewards_one_sample_group_and_reward_key():
+    samples = [Sample.from_dict(make_sample(index=0, group_index=0, reward={"acc": 1.0, "fmt": 0.5}))]
+    samples += [Sample.from_dict(make_sample(index=i, group_index=1, reward={"acc": float(i % 2), "fmt": 0.0})) for i in (1, 2)]
+    raw, rewards = post_process_rewards(slime_args(reward_key="acc", n_samples_per_prompt=2), samples)
+    assert raw == [1.0, 1.0, 0.0]
+    assert rewards[0] == 0.0 and rewards[1] == -rewards[2] and rewards[1] > 0
+    with pytest.raises(InvalidInputError, match="pass --reward-key"):
+        post_process_rewards(slime_args(), samples)
+
+
+def test_disabled_normalisation_and_estimators():
+    samples = batch("jsonl", 1)
+    raw = [float(s.reward) for s in samples]
+    assert post_process_rewards(slime_args(rewards_normalization=False), samples)[1] == raw
+    assert post_process_rewards(slime_args(advantage_estimator="ppo"), samples)[1] == raw
+    centred = post_process_rewards(slime_args(advantage_estimator="reinforce_plus_plus_baseline"), samples)[1]
+    assert set(np.round(centred, 4)) <= {0.0, 0.75, -0.25, 0.25, -0.75, 0.5, -0.5}
+
+
+def test_import_starts_nothing_heavy():
+    code = "import sys, rollout_cli.slime; assert 'torch' not in sys.modules and 'typer' not in sys.modules, sorted(sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True)
