@@ -55,7 +55,7 @@ def _run_as(plan: str, argv: list[str]) -> None:
             return tasks
 
         convert._plan_parts = plan_parts
-        convert._Schedule._hand_over = lambda self: None
+        convert._Scheduler._hand_over = lambda self: None
     from rollout_cli.entry import main as entry_main
 
     sys.argv = ["rollout-cli"] + argv

@@ -10,12 +10,14 @@ from typing import Annotated
 import typer
 
 from .convert import convert
+from .helpfmt import FittedCommand, FittedGroup
 from .export import export_cmd
 from .inspect import inspect_cmd
 from .report import report_cmd
 from .verify import verify
 
 app = typer.Typer(
+    cls=FittedGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Convert RL rollout sample dumps (slime .pt, JSONL, Parquet) into sharded train-data Parquet.\n\n"
@@ -41,11 +43,11 @@ def _root(
     """Convert RL rollout sample dumps (slime .pt, JSONL, Parquet) into sharded train-data Parquet."""
 
 
-app.command("convert")(convert)
-app.command("inspect")(inspect_cmd)
-app.command("verify")(verify)
-app.command("report")(report_cmd)
-app.command("export")(export_cmd)
+app.command("convert", cls=FittedCommand)(convert)
+app.command("inspect", cls=FittedCommand)(inspect_cmd)
+app.command("verify", cls=FittedCommand)(verify)
+app.command("report", cls=FittedCommand)(report_cmd)
+app.command("export", cls=FittedCommand)(export_cmd)
 
 
 def main() -> None:

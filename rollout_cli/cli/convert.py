@@ -7,7 +7,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..core.choices import Compression, Engine, Estimator, OnError, Scope
+from ..core.choices import Compression, Engine, Estimator, OnError, Schedule, Scope
 from ..core.options import ConvertOptions
 from . import options as o
 from .common import run_command
@@ -59,6 +59,35 @@ RayAddress = Annotated[Optional[str], typer.Option(
     "--ray-address", metavar="ADDR", rich_help_panel=o.EXECUTION,
     help="Ray cluster address, HOST:PORT (default: start or join a local Ray).")]
 
+SCHEDULE = "Schedule"  # --schedule slime's settings, with slime's flag names
+PIPELINE = "Schedule with --vpp-size > 1"  # a 36-character name: see cli/helpfmt.py
+ScheduleOpt = Annotated[Schedule, typer.Option(
+    "--schedule", metavar="NAME", rich_help_panel=SCHEDULE,
+    help=o.per_value({Schedule.balanced: "whole rollouts spread over shards by tokens",
+                      Schedule.slime: "shard r is what slime's trainer rank r gets (--shards is the dp size)"}))]
+GlobalBatchSize = Annotated[Optional[int], typer.Option(
+    "--global-batch-size", metavar="N", rich_help_panel=SCHEDULE, help="Rollouts per optimizer step.")]
+NumStepsPerRollout = Annotated[Optional[int], typer.Option(
+    "--num-steps-per-rollout", metavar="K", rich_help_panel=SCHEDULE,
+    help="Or: global batch size = rollout batch size x n // K.")]
+MicroBatchSize = Annotated[int, typer.Option(
+    "--micro-batch-size", metavar="N", rich_help_panel=SCHEDULE, help="Samples per micro-batch (static batching).")]
+UseDynamicBatchSize = Annotated[bool, typer.Option(
+    "--use-dynamic-batch-size", rich_help_panel=SCHEDULE, help="Pack micro-batches first-fit by tokens.")]
+MaxTokensPerGpu = Annotated[Optional[int], typer.Option(
+    "--max-tokens-per-gpu", metavar="N", rich_help_panel=SCHEDULE, help="Token cap per micro-batch (x --cp-size).")]
+BalanceData = Annotated[bool, typer.Option(
+    "--balance-data", rich_help_panel=SCHEDULE, help="Spread micro-batches over ranks by Karmarkar-Karp (tokens).")]
+CpSize = Annotated[int, typer.Option(
+    "--cp-size", metavar="N", rich_help_panel=SCHEDULE, help="Context-parallel size.")]
+VppSize = Annotated[int, typer.Option(
+    "--vpp-size", metavar="N", rich_help_panel=SCHEDULE, help="Virtual pipeline stages.")]
+MicrobatchGroupSize = Annotated[Optional[int], typer.Option(
+    "--microbatch-group-size-per-vp-stage", metavar="N", rich_help_panel=PIPELINE,
+    help="vpp > 1: align to dp x N.")]
+KeepTrailing = Annotated[bool, typer.Option(
+    "--keep-trailing", rich_help_panel=SCHEDULE, help="Train the rollouts slime drops as a short last step.")]
+
 
 def convert(
     inputs: Annotated[List[str], typer.Argument(
@@ -91,6 +120,17 @@ def convert(
     workers: Workers = D.workers,
     engine: EngineOpt = Engine(D.engine),
     ray_address: RayAddress = D.ray_address,
+    schedule: ScheduleOpt = Schedule(D.schedule),
+    global_batch_size: GlobalBatchSize = D.global_batch_size,
+    num_steps_per_rollout: NumStepsPerRollout = D.num_steps_per_rollout,
+    micro_batch_size: MicroBatchSize = D.micro_batch_size,
+    use_dynamic_batch_size: UseDynamicBatchSize = D.use_dynamic_batch_size,
+    max_tokens_per_gpu: MaxTokensPerGpu = D.max_tokens_per_gpu,
+    balance_data: BalanceData = D.balance_data,
+    cp_size: CpSize = D.cp_size,
+    vpp_size: VppSize = D.vpp_size,
+    microbatch_group_size_per_vp_stage: MicrobatchGroupSize = D.microbatch_group_size_per_vp_stage,
+    keep_trailing: KeepTrailing = D.keep_trailing,
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summary.")] = False,
     verbose: Annotated[bool, typer.Option(

@@ -78,6 +78,7 @@ def inspect_cmd(
         return inspect_paths(paths, group_by.value if group_by else None, opts, sort=sort, limit=shown)
 
     result = run_command(work, as_json, verbose)
+    _dropped_warnings(paths, split.value)
     if as_json:
         print(json.dumps(result))
         return
@@ -88,3 +89,17 @@ def inspect_cmd(
     if not quiet:
         for n in result["summary"]["notes"]:
             print(f"note: {n}", file=sys.stderr)
+
+
+def _dropped_warnings(paths: List[str], split: str) -> None:
+    """On stderr: the trailing rollouts slime's schedule drops, per step of a converted output."""
+    from ..output import layout, manifest as manifest_mod
+    from ..pipeline.schedule import trailing_warning
+
+    for p in paths:
+        if not layout.is_output(p):
+            continue
+        for s in manifest_mod.read(p).get("steps", []):
+            sc = s.get("schedule")
+            if s.get("split") == split and isinstance(sc, dict) and sc.get("dropped"):
+                print(f"warning: {p}: {trailing_warning(s['step'], sc)}", file=sys.stderr)

@@ -54,7 +54,9 @@ def print_convert_summary(result: dict) -> None:
 
     con = Console()
     c = result["counts"]
-    t = Table(title=f"{result['out']}: {c['rows']} rows from {c['input_samples']} samples, {c['rejected']} rejected", title_justify="left")
+    dropped = f", {c['dropped']} dropped by slime's schedule" if c.get("dropped") else ""
+    t = Table(title=f"{result['out']}: {c['rows']} rows from {c['input_samples']} samples, {c['rejected']} rejected{dropped}",
+              title_justify="left")
     for col in ("split", "step", "samples", "rows", "rejected", "rollouts", "tokens", "shard max/mean"):
         t.add_column(col, justify="right" if col not in ("split",) else "left")
     for s in result["steps"]:

@@ -29,6 +29,11 @@ class OnError(str, Enum):
     skip = "skip"
 
 
+class Schedule(str, Enum):
+    balanced = "balanced"
+    slime = "slime"
+
+
 class Compression(str, Enum):
     zstd = "zstd"
     lz4 = "lz4"

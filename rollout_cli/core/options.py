@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .choices import Compression, Engine, Estimator, OnError, Scope, values
+from .choices import Compression, Engine, Estimator, OnError, Schedule, Scope, values
 from .cores import usable_cores
 from .errors import UsageError
 
@@ -14,6 +14,11 @@ SCOPES = values(Scope)  # --rollout-id-scope (see pipeline/ids.py)
 COMPRESSIONS = values(Compression)
 ON_ERRORS = values(OnError)
 ENGINES = values(Engine)
+SCHEDULES = values(Schedule)  # --schedule
+# The --schedule slime settings (slime's argument names); recorded only under that schedule.
+SCHEDULE_FIELDS = ("global_batch_size", "num_steps_per_rollout", "micro_batch_size", "use_dynamic_batch_size",
+                   "max_tokens_per_gpu", "balance_data", "cp_size", "vpp_size",
+                   "microbatch_group_size_per_vp_stage", "keep_trailing")
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
 
 
@@ -74,9 +79,21 @@ class ConvertOptions(RuleOptions):
     ray_address: str | None = None
     overwrite: bool = False
     resume: bool = False
+    schedule: str = "balanced"
+    global_batch_size: int | None = None
+    num_steps_per_rollout: int | None = None
+    micro_batch_size: int = 1
+    use_dynamic_batch_size: bool = False
+    max_tokens_per_gpu: int | None = None
+    balance_data: bool = False
+    cp_size: int = 1
+    vpp_size: int = 1
+    microbatch_group_size_per_vp_stage: int | None = None
+    keep_trailing: bool = False
 
     def check(self) -> None:
         super().check()
+        self._check_schedule()
         if self.on_error not in ON_ERRORS:
             raise UsageError(f"--on-error: expected one of {', '.join(ON_ERRORS)}")
         if self.compression not in COMPRESSIONS:
@@ -94,6 +111,52 @@ class ConvertOptions(RuleOptions):
         if self.overwrite and self.resume:
             raise UsageError("--overwrite and --resume exclude each other")
 
+    def _check_schedule(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise UsageError(f"--schedule: expected one of {', '.join(SCHEDULES)}")
+        if self.schedule != "slime":
+            defaults = ConvertOptions.__dataclass_fields__
+            changed = [k for k in SCHEDULE_FIELDS if getattr(self, k) != defaults[k].default]
+            if changed:
+                raise UsageError(f"--{changed[0].replace('_', '-')} needs --schedule slime")
+            return
+        for name in ("global_batch_size", "num_steps_per_rollout", "max_tokens_per_gpu",
+                     "microbatch_group_size_per_vp_stage"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise UsageError(f"--{name.replace('_', '-')}: expected at least 1, got {v}")
+        for name in ("micro_batch_size", "cp_size", "vpp_size"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')}: expected at least 1, got {getattr(self, name)}")
+        if self.global_batch_size is None and self.num_steps_per_rollout is None:
+            raise UsageError("--schedule slime needs --global-batch-size (rollouts per optimizer step) "
+                             "or --num-steps-per-rollout")
+        if self.num_steps_per_rollout is not None:
+            if not self.rollout_batch_size:
+                raise UsageError("--num-steps-per-rollout needs --rollout-batch-size "
+                                 "(global batch size = rollout batch size x n-samples-per-prompt // steps)")
+            derived = self.rollout_batch_size * (self.n_samples_per_prompt or 1) // self.num_steps_per_rollout
+            if derived < 1:
+                raise UsageError(f"--num-steps-per-rollout {self.num_steps_per_rollout}: gives a global batch size of 0 "
+                                 f"(rollout batch size {self.rollout_batch_size} x n {self.n_samples_per_prompt or 1})")
+            if self.global_batch_size is not None and self.global_batch_size != derived:
+                raise UsageError(f"--global-batch-size {self.global_batch_size} disagrees with --num-steps-per-rollout "
+                                 f"{self.num_steps_per_rollout}, which gives {derived}")
+        if self.use_dynamic_batch_size and self.max_tokens_per_gpu is None:
+            raise UsageError("--use-dynamic-batch-size needs --max-tokens-per-gpu")
+        if self.vpp_size > 1 and self.microbatch_group_size_per_vp_stage is None:
+            raise UsageError("--vpp-size above 1 needs --microbatch-group-size-per-vp-stage")
+        if self.keep_groups:
+            raise UsageError("--keep-groups applies to --schedule balanced (slime's schedule splits by rollout)")
+
+    def effective_global_batch_size(self) -> int | None:
+        """Rollouts per optimizer step: --global-batch-size, or rbs x n // --num-steps-per-rollout."""
+        if self.global_batch_size is not None:
+            return self.global_batch_size
+        if self.num_steps_per_rollout is not None and self.rollout_batch_size:
+            return self.rollout_batch_size * (self.n_samples_per_prompt or 1) // self.num_steps_per_rollout
+        return None
+
     def worker_count(self) -> int:
         """--workers, or all usable cores."""
         return self.workers or usable_cores()
@@ -103,7 +166,12 @@ class ConvertOptions(RuleOptions):
         d = dataclasses.asdict(self)
         for k in ("overwrite", "resume", "trust_pickle", "on_error", "max_errors", "steps", "workers", "engine", "ray_address"):
             d.pop(k)
-        if not self.slime_compat:
+        if not self.slime_compat and not (self.schedule == "slime" and self.num_steps_per_rollout):
             d.pop("rollout_batch_size")
         d["step"] = d.pop("step")  # the recorded order of earlier manifests
+        schedule = {k: d.pop(k) for k in SCHEDULE_FIELDS}
+        scheduled = d.pop("schedule") == "slime"
+        if scheduled:  # under balanced nothing is recorded, as before the option existed
+            d["schedule"] = "slime"
+            d.update(schedule)
         return d

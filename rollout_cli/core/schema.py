@@ -31,11 +31,12 @@ CORE_FIELDS: list[pa.Field] = [
     pa.field("truncated", pa.bool_(), nullable=False),
     pa.field("status", pa.string(), nullable=False),
     pa.field("rollout_mask_sum", pa.int64(), nullable=False),
-    # what `export` needs to rebuild the samples: the selected reward (reward, or
-    # reward[--reward-key]) before post-processing, and the row's place in its step's input
-    # order (0-based over the rows kept; shards hold rollouts, so they interleave)
+    # the selected reward (reward, or reward[--reward-key]) before post-processing, which
+    # `export` writes back
     pa.field("selected_reward", pa.float64(), nullable=False),
-    pa.field("position", pa.int64(), nullable=False),
+    # the row's place in its step's input order, 0-based over the rows kept: slime's
+    # `partition` entry (and its train dump's rollout_position); shards interleave by it
+    pa.field("rollout_position", pa.int64(), nullable=False),
 ]
 
 # Always present in every shard; null where the input lacks them.
@@ -52,6 +53,13 @@ OPTIONAL_FIELDS: list[pa.Field] = [
     pa.field("multimodal_train_inputs", pa.string()),
 ]
 
+# Always present; set by `convert --schedule slime` (null under the balanced layout): the row's
+# optimizer step within the rollout step, and its micro-batch within the rank's optimizer step.
+SCHEDULE_COLUMNS: list[pa.Field] = [
+    pa.field("optimizer_step", pa.int32()),
+    pa.field("micro_batch", pa.int32()),
+]
+
 # Only with `convert --keep-text`.
 TEXT_FIELDS: list[pa.Field] = [
     pa.field("prompt", pa.string()),
@@ -66,7 +74,7 @@ DICTIONARY_COLUMNS = ("status", "source_name")
 
 def train_schema(keep_text: bool = False) -> pa.Schema:
     """The schema every shard carries."""
-    fields = CORE_FIELDS + OPTIONAL_FIELDS + (TEXT_FIELDS if keep_text else [])
+    fields = CORE_FIELDS + OPTIONAL_FIELDS + SCHEDULE_COLUMNS + (TEXT_FIELDS if keep_text else [])
     return pa.schema(fields, metadata={b"rollout_cli.schema_version": str(SCHEMA_VERSION).encode()})
 
 

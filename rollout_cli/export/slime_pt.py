@@ -96,9 +96,9 @@ def _read_step(out: str, entry: dict, keep_text: bool) -> pa.Table:
             raise IntegrityError(f"{path}: {t.num_rows} rows, the manifest says {sh['rows']}")
         tables.append(t)
     t = pa.concat_tables(tables) if tables else None
-    if t is None or "position" not in t.schema.names or "selected_reward" not in t.schema.names:
+    if t is None or "rollout_position" not in t.schema.names or "selected_reward" not in t.schema.names:
         raise IntegrityError(f"{out}: shards lack the position and selected_reward columns; convert again with this version")
-    return t.take(pc.sort_indices(t, [("position", "ascending")]))
+    return t.take(pc.sort_indices(t, [("rollout_position", "ascending")]))
 
 
 def _json(text: str | None) -> Any:

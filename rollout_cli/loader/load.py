@@ -36,7 +36,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..output import layout, manifest as manifest_mod
 from ..core import hashing
 from ..core.errors import IntegrityError, UsageError
-from ..core.schema import train_schema
+from ..core.schema import SCHEDULE_COLUMNS, train_schema
 
 __all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "SPLITS"]
 
@@ -50,6 +50,8 @@ _NEEDED = ("step", "rollout_id", "sample_index", "group_index", "tokens", "respo
            "teacher_log_probs", "round_number", "source_name")
 _COLUMNS: dict[str, pa.DataType] = {f.name: f.type for f in train_schema() if f.name in _NEEDED}
 assert len(_COLUMNS) == len(_NEEDED), "the train-row schema lost a column the loader reads"
+# Read where present (outputs written before they existed lack them); set under --schedule slime.
+_SCHEDULE = tuple(f.name for f in SCHEDULE_COLUMNS)
 
 
 _STAGING_ALIGN = 64
@@ -99,6 +101,14 @@ class PackedBatch:
     step: int = 0
     shard: int = 0
     split: str = "train"
+    # --schedule slime shards: per sample, its position in the step (slime's partition entry),
+    # optimizer step and micro-batch within the rank's optimizer step (int64 each); else None
+    rollout_positions: torch.Tensor | None = None
+    optimizer_steps: torch.Tensor | None = None
+    micro_batch_ids: torch.Tensor | None = None
+    # the step's schedule record from the manifest, and a reader of its whole-batch lists
+    schedule: dict | None = field(default=None, repr=False)
+    _whole_batch: Any = field(default=None, repr=False)
     # the single pinned buffer every tensor is a view of, after pin_memory() (not public)
     _staging: torch.Tensor | None = field(default=None, repr=False)
 
@@ -213,6 +223,55 @@ class PackedBatch:
     def _map(self, fn) -> "PackedBatch":
         return replace(self, _staging=None, **{k: fn(v) for k, v in self.tensors().items()})
 
+    # -- micro-batches ----------------------------------------------------------------------
+    @property
+    def scheduled(self) -> bool:
+        """True for a shard written by `convert --schedule slime`."""
+        return self.micro_batch_ids is not None
+
+    def micro_batch_bounds(self) -> list[tuple[int, int]]:
+        """(first, end) sample ranges of the micro-batches, in order (runs of equal
+        (optimizer_step, micro_batch)). UsageError on a shard not written by --schedule slime."""
+        if not self.scheduled:
+            raise UsageError(f"{self.split} step {self.step} shard {self.shard}: no micro-batch layout "
+                             "(converted with --schedule balanced; reconvert with --schedule slime)")
+        n = self.num_samples
+        if not n:
+            return []
+        key = self.optimizer_steps.cpu().to(torch.int64) * (1 << 32) + self.micro_batch_ids.cpu().to(torch.int64)
+        change = torch.nonzero(key[1:] != key[:-1]).flatten() + 1
+        cuts = [0] + change.tolist() + [n]
+        return list(zip(cuts[:-1], cuts[1:]))
+
+    def slice(self, start: int, end: int) -> "PackedBatch":
+        """Samples [start, end) as a PackedBatch of views (no copy)."""
+        cu = self.cu_seqlens
+        rcu = self.response_cu_seqlens
+        t0, t1 = int(cu[start]), int(cu[end])
+        r0, r1 = int(rcu[start]), int(rcu[end])
+
+        def per(t):
+            return None if t is None else t[start:end]
+
+        def resp(t):
+            return None if t is None else t[r0:r1]
+
+        return replace(
+            self, _staging=None, tokens=self.tokens[t0:t1], cu_seqlens=cu[start:end + 1] - cu[start],
+            loss_mask=resp(self.loss_mask), rollout_log_probs=resp(self.rollout_log_probs),
+            teacher_log_probs=resp(self.teacher_log_probs),
+            source_names=None if self.source_names is None else self.source_names[start:end],
+            **{k: per(getattr(self, k)) for k in ("response_lengths", "total_lengths", "rewards", "raw_rewards",
+                                                  "rollout_ids", "sample_indices", "group_indices",
+                                                  "rollout_mask_sums", "truncated", "round_numbers",
+                                                  "rollout_positions", "optimizer_steps", "micro_batch_ids")},
+        )
+
+    def micro_batches(self) -> Iterator["PackedBatch"]:
+        """One PackedBatch (views) per micro-batch, in the order slime's trainer runs them."""
+        for a, b in self.micro_batch_bounds():
+            yield self.slice(a, b)
+
     # -- slime ------------------------------------------------------------------------------
     def to_slime_train_data(self) -> dict[str, Any]:
         """This shard as slime's train_data dict after `tensorize_rollout_data_for_training`
@@ -249,6 +308,25 @@ class PackedBatch:
         if self.source_names is not None:
             d["source_names"] = list(self.source_names)
         d["total_lengths"] = tot
+        if self.scheduled:
+            return self._with_schedule(d)
+        return d
+
+    def _with_schedule(self, d: dict[str, Any]) -> dict[str, Any]:
+        """Rank r's payload as slime's trainer receives it (slime-spec section 6): the per-sample
+        keys, then `partition`, the whole step's raw_reward and total_lengths (in position order,
+        dropped trailing samples included), and the schedule keys."""
+        if self.schedule is None or self._whole_batch is None:
+            raise UsageError(f"{self.split} step {self.step} shard {self.shard}: the step's schedule record is "
+                             "missing; load it through open_dataset(...).load()")
+        raw_reward, total_lengths = self._whole_batch()
+        d.pop("total_lengths")
+        d["partition"] = self.rollout_positions.tolist()
+        d["raw_reward"] = raw_reward
+        d["total_lengths"] = total_lengths
+        d["global_batch_sizes"] = list(self.schedule["global_batch_sizes"])
+        d["num_microbatches"] = list(self.schedule["num_microbatches"])
+        d["micro_batch_indices"] = [list(range(a, b)) for a, b in self.micro_batch_bounds()]
         return d
 
 
@@ -441,6 +519,9 @@ def _pack(batch: pa.RecordBatch, region: _Region | None, path: str, *, step: int
     round_numbers = None if (len(rn) == 0 or rn.null_count == len(rn)) else r.fixed("round_number", -1)
     sn = r.col("source_name")
     source_names = None if (len(sn) == 0 or sn.null_count == len(sn)) else sn.to_pylist()
+    sched: dict[str, torch.Tensor | None] = dict.fromkeys(("rollout_position", *_SCHEDULE))
+    if all(c in batch.schema.names for c in _SCHEDULE) and len(batch) and not batch.column("micro_batch").null_count:
+        sched = {c: _tensor(r.fixed(c).astype(np.int64)) for c in ("rollout_position", *_SCHEDULE)}
     return PackedBatch(
         tokens=_tensor(tokens),
         cu_seqlens=_tensor(cu),
@@ -461,6 +542,9 @@ def _pack(batch: pa.RecordBatch, region: _Region | None, path: str, *, step: int
         step=step,
         shard=shard,
         split=split,
+        rollout_positions=sched["rollout_position"],
+        optimizer_steps=sched["optimizer_step"],
+        micro_batch_ids=sched["micro_batch"],
     )
 
 
@@ -508,6 +592,8 @@ class Dataset:
         self.manifest: dict = manifest_mod.read(self.root)
         mpath = layout.manifest_path(self.root)
         self._shards: dict[int, list[dict]] = {}
+        self._schedules: dict[int, dict] = {}
+        self._whole: dict[int, tuple[list, list]] = {}
         for entry in self.manifest.get("steps") or []:
             if not isinstance(entry, dict) or entry.get("split") != split:
                 continue
@@ -524,6 +610,8 @@ class Dataset:
                 if isinstance(info.get("mmap"), dict):
                     self._safe_path(info["mmap"].get("path"), f"{layout.MMAP}/{layout.split_tree(split)}")
             self._shards[step] = shards
+            if isinstance(entry.get("schedule"), dict):
+                self._schedules[step] = entry["schedule"]
         self.steps: list[int] = sorted(self._shards)
         counts = {len(v) for v in self._shards.values()}
         if len(counts) > 1:
@@ -589,10 +677,52 @@ class Dataset:
         rows = info.get("rows")
         if isinstance(rows, int) and rows != batch.num_samples:
             raise IntegrityError(f"{parquet}: {batch.num_samples} rows, the manifest says {rows}")
+        if step in self._schedules:
+            batch.schedule = self._schedules[step]
+            batch._whole_batch = lambda: self.whole_batch(step)
         device = torch.device(device)
         if device.type != "cpu":
             return batch.to(device, non_blocking=True)
         return batch.pin_memory() if pin_memory else batch
+
+    def schedule(self, step: int) -> dict | None:
+        """The step's --schedule slime record (optimizer steps, num_microbatches,
+        global_batch_sizes, dropped trailing rollouts), or None under the balanced layout."""
+        self.shard_info(step, 0)
+        return self._schedules.get(step)
+
+    def whole_batch(self, step: int) -> tuple[list[float], list[int]]:
+        """(raw_reward, total_lengths) of every sample of a scheduled step, in position order:
+        what slime ships to every rank unsliced. Read from the step's shards (three columns) and
+        the manifest's dropped rollouts; cached per step."""
+        if step in self._whole:
+            return self._whole[step]
+        import pyarrow.parquet as pq
+
+        sched = self.schedule(step)
+        if sched is None:
+            raise UsageError(f"{self.root}: {self.split} step {step} was not converted with --schedule slime")
+        cols = ["rollout_position", "raw_reward", "total_length"]
+        parts = []
+        for r in range(self.num_shards):
+            parquet, ipc = self.paths(step, r)
+            if ipc is not None and os.path.exists(ipc):
+                with pa.memory_map(ipc) as src:
+                    t = pa.ipc.open_file(src).read_all().select(cols)
+            else:
+                t = pq.read_table(parquet, columns=cols, memory_map=True)
+            parts.append(t)
+        for d in sched.get("dropped", []):
+            parts.append(pa.table({"rollout_position": pa.array(d["positions"], pa.int64()),
+                                   "raw_reward": pa.array(d["raw_reward"], pa.float64()),
+                                   "total_length": pa.array(d["total_lengths"], pa.int32())}))
+        t = pa.concat_tables(parts, promote_options="permissive").sort_by("rollout_position")
+        pos = t.column("rollout_position").to_numpy()
+        if not np.array_equal(pos, np.arange(len(pos))):
+            raise IntegrityError(f"{self.root}: {self.split} step {step}: rollout positions are not 0..{len(pos) - 1} "
+                                 "once across shards and dropped rollouts")
+        self._whole[step] = (t.column("raw_reward").to_pylist(), t.column("total_length").to_pylist())
+        return self._whole[step]
 
     def _check_size(self, path: str, info: dict, size: int) -> None:
         want = info.get("bytes")
@@ -628,7 +758,7 @@ class Dataset:
             _digest_check(path, info)
         try:
             present = pq.read_schema(path, memory_map=True).names
-            table = pq.read_table(path, columns=[c for c in _COLUMNS if c in present], memory_map=True)
+            table = pq.read_table(path, columns=[c for c in (*_COLUMNS, *_SCHEDULE) if c in present], memory_map=True)
         except (pa.ArrowInvalid, OSError) as e:
             raise IntegrityError(f"{path}: not a readable Parquet file: {e}") from None
         table = table.combine_chunks()

@@ -111,7 +111,7 @@ class _Fingerprints:
             self._thread.shutdown(wait=True, cancel_futures=True)
 
 
-class _Schedule:
+class _Scheduler:
     """Parse tasks first, then each step's finish as soon as all its parts are in; the results
     as they come back: fingerprints, parts, finished steps (counted against --max-errors)."""
 
@@ -291,6 +291,7 @@ def _previous_results(out: str, prev: dict) -> dict[str, UnitResult]:
             rollouts=st["rollouts"], tokens=st["tokens"], shards=st["shards"], tokens_per_shard=st["tokens_per_shard"],
             imbalance=st["imbalance"], rejects=rejects_by.get(key, []),
             anomalies=[a for a in prev.get("anomalies", []) if (a.get("split"), a.get("step")) == key], warnings=[],
+            schedule=st.get("schedule"),
         )
     return found
 
@@ -366,7 +367,7 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
         prev = _resumed_manifest(out, opts, recorded)
         fingerprints: dict[str, dict] = {}
         results = _convert_units(out, units, opts, staging.root, prev, fingerprints, notes, progress)
-        m = _manifest(results, recorded, prev, fingerprints, _write_rejects(staging, results), t0)
+        m = _manifest(results, opts, recorded, prev, fingerprints, _write_rejects(staging, results), t0)
         staging.commit(m)
     except BaseException as e:
         _leave_output(out, staging, keep=opts.resume or isinstance(e, KeyboardInterrupt), created=created)
@@ -429,10 +430,10 @@ def _run(units: list[Unit], opts: ConvertOptions, staging_root: str, fingerprint
         tasks = _plan_parts(units, workers, staging_root)
         engine = make_engine("local", min(workers, max(len(tasks), len(units))), preload=WORKER_MODULES)
     budget = max(1, opts.max_errors if opts.max_errors is not None else 20) if opts.on_error == "fail" else None
-    schedule = _Schedule(engine, units, tasks, opts, budget, staging_root, notes, progress,
+    scheduler = _Scheduler(engine, units, tasks, opts, budget, staging_root, notes, progress,
                          on_done=lambda r: _record_done(staging_root, r, fingerprints.get(r.input.path)))
     try:
-        return schedule.run(_Fingerprints(fingerprints, units))
+        return scheduler.run(_Fingerprints(fingerprints, units))
     except StepProblems as e:
         problems = e.args[0]
         shown = problems[:budget] if budget else problems
@@ -484,28 +485,32 @@ def _step_info(res: UnitResult) -> dict:
         "tokens_per_shard": res.tokens_per_shard,
         "imbalance": res.imbalance,
         "shards": res.shards,
+        **({"schedule": res.schedule, "dropped": res.schedule["dropped_samples"]} if res.schedule else {}),
         **({"input_missing": True} if res.input.step_from == "missing" else {}),
     }
 
 
-def _counts(results: list[UnitResult]) -> dict:
-    return {
+def _counts(results: list[UnitResult], schedule: str | None) -> dict:
+    counts = {
         "input_samples": sum(r.samples for r in results),
         "rows": sum(r.rows for r in results),
         "rejected": sum(r.rejected for r in results),
         "steps": sum(1 for r in results if r.split == "train"),
         "eval_steps": sum(1 for r in results if r.split == "eval"),
     }
+    if schedule == "slime":  # samples slime's trainer would drop (in no shard; see steps[].schedule)
+        counts["dropped"] = sum(r.schedule["dropped_samples"] for r in results if r.schedule)
+    return counts
 
 
-def _manifest(results: list[UnitResult], recorded: dict, prev: dict | None, fingerprints: dict[str, dict],
-              rejects: dict | None, t0: float) -> dict:
+def _manifest(results: list[UnitResult], opts: ConvertOptions, recorded: dict, prev: dict | None,
+              fingerprints: dict[str, dict], rejects: dict | None, t0: float) -> dict:
     inputs, mtimes = _inputs_info(results, fingerprints, prev)
     return manifest_mod.build(
         options=recorded,
         inputs=inputs,
         steps=[_step_info(res) for res in results],
-        counts=_counts(results),
+        counts=_counts(results, opts.schedule),
         rejects=rejects,
         anomalies=[a for r in results for a in r.anomalies],
         volatile={"created_unix": round(t0, 3), "seconds": round(time.time() - t0, 3), "input_mtime_ns": mtimes},
@@ -527,11 +532,11 @@ def _leave_output(out: str, staging, keep: bool, created: bool) -> None:
 def _summary(out: str, m: dict, results: list[UnitResult], skipped: list[str], notes: list[str], t0: float) -> dict:
     """What convert returns: the manifest's counts and steps (without their shards), and what
     was skipped, noted or found odd."""
-    keys = ("split", "step", "input", "samples", "rows", "rejected", "rollouts", "tokens", "imbalance")
+    keys = ("split", "step", "input", "samples", "rows", "rejected", "rollouts", "tokens", "imbalance", "dropped")
     return {
         "out": out,
         "counts": m["counts"],
-        "steps": [{k: s[k] for k in keys} for s in m["steps"]],
+        "steps": [{k: s[k] for k in keys if k in s} for s in m["steps"]],
         "rejects": m["rejects"],
         "skipped": skipped,
         "notes": notes,

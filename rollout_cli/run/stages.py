@@ -19,9 +19,10 @@ from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
 from ..core.options import ConvertOptions
 from ..output import layout
 from ..output.commit import staged_path as _staged
-from ..pipeline.plan import plan_shards
+from ..pipeline.plan import ShardPlan, plan_shards
 from ..inputs.registry import read_input
-from ..core.schema import train_schema
+from ..core.schema import SCHEDULE_COLUMNS, train_schema
+from ..pipeline.schedule import ScheduleConfig, build_schedule, trailing_warning
 from ..pipeline.step import compute_step
 from .tasks import PartResult, PartTask, Unit, UnitResult
 from ..output.write import write_ipc, write_parquet
@@ -87,7 +88,8 @@ def _shift_lines(r: PartResult, offset: int) -> None:
                   for i, p in r.problems]
 
 
-def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray, mask_sums: np.ndarray, keep_text: bool) -> pa.Table:
+def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray, mask_sums: np.ndarray, keep_text: bool,
+                 placed: dict[str, np.ndarray] | None = None) -> pa.Table:
     schema = train_schema(keep_text)
     n = pre.num_rows
     computed = {
@@ -96,8 +98,14 @@ def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray,
         "reward": pa.array(rewards, pa.float32()),
         "rollout_mask_sum": pa.array(mask_sums, pa.int64()),
         "selected_reward": pre.column("_reward_value"),
-        "position": pa.array(np.arange(n, dtype=np.int64)),
+        "rollout_position": pa.array(np.arange(n, dtype=np.int64)),
     }
+    for f in SCHEDULE_COLUMNS:  # null under the balanced layout; -1 marks a dropped row
+        if placed is None:
+            computed[f.name] = pa.nulls(n, f.type)
+        else:
+            v = placed[f.name]
+            computed[f.name] = pa.array(v, f.type, mask=v < 0)
     cols = [computed[f.name] if f.name in computed else pre.column(f.name) for f in schema]
     return pa.Table.from_arrays(cols, schema=schema)
 
@@ -185,19 +193,26 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     ids = sf.ids[pos]
     gi = [group_index[p] for p in pos.tolist()]
     rewards, sums, rejects = sf.rewards, sf.mask_sums, sf.rejects
-    table = _final_table(pre, step, ids, rewards, sums, opts.keep_text)
     # plan and write
     tokens_per_row = pre.column("total_length").to_numpy().astype(np.int64)
-    unit_key = _group_units(gi, ids) if opts.keep_groups else ids
-    plan = plan_shards(unit_key, tokens_per_row, opts.shards)
     warnings: list[str] = []
+    schedule_info = None
+    placed = None
+    if opts.schedule == "slime" and inp.split == "train":
+        plan, placed, schedule_info = _slime_plan(ids, tokens_per_row, pre, opts, f"{inp.display}: step {step}")
+        if schedule_info["dropped"]:
+            warnings.append(trailing_warning(step, schedule_info))
+    else:
+        unit_key = _group_units(gi, ids) if opts.keep_groups else ids
+        plan = plan_shards(unit_key, tokens_per_row, opts.shards)
+    table = _final_table(pre, step, ids, rewards, sums, opts.keep_text, placed)
     if any(len(r) == 0 for r in plan.rows) and opts.shards > 1:
         warnings.append(f"step {step} ({inp.split}): {sum(len(r) == 0 for r in plan.rows)} of {opts.shards} shards are empty (too few rollouts)")
     shard_infos = []
     for r, rows in enumerate(plan.rows):
         rel = layout.shard_path(inp.split, step, r, opts.shards)
         # one contiguous chunk per column (take() may leave several), as the loader maps it
-        part = (table.take(pa.array(rows)) if opts.shards > 1 else table).combine_chunks()
+        part = (table.take(pa.array(rows)) if opts.shards > 1 or placed is not None else table).combine_chunks()
         mrel = layout.mmap_path(inp.split, step, r, opts.shards)
         with cf.ThreadPoolExecutor(1) as side:  # the IPC copy is written while the Parquet pieces are encoded
             mmap_job = side.submit(write_ipc, part, _staged(staging_root, mrel)) if opts.mmap else None
@@ -218,19 +233,59 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         shard_infos.append(info)
     _drop_parts(parts)
     anomalies = sf.anomalies
+    written = np.concatenate(plan.rows) if plan.rows else np.zeros(0, dtype=np.int64)
     return UnitResult(
         split=inp.split,
         step=step,
         input=inp,
         samples=n,
-        rows=table.num_rows,
+        rows=len(written),
         rejected=len(rejects),
-        rollouts=int(len(np.unique(ids))) if len(ids) else 0,
-        tokens=int(tokens_per_row.sum()),
+        rollouts=int(len(np.unique(ids[written]))) if len(written) else 0,
+        tokens=int(tokens_per_row[written].sum()),
         shards=shard_infos,
         tokens_per_shard=plan.tokens,
         imbalance=round(plan.imbalance, 6),
         rejects=rejects,
         anomalies=anomalies,
         warnings=warnings,
+        schedule=schedule_info,
     )
+
+
+def schedule_config(opts: ConvertOptions) -> ScheduleConfig:
+    """The --schedule slime settings as the schedule's configuration (--shards is dp)."""
+    return ScheduleConfig(
+        global_batch_size=opts.effective_global_batch_size(), dp_size=opts.shards,
+        micro_batch_size=opts.micro_batch_size, use_dynamic_batch_size=opts.use_dynamic_batch_size,
+        max_tokens_per_gpu=opts.max_tokens_per_gpu, balance_data=opts.balance_data, cp_size=opts.cp_size,
+        vpp_size=opts.vpp_size, microbatch_group_size_per_vp_stage=opts.microbatch_group_size_per_vp_stage,
+        keep_trailing=opts.keep_trailing,
+    )
+
+
+def _slime_plan(ids: np.ndarray, tokens_per_row: np.ndarray, pre: pa.Table, opts: ConvertOptions, where: str):
+    """slime's schedule as a shard plan (rank r's rows in partition order), the schedule
+    columns per row (-1 where dropped), and the step's schedule record for the manifest."""
+    cfg = schedule_config(opts)
+    sched = build_schedule(ids.tolist(), tokens_per_row.tolist(), cfg, where=where)
+    n = len(ids)
+    placed = {"optimizer_step": np.full(n, -1, dtype=np.int64), "micro_batch": np.full(n, -1, dtype=np.int64)}
+    rows = []
+    for r in range(cfg.dp_size):
+        part = np.asarray(sched.partitions[r], dtype=np.int64)
+        placed["optimizer_step"][part] = sched.optimizer_step[r]
+        placed["micro_batch"][part] = sched.micro_batch[r]
+        rows.append(part)
+    plan = ShardPlan(rows, [int(tokens_per_row[r].sum()) for r in rows])
+    raw = pre.column("raw_reward").to_numpy()
+    dropped = [{"rollout_id": int(d["rollout_id"]), "positions": d["positions"], "samples": len(d["positions"]),
+                "total_lengths": [int(tokens_per_row[p]) for p in d["positions"]],
+                "raw_reward": [float(raw[p]) for p in d["positions"]]} for d in sched.dropped]
+    info = {
+        "global_batch_size": cfg.global_batch_size, "rollouts": len(set(ids.tolist())),
+        "optimizer_steps": len(sched.num_microbatches), "num_microbatches": sched.num_microbatches,
+        "global_batch_sizes": sched.global_batch_sizes, "trailing_kept": sched.trailing_kept,
+        "dropped": dropped, "dropped_samples": sum(d["samples"] for d in dropped),
+    }
+    return plan, placed, info

@@ -60,3 +60,4 @@ class UnitResult:
     rejects: list[dict]
     anomalies: list[dict]
     warnings: list[str]
+    schedule: dict | None = None  # --schedule slime: the step's optimizer steps and dropped rollouts

@@ -29,11 +29,16 @@ loss_mask_length   len(loss_mask) == response_length
 loss_mask_values   loss_mask values are 0 or 1
 total_length       total_length == len(tokens)
 status             status is one of schema.STATUSES, and truncated == (status == "truncated")
-rollout_split      no rollout is split across shards of a step
+rollout_split      no rollout is split across shards of a step (balanced layout; slime's may split one)
 rollout_mask_sum_shared  siblings (same step, rollout_id) share rollout_mask_sum
 rollout_mask_sum_total   ... and it equals the sum of their loss_mask totals
 mmap_content       the Arrow IPC copy holds the same rows as the Parquet shard (full mode)
-counts             rows + rejected = input samples, per step and in total; step and shard sums agree
+counts             rows + dropped + rejected = input samples, per step and in total; step and shard sums agree
+schedule           --schedule slime: the step's record adds up (one num_microbatches and global batch size per
+                   optimizer step, kept + dropped rollouts = the step's); every row carries rollout_position,
+                   optimizer_step and micro_batch (none under balanced); positions are 0..n-1 once across
+                   shards and dropped rollouts; each shard runs num_microbatches[s] micro-batches per optimizer
+                   step, in order; no rollout spans two optimizer steps (full mode)
 rejects            rejects.jsonl matches the manifest: count, line count, checksum, per-step counts
 unexpected_file    nothing under OUT/data, OUT/eval or OUT/mmap that the manifest does not list
 """
@@ -211,14 +216,17 @@ def _manifest_arithmetic(m: dict, rep: _Report) -> None:
         if key in seen:
             rep.fail(MANIFEST, "duplicate_step", f"{label} is listed twice")
         seen.add(key)
-        if s["rows"] + s["rejected"] != s["samples"]:
-            rep.fail(MANIFEST, "counts", f"{label}: rows {s['rows']} + rejected {s['rejected']} != input samples {s['samples']}")
+        dropped = s.get("dropped", 0)
+        if s["rows"] + dropped + s["rejected"] != s["samples"]:
+            rep.fail(MANIFEST, "counts", f"{label}: rows {s['rows']} + dropped {dropped} + rejected {s['rejected']} != input samples {s['samples']}")
+        if isinstance(s.get("schedule"), dict):
+            _schedule_record(label, s, opts, rep)
         shards = s["shards"]
         for field in ("rows", "tokens"):
             total = sum(sh[field] for sh in shards)
             if total != s[field]:
                 rep.fail(MANIFEST, "counts", f"{label}: its shards hold {total} {field}, the step records {s[field]}")
-        if sum(sh["rollouts"] for sh in shards) != s["rollouts"]:
+        if sum(sh["rollouts"] for sh in shards) != s["rollouts"] and "schedule" not in s:
             rep.fail(MANIFEST, "counts", f"{label}: its shards hold {sum(sh['rollouts'] for sh in shards)} rollouts, the step records {s['rollouts']}")
         if s["tokens_per_shard"] != [sh["tokens"] for sh in shards]:
             rep.fail(MANIFEST, "counts", f"{label}: tokens_per_shard {s['tokens_per_shard']} != the shards' tokens {[sh['tokens'] for sh in shards]}")
@@ -250,13 +258,38 @@ def _manifest_arithmetic(m: dict, rep: _Report) -> None:
     for k, v in totals.items():
         if counts[k] != v:
             rep.fail(MANIFEST, "counts", f"counts.{k} is {counts[k]}, the steps add up to {v}")
-    if counts["rows"] + counts["rejected"] != counts["input_samples"]:
-        rep.fail(MANIFEST, "counts", f"counts: rows {counts['rows']} + rejected {counts['rejected']} != input samples {counts['input_samples']}")
+    dropped = counts.get("dropped", 0)
+    if dropped != sum(s.get("dropped", 0) for s in steps):
+        rep.fail(MANIFEST, "counts", f"counts.dropped is {dropped}, the steps add up to {sum(s.get('dropped', 0) for s in steps)}")
+    if counts["rows"] + dropped + counts["rejected"] != counts["input_samples"]:
+        rep.fail(MANIFEST, "counts", f"counts: rows {counts['rows']} + dropped {dropped} + rejected {counts['rejected']} != input samples {counts['input_samples']}")
     inputs = m.get("inputs") or []
     if inputs and all(isinstance(i, dict) and _is_int(i.get("samples")) for i in inputs):
         n_in = sum(i["samples"] for i in inputs)
         if n_in != counts["input_samples"]:
             rep.fail(MANIFEST, "counts", f"inputs hold {n_in} samples, counts.input_samples is {counts['input_samples']}")
+
+
+def _schedule_record(label: str, s: dict, opts: dict, rep: _Report) -> None:
+    """A --schedule slime step's record agrees with itself and with the step."""
+    sc = s["schedule"]
+    try:
+        nmb, gbs, dropped = sc["num_microbatches"], sc["global_batch_sizes"], sc["dropped"]
+        problems = []
+        if len(nmb) != len(gbs) or len(nmb) != sc["optimizer_steps"]:
+            problems.append(f"{len(nmb)} num_microbatches, {len(gbs)} global_batch_sizes, {sc['optimizer_steps']} optimizer steps")
+        if any(n < 1 for n in nmb):
+            problems.append(f"num_microbatches {nmb} holds a step without micro-batches")
+        if sum(gbs) + len(dropped) != sc["rollouts"]:
+            problems.append(f"global_batch_sizes {gbs} + {len(dropped)} dropped rollouts != the step's {sc['rollouts']} rollouts")
+        if sum(d["samples"] for d in dropped) != s.get("dropped", 0) or any(len(d["positions"]) != d["samples"] for d in dropped):
+            problems.append(f"dropped rollouts hold {sum(d['samples'] for d in dropped)} samples, the step records {s.get('dropped', 0)}")
+        if opts.get("schedule") != "slime":
+            problems.append("a schedule record, but options.schedule is not slime")
+    except (KeyError, TypeError) as e:
+        problems = [f"malformed schedule record ({e!r})"]
+    for p in problems:
+        rep.fail(MANIFEST, "schedule", f"{label}: {p}")
 
 
 # ----------------------------------------------------------------------------- files
@@ -322,6 +355,7 @@ class _StepState:
         self.rollouts: dict[int, list] = {}  # id -> [shard, mask_total, rms_min, rms_max]
         self.complete = True  # every shard's content was read
         self.split: list[tuple[int, int, int]] = []  # (id, shard a, shard b)
+        self.sched: list[tuple] = []  # (shard, positions, optimizer steps, micro-batches, ids, nulls)
 
 
 class _ShardTally:
@@ -415,6 +449,11 @@ def _check_rows(t, first_row: int, step: int, shard_no: int, tally: _ShardTally,
     tally.rows += n
     tally.tokens += int(total_length.sum())
     ids = col("rollout_id").to_numpy()
+    if "micro_batch" in t.column_names:
+        cols = [col(c) for c in ("optimizer_step", "micro_batch")]
+        nulls = sum(c.null_count for c in cols)
+        vals = [col("rollout_position").to_numpy().astype(np.int64)] + [c.fill_null(-1).to_numpy().astype(np.int64) for c in cols]
+        st.sched.append((shard_no, *vals, ids, nulls))
     rms = col("rollout_mask_sum").to_numpy()
     order = np.argsort(ids, kind="stable")
     sids = ids[order]
@@ -532,10 +571,13 @@ def _check_step(out: str, s: dict, expected, rep: _Report) -> None:
         else:
             st.complete = False
     paths = [sh["path"] for sh in s["shards"]]
-    for rid, a, b in st.split[:_EXAMPLES]:
+    for rid, a, b in ([] if "schedule" in s else st.split[:_EXAMPLES]):
         rep.fail(paths[b], "rollout_split", f"{label}: rollout {rid} is in {paths[a]} and {paths[b]}")
-    if len(st.split) > _EXAMPLES:
+    if len(st.split) > _EXAMPLES and "schedule" not in s:
         rep.fail(paths[st.split[_EXAMPLES][2]], "rollout_split", f"{label}: ... {len(st.split) - _EXAMPLES} more split rollouts")
+    scheduled = isinstance(s.get("schedule"), dict)
+    if scheduled or st.sched:
+        _schedule_rows(label, s, st, paths, rep)
     shared, total = [], []
     for rid, (shard, mt, lo, hi) in st.rollouts.items():
         if lo != hi:
@@ -549,6 +591,45 @@ def _check_step(out: str, s: dict, expected, rep: _Report) -> None:
             rep.fail(paths[found[_EXAMPLES][0]], inv, f"{label}: ... {len(found) - _EXAMPLES} more rollouts")
     if st.complete and len(st.rollouts) != s["rollouts"]:
         rep.fail(MANIFEST, "rollouts", f"{label}: {len(st.rollouts)} rollouts in its shards, the manifest records {s['rollouts']}")
+
+
+def _schedule_rows(label: str, s: dict, st: _StepState, paths: list[str], rep: _Report) -> None:
+    """The schedule columns against the step's record (or their absence under balanced)."""
+    import numpy as np
+
+    sc = s.get("schedule")
+    if not isinstance(sc, dict):
+        for shard, *_, nulls in st.sched:
+            if nulls != 2 * len(_[0]):
+                rep.fail(paths[shard], "schedule", f"{label}: schedule columns set under the balanced layout")
+                return
+        return
+    if not st.complete:
+        return
+    nmb = sc.get("num_microbatches") or []
+    positions, step_of = [], {}
+    for shard, pos, opt, mb, ids, nulls in st.sched:
+        if nulls:
+            rep.fail(paths[shard], "schedule", f"{label}: {nulls} null schedule value(s) in a --schedule slime shard")
+            return
+        positions.append(pos)
+        if len(opt) and (np.any(np.diff(opt) < 0) or opt.min() < 0 or opt.max() >= len(nmb)):
+            rep.fail(paths[shard], "schedule", f"{label}: optimizer_step values out of order or outside 0..{len(nmb) - 1}")
+            continue
+        for k in range(len(nmb)):
+            m = mb[opt == k]
+            runs = m[np.r_[True, m[1:] != m[:-1]]] if len(m) else m
+            if not np.array_equal(runs, np.arange(nmb[k])):
+                rep.fail(paths[shard], "schedule", f"{label}, optimizer step {k}: micro-batches {runs.tolist()[:8]}, "
+                         f"expected 0..{nmb[k] - 1} in order (num_microbatches {nmb[k]})")
+        for rid, o in zip(ids.tolist(), opt.tolist()):
+            if step_of.setdefault(rid, o) != o:
+                rep.fail(paths[shard], "schedule", f"{label}: rollout {rid} spans optimizer steps {step_of[rid]} and {o}")
+                step_of[rid] = o
+    dropped = [p for d in sc.get("dropped", []) for p in d.get("positions", [])]
+    allpos = np.sort(np.concatenate(positions + [np.asarray(dropped, dtype=np.int64)]))
+    if not np.array_equal(allpos, np.arange(len(allpos))):
+        rep.fail(MANIFEST, "schedule", f"{label}: rollout positions of the shards and dropped rollouts are not 0..{len(allpos) - 1} once each")
 
 
 def _check_rejects(out: str, m: dict, rep: _Report) -> None:

@@ -27,8 +27,11 @@ def out(sample_out) -> Path:
 def corrupt_a_shard(out: Path) -> str:
     m = json.loads((out / "manifest.json").read_text())
     rel = m["steps"][1]["shards"][0]["path"]
+    import pyarrow.parquet as pq
+
+    col = pq.ParquetFile(out / rel).metadata.row_group(0).column(4)  # tokens: a data page, not the footer
     data = bytearray((out / rel).read_bytes())
-    data[len(data) // 2] ^= 0x01
+    data[col.data_page_offset + col.total_compressed_size // 2] ^= 0x01
     (out / rel).write_bytes(bytes(data))
     return rel
 

@@ -153,4 +153,4 @@ def test_bad_sources_and_dest(tmp_path):
     with pytest.raises(OutputError, match="not a folder"):
         export_slime_pt(str(tmp_path / "out"), str(tmp_path / "file"))
     rows = read_rows(tmp_path / "out", step=1)
-    assert [r["position"] for r in rows] == list(range(16))
+    assert [r["rollout_position"] for r in rows] == list(range(16))

@@ -46,7 +46,15 @@ def slime_args(**kw):
 def batch(fmt: str, step: int, root=None) -> list[Sample]:
     inputs, _, _ = discover([str(root or SAMPLE_DATA / fmt / "rollout_data")])
     inp = next(i for i in inputs if i.split == "train" and i.step == step)
-    return [Sample.from_dict(r) for c in read_input(inp) for r in c.records]
+    return [Sample.from_dict(r) for c in read_input(inp) for r in _records(c)]
+
+
+def _records(chunk) -> list[dict]:
+    """The chunk's samples as dicts, from either reader form (Parquet chunks are columnar)."""
+    if chunk.records is not None:
+        return chunk.records
+    cols = {name: chunk.values(name) for name in chunk.columns}
+    return [{name: vals[i] for name, vals in cols.items()} for i in range(len(chunk))]
 
 
 @pytest.fixture(scope="module")
