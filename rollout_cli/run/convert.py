@@ -291,6 +291,7 @@ def _previous_results(out: str, prev: dict) -> dict[str, UnitResult]:
             rollouts=st["rollouts"], tokens=st["tokens"], shards=st["shards"], tokens_per_shard=st["tokens_per_shard"],
             imbalance=st["imbalance"], rejects=rejects_by.get(key, []),
             anomalies=[a for a in prev.get("anomalies", []) if (a.get("split"), a.get("step")) == key], warnings=[],
+            denominators={k: v for k, v in st.items() if k.startswith("step_")},  # step_mask_sum, ...
             schedule=st.get("schedule"),
         )
     return found
@@ -484,6 +485,7 @@ def _step_info(res: UnitResult) -> dict:
         "tokens": res.tokens,
         "tokens_per_shard": res.tokens_per_shard,
         "imbalance": res.imbalance,
+        **res.denominators,
         "shards": res.shards,
         **({"schedule": res.schedule, "dropped": res.schedule["dropped_samples"]} if res.schedule else {}),
         **({"input_missing": True} if res.input.step_from == "missing" else {}),
