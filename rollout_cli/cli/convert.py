@@ -145,9 +145,9 @@ def convert(
         from ..run.convert import convert as run_convert
 
         if opts.engine == "local" and opts.worker_count() > 1:
-            from ..run.engines.local import start_early
+            from ..run.preload import start_pool_early
 
-            start_early()  # a no-op when the executable already started it
+            start_pool_early()  # a no-op when the executable already started it
         with Progress(quiet or as_json) as progress:
             return run_convert(inputs, out, opts, progress=progress)
 
