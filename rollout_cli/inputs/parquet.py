@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from ..core import storage
 from ..core.errors import InvalidInputError, Location, Problem
 from .base import KEPT_TEXT_FIELDS, SAMPLE_FIELDS, TEXT_FIELDS, RawChunk
-from .parquet_parts import row_group_range
+from .parquet_parts import part_rows
 
 CHUNK_ROWS = 1024
 # JSON text of these fields is parsed into Arrow lists of this type in one pass (pyarrow.json);
@@ -124,22 +124,34 @@ def _columns(batch: pa.RecordBatch, json_cols: set[str], display: str, row: int)
 
 def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_ROWS, *, part: int = 0,
                  parts: int = 1, keep_text: bool = True) -> Iterator[RawChunk]:
-    """Yield the rows of a Parquet sample dump (or of part `part` of `parts` row-group ranges)
-    as columnar chunks, numbered by their 0-based row in the file."""
+    """Yield the rows of a Parquet sample dump (or of part `part` of `parts`: ranges of row
+    groups, or of rows when the file has fewer groups than parts) as columnar chunks, numbered
+    by their 0-based row in the file."""
     display = display or path
     pf = _open(path, display)
     schema = pf.schema_arrow
     wanted = SAMPLE_FIELDS | (set(KEPT_TEXT_FIELDS) if keep_text else set())
     names = [n for n in schema.names if n in wanted]
     json_cols = json_columns(schema)
-    groups = row_group_range(part, parts, pf.num_row_groups)
-    row = sum(pf.metadata.row_group(g).num_rows for g in range(groups.start))
+    groups, lo, hi = part_rows(part, parts, [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)])
     if not len(groups):
         return
+    row = sum(pf.metadata.row_group(g).num_rows for g in range(groups.start))  # the first batch's
     # with no sample field at all, read one column for the row count: every row then lacks tokens
     read_cols = names or schema.names[:1]
     try:
         for batch in pf.iter_batches(batch_size=chunk_rows, row_groups=list(groups), columns=read_cols):
+            # a part that starts or ends inside a row group: the rows before it are decoded
+            # and dropped (Parquet has no row seek without a page index), those after not read
+            if row + batch.num_rows <= lo:
+                row += batch.num_rows
+                continue
+            if row >= hi:
+                break
+            if row < lo or row + batch.num_rows > hi:
+                a = max(lo - row, 0)
+                batch = batch.slice(a, min(hi - row, batch.num_rows) - a)
+                row += a
             n = batch.num_rows
             for name, col in zip(batch.schema.names, batch.columns):
                 try:
