@@ -84,7 +84,6 @@ def main() -> None:
 
         results = {
             "load_pt": median_time(lambda: load_pt(path), args.runs),
-            "load_pt(mmap=True)": median_time(lambda: load_pt(path, mmap=True), args.runs),
             "torch.load(weights_only=True)": median_time(lambda: torch.load(path, weights_only=True), args.runs),
             "torch.load(weights_only=False)": median_time(lambda: torch.load(path, weights_only=False), args.runs),
         }

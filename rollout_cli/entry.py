@@ -29,9 +29,9 @@ def _pool_convert(argv: list[str]) -> bool:
 
 def main() -> None:
     if _pool_convert(sys.argv[1:]):
-        from .run.engines.local import start_early
+        from .run.preload import start_pool_early
 
-        start_early()
+        start_pool_early()
     from .cli.app import main as cli_main
 
     try:

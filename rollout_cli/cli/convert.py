@@ -7,7 +7,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..core.choices import Compression, Engine, Estimator, OnError, Schedule, Scope
+from ..core.choices import Compression, Engine, Estimator, OnError, RewardBaseline, Schedule, Scope, SiblingReward
 from ..core.options import ConvertOptions
 from . import options as o
 from .common import run_command
@@ -103,6 +103,8 @@ def convert(
     slime_compat: o.SlimeCompat = D.slime_compat,
     rollout_batch_size: o.RolloutBatchSize = D.rollout_batch_size,
     rollout_id_scope: o.RolloutIdScope = Scope(D.rollout_id_scope),
+    reward_baseline: o.RewardBaselineOpt = RewardBaseline(D.reward_baseline),
+    sibling_reward: o.SiblingRewardOpt = SiblingReward(D.sibling_reward),
     n_samples_per_prompt: o.NSamplesPerPrompt = D.n_samples_per_prompt,
     steps: o.Steps = D.steps,
     step: o.Step = D.step,
@@ -143,9 +145,9 @@ def convert(
         from ..run.convert import convert as run_convert
 
         if opts.engine == "local" and opts.worker_count() > 1:
-            from ..run.engines.local import start_early
+            from ..run.preload import start_pool_early
 
-            start_early()  # a no-op when the executable already started it
+            start_pool_early()  # a no-op when the executable already started it
         with Progress(quiet or as_json) as progress:
             return run_convert(inputs, out, opts, progress=progress)
 

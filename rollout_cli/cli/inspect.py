@@ -10,7 +10,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..core.choices import Estimator, GroupBy, Scope, Split
+from ..core.choices import Estimator, GroupBy, RewardBaseline, Scope, SiblingReward, Split
 from . import options as o
 from .common import run_command
 from .render import print_inspect, print_rollout
@@ -51,6 +51,8 @@ def inspect_cmd(
     disable_rewards_normalization: o.DisableRewardsNormalization = not R.rewards_normalization,
     disable_grpo_std_normalization: o.DisableGrpoStdNormalization = not R.grpo_std_normalization,
     rollout_id_scope: o.RolloutIdScope = Scope(R.rollout_id_scope),
+    reward_baseline: o.RewardBaselineOpt = RewardBaseline(R.reward_baseline),
+    sibling_reward: o.SiblingRewardOpt = SiblingReward(R.sibling_reward),
     n_samples_per_prompt: o.NSamplesPerPrompt = R.n_samples_per_prompt,
     steps: o.Steps = R.steps,
     step: o.Step = R.step,

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..core.choices import Estimator, Scope, values
+from ..core.choices import Estimator, RewardBaseline, Scope, SiblingReward, values
 from ..core.options import RuleOptions
 
 RULES = RuleOptions()  # the defaults of the id and reward options
@@ -66,6 +66,16 @@ NSamplesPerPrompt = Annotated[Optional[int], typer.Option(
     "--n-samples-per-prompt", metavar="N", rich_help_panel=ROLLOUT_IDS,
     help="Group size: samples without group_index form groups of N in input order; "
          "the size inspect expects; n of --slime-compat (default 1).")]
+
+RewardBaselineOpt = Annotated[RewardBaseline, typer.Option(
+    "--reward-baseline", metavar="UNIT", rich_help_panel=REWARDS,
+    help="What counts once in a prompt group's reward mean and std: "
+         + per_value({RewardBaseline.sample: "each sample",
+                      RewardBaseline.rollout: "each rollout (its samples share one reward; not with --slime-compat)"}))]
+SiblingRewardOpt = Annotated[SiblingReward, typer.Option(
+    "--sibling-reward", metavar="RULE", rich_help_panel=REWARDS,
+    help="Under --reward-baseline rollout, a rollout whose samples carry different rewards: "
+         + per_value({SiblingReward.error: "exit 3", SiblingReward.mean: "take their mean"}))]
 
 Steps = Annotated[Optional[str], typer.Option(
     "--steps", metavar="A:B", rich_help_panel=INPUTS, help="Select steps: A:B (inclusive), A:, :B or A.")]

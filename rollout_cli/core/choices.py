@@ -24,6 +24,16 @@ class Scope(str, Enum):
     group = "group"
 
 
+class RewardBaseline(str, Enum):
+    sample = "sample"
+    rollout = "rollout"
+
+
+class SiblingReward(str, Enum):
+    error = "error"
+    mean = "mean"
+
+
 class OnError(str, Enum):
     fail = "fail"
     skip = "skip"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .choices import Compression, Engine, Estimator, OnError, Schedule, Scope, values
+from .choices import Compression, Engine, Estimator, OnError, RewardBaseline, Schedule, Scope, SiblingReward, values
 from .cores import usable_cores
 from .errors import UsageError
 
 ADVANTAGE_ESTIMATORS = values(Estimator)
 SCOPES = values(Scope)  # --rollout-id-scope (see pipeline/ids.py)
+REWARD_BASELINES = values(RewardBaseline)  # --reward-baseline: what one member of a prompt group is
+SIBLING_REWARDS = values(SiblingReward)  # --sibling-reward: siblings whose rewards differ, under `rollout`
 COMPRESSIONS = values(Compression)
 ON_ERRORS = values(OnError)
 ENGINES = values(Engine)
@@ -35,6 +37,8 @@ class RuleOptions:
     slime_compat: bool = False
     rollout_batch_size: int | None = None
     rollout_id_scope: str = "strict"
+    reward_baseline: str = "sample"
+    sibling_reward: str = "error"
     steps: str | None = None
     step: int | None = None
     trust_pickle: bool = False
@@ -44,6 +48,12 @@ class RuleOptions:
             raise UsageError(f"--advantage-estimator: expected one of {', '.join(ADVANTAGE_ESTIMATORS)}")
         if self.rollout_id_scope not in SCOPES:
             raise UsageError(f"--rollout-id-scope: expected one of {', '.join(SCOPES)}")
+        if self.reward_baseline not in REWARD_BASELINES:
+            raise UsageError(f"--reward-baseline: expected one of {', '.join(REWARD_BASELINES)}")
+        if self.sibling_reward not in SIBLING_REWARDS:
+            raise UsageError(f"--sibling-reward: expected one of {', '.join(SIBLING_REWARDS)}")
+        if self.slime_compat and self.reward_baseline != "sample":
+            raise UsageError("--slime-compat reproduces slime's per-sample rows: it refuses --reward-baseline rollout")
         if self.n_samples_per_prompt is not None and self.n_samples_per_prompt < 1:
             raise UsageError("--n-samples-per-prompt: expected at least 1")
         if self.slime_compat and not self.rollout_batch_size:
@@ -58,6 +68,8 @@ class RuleOptions:
             d.pop(k)
         if not self.slime_compat:
             d.pop("rollout_batch_size")
+        if self.reward_baseline == "sample":
+            d.pop("sibling_reward")
         return d
 
 
@@ -168,6 +180,8 @@ class ConvertOptions(RuleOptions):
             d.pop(k)
         if not self.slime_compat and not (self.schedule == "slime" and self.num_steps_per_rollout):
             d.pop("rollout_batch_size")
+        if self.reward_baseline == "sample":
+            d.pop("sibling_reward")  # only read under `rollout`
         d["step"] = d.pop("step")  # the recorded order of earlier manifests
         schedule = {k: d.pop(k) for k in SCHEDULE_FIELDS}
         scheduled = d.pop("schedule") == "slime"

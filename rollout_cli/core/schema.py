@@ -31,6 +31,13 @@ CORE_FIELDS: list[pa.Field] = [
     pa.field("truncated", pa.bool_(), nullable=False),
     pa.field("status", pa.string(), nullable=False),
     pa.field("rollout_mask_sum", pa.int64(), nullable=False),
+    # loss denominators (README "Loss denominators"): of the sample's prompt group, and of its step
+    pa.field("group_mask_sum", pa.int64(), nullable=False),
+    pa.field("group_rollouts", pa.int64(), nullable=False),
+    pa.field("step_mask_sum", pa.int64(), nullable=False),
+    pa.field("step_rollouts", pa.int64(), nullable=False),
+    pa.field("step_samples", pa.int64(), nullable=False),
+    pa.field("step_groups", pa.int64(), nullable=False),
     # the selected reward (reward, or reward[--reward-key]) before post-processing, which
     # `export` writes back
     pa.field("selected_reward", pa.float64(), nullable=False),

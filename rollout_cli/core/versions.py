@@ -4,4 +4,4 @@ manifest and on every shard."""
 __version__ = "0.1.0"
 
 FORMAT = "rollout-cli/train-data"
-SCHEMA_VERSION = 2  # of the output: the manifest and the shard schema
+SCHEMA_VERSION = 2  # of the output: the manifest and the shard schema (2: the export, schedule and loss-denominator columns)

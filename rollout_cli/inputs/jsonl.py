@@ -5,7 +5,7 @@ import errno
 import gzip
 import zlib
 import sys
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Protocol
 
 import orjson
 
@@ -78,6 +78,20 @@ def _blank(buf: bytes, start: int, end: int) -> bool:
     return start == end or (buf[start] in _SPACE and not buf[start:end].strip())
 
 
+class Handover(Protocol):
+    """What `read_jsonl` asks while it reads a byte range of a plain file, so that another
+    reader may take over the rest of the range."""
+
+    def poll(self, pos: int, end: int) -> int | None:
+        """Asked every few lines: `pos` is where the next line starts, `end` where the range
+        ends now. A new end (a line start in (pos, end]) to stop there, or None."""
+        ...
+
+    def close(self) -> None:
+        """Called once, when the reader stops (the last line read, or an error)."""
+        ...
+
+
 def read_jsonl(
     path: str,
     display: str | None = None,
@@ -87,14 +101,14 @@ def read_jsonl(
     first_line: int = 1,
     chunk_records: int = CHUNK_RECORDS,
     stats: dict | None = None,
-    handover=None,
+    handover: Handover | None = None,
 ) -> Iterator[RawChunk]:
     """Parse `path` (or its newline-aligned byte range [start, end)) into chunks of records.
 
     Blank lines are skipped; a line that is not a JSON object becomes a record of None with
     its problem, so the caller can count and report it. `stats["lines"]` gets the number of
-    lines consumed. With `handover` (a handover.Offer, for a plain file), the range may end
-    early where the rest was handed over to another worker.
+    lines consumed. With `handover` (for a plain file), the range may end early where its rest
+    was handed over to another reader.
     """
     display = display or path
     try:
@@ -123,7 +137,7 @@ def read_jsonl(
             if handover is not None:
                 if line_start >= stop:
                     break  # the rest was handed over
-                if handover.open and not line_no & 7:
+                if not line_no & 7:
                     stop = handover.poll(line_start, stop) or stop
             line_no += 1
             if _blank(buf, a, b):

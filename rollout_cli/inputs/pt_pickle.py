@@ -5,7 +5,7 @@ Those payloads are plain Python data plus a few tensors, so they can be read wit
 ``pickle.Unpickler`` as long as every global the pickle references is replaced by our own,
 inert implementation:
 
-``load_pt(path, *, mmap=False)``
+``load_pt(path)``
     Opens the zip archive, unpickles ``<prefix>/data.pkl`` with a restricted C unpickler and
     resolves tensor storages from ``<prefix>/data/<key>``. Tensors come back as numpy arrays with
     the tensor's dtype, shape, strides and storage offset; tensors that shared a storage in torch
@@ -16,10 +16,6 @@ inert implementation:
 
     * ``bfloat16`` tensors are returned as **float32** arrays (numpy has no bfloat16; the
       conversion is exact). Views sharing a bfloat16 storage share the converted float32 buffer.
-    * Tensors saved with the conj/neg bit set come back with the bit applied (a copy).
-    * ``mmap=True`` maps the file copy-on-write (``mmap.ACCESS_COPY``) and returns arrays that are
-      views into the mapping instead of reading storages into memory; CRCs of storage records are
-      then not checked. bfloat16 storages are still converted (copied).
     * A bare storage object saved outside a tensor (never the case in slime dumps) comes back as
       an opaque ``_Storage`` object; call its ``numpy()`` for a 1-D array.
 
@@ -31,29 +27,30 @@ inert implementation:
 Allowlist (``ALLOWED_GLOBALS``): every name maps to a function or constant of this module; nothing
 is imported and nothing else can be called. Any other global raises ``UnsafePickleError``.
 
-* ``torch._utils._rebuild_tensor_v2`` -- how torch pickles every plain strided tensor whose dtype
-  has a legacy typed storage (bool, uint8, int8/16/32/64, float16/32/64, bfloat16, complex64/128).
-* ``torch.<Double|Float|Half|BFloat16|Long|Int|Short|Char|Byte|Bool|ComplexFloat|ComplexDouble>Storage``
-  -- the storage class written inside the persistent id of such a tensor's storage; here only a
-  token carrying the dtype.
-* ``torch._utils._rebuild_tensor_v3``, ``torch.storage.UntypedStorage`` and the dtype tokens
-  ``torch.uint16``/``torch.uint32``/``torch.uint64`` -- how torch pickles tensors of the newer
-  dtypes numpy also has: an untyped byte storage plus a dtype global. (float8/complex32 tensors,
-  also written this way, have no numpy dtype and are rejected.)
-* ``collections.OrderedDict`` -- every tensor carries an empty ``OrderedDict()`` of backward hooks;
-  payloads may also hold OrderedDicts.
-* ``_codecs.encode`` (only ``(str, "latin1")``), ``__builtin__``/``builtins`` ``bytes`` (empty only),
-  ``bytearray``, ``set``, ``frozenset``, ``complex`` -- how pickle protocol 2 (torch.save's
-  default) writes these plain-Python values; each is a strict wrapper that accepts only the
-  arguments pickle itself writes.
+Allowed, each with the dump content that needs it:
 
-Not allowed (among everything else): ``torch._utils._rebuild_parameter``, sparse/quantized/nested/
-meta/wrapper-subclass rebuilds, ``torch.Size``, ``torch.device``, numpy reconstructors.
+* ``torch._utils._rebuild_tensor_v2`` -- every plain strided tensor with a typed storage: slime's
+  int32 ``rollout_top_p_token_*`` and ``rollout_routed_experts`` (decoded from SGLang), int64
+  ``tokens`` when a generator kept them as a tensor, float32 log-probs, and the tensors of
+  ``multimodal_train_inputs`` (float32/float16/bfloat16 ``pixel_values``, int64
+  ``image_grid_thw``, bool/uint8 masks and images).
+* ``torch.<Double|Float|Half|BFloat16|Long|Int|Short|Char|Byte|Bool>Storage`` -- the storage class
+  in the persistent id of such a tensor's storage; here only a token carrying the dtype.
+* ``collections.OrderedDict`` -- every tensor carries an empty ``OrderedDict()`` of backward hooks.
+* ``_codecs.encode`` (only ``(str, "latin1")``), ``__builtin__``/``builtins`` ``bytes``, ``set``
+  and ``frozenset`` -- how pickle protocol 2 (torch.save's default) writes bytes (raw media in
+  ``multimodal_inputs``) and sets (free-form ``metadata`` values); each is a strict wrapper that
+  accepts only the arguments pickle itself writes.
+* A ``byteorder`` record of ``big``: storages of a dump saved on a big-endian host are swapped.
+
+Not allowed (among everything else), since no rollout dump holds them: complex tensors and the
+conj/neg view bits, ``_rebuild_tensor_v3`` (the uint16/32/64 and float8 dtypes),
+``torch._utils._rebuild_parameter``, sparse/quantized/nested/meta/wrapper-subclass rebuilds,
+``torch.Size``, ``torch.device``, numpy reconstructors, ``bytearray``, ``complex``.
 """
 from __future__ import annotations
 
 import io
-import mmap as _mmap_mod
 import os
 import pickle
 import struct
@@ -141,15 +138,10 @@ _DTYPES = {
         _DType("int16", "<i2"),
         _DType("int32", "<i4"),
         _DType("int64", "<i8"),
-        _DType("uint16", "<u2"),
-        _DType("uint32", "<u4"),
-        _DType("uint64", "<u8"),
         _DType("float16", "<f2"),
         _DType("float32", "<f4"),
         _DType("float64", "<f8"),
         _DType("bfloat16", "<u2"),
-        _DType("complex64", "<c8"),
-        _DType("complex128", "<c16"),
     )
 }
 _BF16 = _DTYPES["bfloat16"]
@@ -179,13 +171,7 @@ _LEGACY_STORAGES = {
     "CharStorage": "int8",
     "ByteStorage": "uint8",
     "BoolStorage": "bool",
-    "ComplexFloatStorage": "complex64",
-    "ComplexDoubleStorage": "complex128",
 }
-_UNTYPED = _StorageKind("UntypedStorage", None)
-# dtypes torch 2.x pickles with _rebuild_tensor_v3 (untyped storage + dtype global) that numpy has;
-# the other v3 dtypes (float8_*, complex32, bits*) are rejected as unsafe/unsupported globals.
-_V3_DTYPES = ("uint16", "uint32", "uint64")
 
 
 class _Storage:
@@ -198,7 +184,7 @@ class _Storage:
         self.key = key
         self.kind = kind
         self.nbytes = nbytes
-        self._raw = raw  # bytearray / np.uint8 array view of an mmap, at least nbytes long
+        self._raw = raw  # a bytearray of at least nbytes
         self._bases: dict[str, np.ndarray] = {}
         self._little = little
 
@@ -284,13 +270,8 @@ def _make_view(storage: Any, dtype: _DType, offset: Any, size: Any, stride: Any,
                 f"of storage {storage.key!r}, which has {base.shape[0]} {dtype.name} elements"
             )
         arr = np.ndarray(shape, base.dtype, buffer=base, offset=offset * item, strides=tuple(s * item for s in strides))
-    if metadata:
-        if not isinstance(metadata, dict) or not set(metadata) <= {"conj", "neg"}:
-            raise PtFormatError(f"tensor metadata: unsupported {metadata!r}")
-        if metadata.get("conj"):
-            arr = np.conj(arr)
-        if metadata.get("neg"):
-            arr = np.negative(arr)
+    if metadata:  # conj/neg view bits: complex or negated views, which no rollout dump holds
+        raise PtFormatError(f"tensor metadata: unsupported {metadata!r}")
     return arr
 
 
@@ -300,18 +281,6 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=Fals
     if not isinstance(storage, _Storage) or storage.kind.dtype is None:
         raise PtFormatError("_rebuild_tensor_v2: expected a typed storage record")
     return _make_view(storage, storage.kind.dtype, storage_offset, size, stride, metadata)
-
-
-def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype, metadata=None, *extra):
-    if extra:
-        raise PtFormatError(f"_rebuild_tensor_v3: {len(extra)} unexpected extra arguments")
-    if not isinstance(dtype, _DType):
-        raise PtFormatError(f"_rebuild_tensor_v3: expected a dtype, got {type(dtype).__name__}")
-    if not isinstance(storage, _Storage):
-        raise PtFormatError("_rebuild_tensor_v3: expected a storage record")
-    if storage.kind.dtype is not None and storage.kind.dtype is not dtype:
-        raise PtFormatError(f"_rebuild_tensor_v3: storage of {storage.kind.name} used as {dtype.name}")
-    return _make_view(storage, dtype, storage_offset, size, stride, metadata)
 
 
 def _ordered_dict(*args: Any) -> OrderedDict:
@@ -337,14 +306,6 @@ def _bytes(*args: Any) -> bytes:
     raise PtFormatError("builtins.bytes: only () or (bytes,) is accepted")
 
 
-def _bytearray(*args: Any) -> bytearray:
-    if not args:
-        return bytearray()
-    if len(args) == 1 and type(args[0]) in (bytes, bytearray):
-        return bytearray(args[0])
-    raise PtFormatError("builtins.bytearray: only () or (bytes,) is accepted")
-
-
 _ITERABLE_TYPES = (list, tuple, set, frozenset)
 
 
@@ -364,12 +325,6 @@ def _frozenset(*args: Any) -> frozenset:
     raise PtFormatError("builtins.frozenset: only () or (list,) is accepted")
 
 
-def _complex(*args: Any) -> complex:
-    if len(args) <= 2 and all(type(a) in (int, float) for a in args):
-        return complex(*args)
-    raise PtFormatError("builtins.complex: only (real, imag) numbers are accepted")
-
-
 def _build_allowlist() -> dict[str, Any]:
     rc: dict[str, Any] = {}
 
@@ -377,20 +332,14 @@ def _build_allowlist() -> dict[str, Any]:
         rc[name] = _SafeCallable(name, f)
 
     fn("torch._utils._rebuild_tensor_v2", _rebuild_tensor_v2)
-    fn("torch._utils._rebuild_tensor_v3", _rebuild_tensor_v3)
     for cls, dt in _LEGACY_STORAGES.items():
         rc[f"torch.{cls}"] = _StorageKind(cls, _DTYPES[dt])
-    rc["torch.storage.UntypedStorage"] = _UNTYPED
-    for name in _V3_DTYPES:
-        rc[f"torch.{name}"] = _DTYPES[name]
     fn("collections.OrderedDict", _ordered_dict)
     fn("_codecs.encode", _codecs_encode)
     for mod in ("__builtin__", "builtins"):
         fn(f"{mod}.bytes", _bytes)
-        fn(f"{mod}.bytearray", _bytearray)
         fn(f"{mod}.set", _set)
         fn(f"{mod}.frozenset", _frozenset)
-        fn(f"{mod}.complex", _complex)
     return rc
 
 
@@ -408,12 +357,10 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, N
 
 
 class _Archive:
-    def __init__(self, fh: Any, zf: zipfile.ZipFile, path: str, use_mmap: bool):
+    def __init__(self, fh: Any, zf: zipfile.ZipFile, path: str):
         self.fh = fh
         self.zf = zf
         self.path = path
-        self.use_mmap = use_mmap
-        self.mm: Any = None
         self.storages: dict[str, _Storage] = {}
         self.infos = {i.filename: i for i in zf.infolist()}
         self.file_len = os.fstat(fh.fileno()).st_size
@@ -470,10 +417,6 @@ class _Archive:
         start = self._data_offset(info)
         if start + info.file_size > self.file_len:
             raise PtFormatError(f"storage record {name!r} extends past the end of the file (truncated?)")
-        if self.use_mmap:
-            if self.mm is None:
-                self.mm = _mmap_mod.mmap(self.fh.fileno(), 0, access=_mmap_mod.ACCESS_COPY)
-            return np.frombuffer(self.mm, dtype=np.uint8, count=nbytes, offset=start)
         buf = bytearray(info.file_size)
         self.fh.seek(start)
         got = self.fh.readinto(buf)
@@ -539,12 +482,12 @@ def _diagnose_not_zip(fh: Any, err: Exception) -> str:
     return f"not a torch zip archive (no zip signature; file starts with {head[:8]!r})"
 
 
-def load_pt(path: str | os.PathLike[str], *, mmap: bool = False) -> Any:
+def load_pt(path: str | os.PathLike[str]) -> Any:
     """Load a ``torch.save`` zip file without torch; tensors become numpy arrays.
 
     Raises ``UnsafePickleError`` when the pickle needs a global outside ``ALLOWED_GLOBALS``,
     ``PtFormatError`` when the file is not a readable torch zip archive, and ``OSError`` when
-    the file cannot be opened. See the module docstring for dtype/mmap details.
+    the file cannot be opened. See the module docstring for dtypes.
     """
     fspath = os.fspath(path)
     display = os.fsdecode(fspath)
@@ -555,7 +498,7 @@ def load_pt(path: str | os.PathLike[str], *, mmap: bool = False) -> Any:
             raise PtFormatError(_diagnose_not_zip(fh, e), display) from None
         with zf:
             try:
-                archive = _Archive(fh, zf, display, mmap)
+                archive = _Archive(fh, zf, display)
                 pkl_name = archive.prefix + "data.pkl"
                 # Streamed, not read whole: the pickle's bytes (most of a dump without tensors)
                 # are then never held next to the objects they make. The buffer's peek lets the

@@ -1,5 +1,6 @@
 """Anomalies: the kinds inspect reports, their capped store, and the ones visible in a step's
-rows (all-zero loss masks, rollout mask sums, prompt-group sizes and reward variance)."""
+rows (all-zero loss masks, rollout mask sums, prompt-group sizes, reward variance and the
+fan-out weighting of group baselines)."""
 from __future__ import annotations
 
 import re
@@ -24,6 +25,8 @@ ANOMALY_KINDS = (
     "zero_variance_group",
     "all_zero_loss_mask",
     "rollout_mask_sum_mismatch",
+    "fanout_baseline_shift",
+    "sibling_reward_mismatch",
 )
 _LOC_RE = re.compile(r"^(?P<file>.*):(?P<kind>line|row|sample) (?P<n>-?\d+)$")
 
@@ -144,6 +147,7 @@ def _group_anomalies(sd: StepData, where_row, anomalies: Anomalies, n_expected: 
                       f"({'--n-samples-per-prompt' if n_expected else 'the most common size'}); sizes {hist}",
                       [where_row(int(first[g])) for g in odd[:6].tolist()], expected=expected, group_sizes=hist,
                       groups=[gidx[int(first[g])] for g in odd[:20].tolist()])
+    _fanout_shift(sd, pg, gidx, where_row, anomalies)
     order = np.argsort(pg, kind="stable")
     bounds = np.r_[0, np.cumsum(sizes)]
     sr = reward[order]
@@ -160,3 +164,25 @@ def _group_anomalies(sd: StepData, where_row, anomalies: Anomalies, n_expected: 
                       [where_row(i)], group_index=gidx[i], samples=int(sizes[g]),
                       raw_reward=float(t.column("raw_reward")[i].as_py()))
     return zero_var
+
+
+def _fanout_shift(sd: StepData, pg: np.ndarray, gidx: list, where_row, anomalies: Anomalies) -> None:
+    """One anomaly per step naming the prompt groups whose raw_reward mean moves when each
+    rollout counts once (--reward-baseline rollout) instead of each sample: fan-out weighting."""
+    from ..pipeline.rewards import baseline_shift
+
+    t = sd.rows
+    raw = t.column("raw_reward").to_numpy(zero_copy_only=False).astype(np.float64)
+    found = baseline_shift(raw, pg.tolist(), t.column("rollout_id").to_numpy())
+    if not found:
+        return
+    found.sort(key=lambda g: -abs(g["shift"]))
+    groups = [dict(group_index=gidx[g["row"]], **{k: v for k, v in g.items() if k != "row"}) for g in found[:20]]
+    top = groups[0]
+    anomalies.add("fanout_baseline_shift", "info", sd.split, sd.step,
+                  f"{len(found)} prompt group(s) have a different raw_reward mean when each rollout counts once "
+                  f"(--reward-baseline rollout) than when each sample does; largest: group {top['group_index']}, "
+                  f"{top['samples']} samples of {top['rollouts']} rollouts, mean {top['sample_mean']:.6g} -> "
+                  f"{top['rollout_mean']:.6g} ({top['shift']:+.6g})",
+                  [where_row(g["row"]) for g in found[:6]], groups=groups, shifted_groups=len(found),
+                  max_shift=abs(top["shift"]))

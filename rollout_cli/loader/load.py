@@ -36,6 +36,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..output import layout, manifest as manifest_mod
 from ..core import hashing
 from ..core.errors import IntegrityError, UsageError
+from ..pipeline.fields import STEP_FIELDS
 from ..core.schema import SCHEDULE_COLUMNS, train_schema
 
 __all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "SPLITS"]
@@ -46,7 +47,8 @@ SOURCES = ("auto", "arrow", "parquet")
 
 # The columns the loader reads; their Arrow types come from the train-row schema.
 _NEEDED = ("step", "rollout_id", "sample_index", "group_index", "tokens", "response_length", "total_length",
-           "loss_mask", "reward", "raw_reward", "truncated", "rollout_mask_sum", "rollout_log_probs",
+           "loss_mask", "reward", "raw_reward", "truncated", "rollout_mask_sum", "group_mask_sum", "group_rollouts",
+           "step_mask_sum", "step_rollouts", "step_samples", "step_groups", "rollout_log_probs",
            "teacher_log_probs", "round_number", "source_name")
 _COLUMNS: dict[str, pa.DataType] = {f.name: f.type for f in train_schema() if f.name in _NEEDED}
 assert len(_COLUMNS) == len(_NEEDED), "the train-row schema lost a column the loader reads"
@@ -75,9 +77,13 @@ class PackedBatch:
                         (samples that lack them, in a shard where others have them, hold NaN)
       response_lengths, total_lengths                int32 [n]
       rewards float32, raw_rewards float64, rollout_ids int64, rollout_mask_sums int64,
+      group_mask_sums, group_rollouts int64 (of the sample's prompt group),
       sample_indices / group_indices int64 (-1 where null), truncated bool,
       round_numbers int64 (-1 where null) or None      [n]
       source_names      list[str] or None (not a tensor)
+      step_mask_sum, step_rollouts, step_samples, step_groups   int: the whole step's loss-mask
+                        total, rollouts, samples and prompt groups (over all shards; README
+                        "Loss denominators")
 
     On CPU after `load()` the tensors are views of the memory-mapped shard (no copy).
     """
@@ -93,6 +99,8 @@ class PackedBatch:
     sample_indices: torch.Tensor
     group_indices: torch.Tensor
     rollout_mask_sums: torch.Tensor
+    group_mask_sums: torch.Tensor
+    group_rollouts: torch.Tensor
     truncated: torch.Tensor
     rollout_log_probs: torch.Tensor | None
     teacher_log_probs: torch.Tensor | None
@@ -101,6 +109,10 @@ class PackedBatch:
     step: int = 0
     shard: int = 0
     split: str = "train"
+    step_mask_sum: int = 0
+    step_rollouts: int = 0
+    step_samples: int = 0
+    step_groups: int = 0
     # --schedule slime shards: per sample, its position in the step (slime's partition entry),
     # optimizer step and micro-batch within the rank's optimizer step (int64 each); else None
     rollout_positions: torch.Tensor | None = None
@@ -283,6 +295,8 @@ class PackedBatch:
 
         The per-sample tensors are views of one tensor per key (contiguous each), on the batch's
         device.  raw_reward is always a float (slime's own fallback can put a reward dict there).
+        The loss denominators (group_mask_sums, step_mask_sum, ...) are not slime keys (its
+        trainer reads none of them): take them from the batch's own fields.
         """
         n = self.num_samples
         tot = self.total_lengths.tolist()
@@ -534,6 +548,8 @@ def _pack(batch: pa.RecordBatch, region: _Region | None, path: str, *, step: int
         sample_indices=_tensor(r.fixed("sample_index", -1)),
         group_indices=_tensor(r.fixed("group_index", -1)),
         rollout_mask_sums=_tensor(r.fixed("rollout_mask_sum")),
+        group_mask_sums=_tensor(r.fixed("group_mask_sum")),
+        group_rollouts=_tensor(r.fixed("group_rollouts")),
         truncated=_tensor(r.bools("truncated")),
         rollout_log_probs=None if lp is None else _tensor(lp),
         teacher_log_probs=None if tlp is None else _tensor(tlp),
@@ -542,10 +558,22 @@ def _pack(batch: pa.RecordBatch, region: _Region | None, path: str, *, step: int
         step=step,
         shard=shard,
         split=split,
+        **_step_values(r),
         rollout_positions=sched["rollout_position"],
         optimizer_steps=sched["optimizer_step"],
         micro_batch_ids=sched["micro_batch"],
     )
+
+
+def _step_values(r: "_Reader") -> dict[str, int]:
+    """The step's denominators, the same on every row (0 for an empty shard)."""
+    out = {}
+    for name in STEP_FIELDS:
+        v = r.fixed(name)
+        if len(v) and v.min() != v.max():
+            raise r.fail(f"{name} differs between rows ({int(v.min())}..{int(v.max())}); it is one value per step")
+        out[name] = int(v[0]) if len(v) else 0
+    return out
 
 
 def _one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
@@ -592,6 +620,7 @@ class Dataset:
         self.manifest: dict = manifest_mod.read(self.root)
         mpath = layout.manifest_path(self.root)
         self._shards: dict[int, list[dict]] = {}
+        self._entries: dict[int, dict] = {}
         self._schedules: dict[int, dict] = {}
         self._whole: dict[int, tuple[list, list]] = {}
         for entry in self.manifest.get("steps") or []:
@@ -610,6 +639,7 @@ class Dataset:
                 if isinstance(info.get("mmap"), dict):
                     self._safe_path(info["mmap"].get("path"), f"{layout.MMAP}/{layout.split_tree(split)}")
             self._shards[step] = shards
+            self._entries[step] = entry
             if isinstance(entry.get("schedule"), dict):
                 self._schedules[step] = entry["schedule"]
         self.steps: list[int] = sorted(self._shards)
@@ -677,6 +707,7 @@ class Dataset:
         rows = info.get("rows")
         if isinstance(rows, int) and rows != batch.num_samples:
             raise IntegrityError(f"{parquet}: {batch.num_samples} rows, the manifest says {rows}")
+        batch = self._with_step_values(batch, parquet)
         if step in self._schedules:
             batch.schedule = self._schedules[step]
             batch._whole_batch = lambda: self.whole_batch(step)
@@ -685,6 +716,17 @@ class Dataset:
             return batch.to(device, non_blocking=True)
         return batch.pin_memory() if pin_memory else batch
 
+    def _with_step_values(self, batch: PackedBatch, path: str) -> PackedBatch:
+        """The manifest's step denominators on the batch: they must match its rows', and an
+        empty shard's rank gets them from there."""
+        entry = self._entries[batch.step]
+        want = {k: entry.get(k) for k in STEP_FIELDS}
+        if batch.num_samples == 0:
+            return replace(batch, **{k: v for k, v in want.items() if isinstance(v, int)})
+        for k, v in want.items():
+            if isinstance(v, int) and getattr(batch, k) != v:
+                raise IntegrityError(f"{path}: {k} {getattr(batch, k)} in its rows, the manifest says {v}")
+        return batch
     def schedule(self, step: int) -> dict | None:
         """The step's --schedule slime record (optimizer steps, num_microbatches,
         global_batch_sizes, dropped trailing rollouts), or None under the balanced layout."""

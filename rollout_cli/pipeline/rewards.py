@@ -2,6 +2,8 @@
 
 Default: groups by `group_index` (consecutive chunks of n only where it is missing), over the
 surviving samples, float32, unbiased std, eps 1e-6; a one-sample group gives 0.0, never NaN.
+`rollout_baseline_rewards` is the same rule with one member per rollout instead of per sample
+(the rollout's reward, broadcast back to its samples).
 `slime_compat_rewards` reproduces slime's position-based rule with torch, bit for bit.
 """
 from __future__ import annotations
@@ -29,6 +31,93 @@ def group_keys(group_index: list, n_samples_per_prompt: int | None) -> list:
     return keys
 
 
+def group_labels(keys: list) -> np.ndarray:
+    """int64 label per key: groups numbered in order of first appearance."""
+    index: dict = {}
+    return np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys))
+
+
+def rollout_units(gid: np.ndarray, rollout_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(unit per row, group label per unit): a unit is one rollout within one prompt group
+    (a rollout merged across groups by --rollout-id-scope step is one unit in each)."""
+    if not len(gid):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    pairs = np.stack([np.asarray(gid, dtype=np.int64), np.asarray(rollout_ids, dtype=np.int64)], axis=1)
+    uniq, unit = np.unique(pairs, axis=0, return_inverse=True)
+    return unit.reshape(-1).astype(np.int64), uniq[:, 0]
+
+
+class SiblingRewardConflict(ValueError):
+    """Samples of one rollout carry different rewards under --reward-baseline rollout."""
+
+    def __init__(self, rollout_id: int, rows: list[int], values: list[float]):
+        super().__init__(f"rollout {rollout_id}: its samples carry different rewards {values}")
+        self.rollout_id, self.rows, self.values = rollout_id, rows, values
+
+
+def rollout_rewards(values: np.ndarray, unit: np.ndarray, rollout_ids: np.ndarray, n_units: int,
+                    sibling_reward: str = "error") -> np.ndarray:
+    """float32 reward per unit: the siblings' common reward, or their mean with `sibling_reward`
+    "mean". Raises SiblingRewardConflict on the first unit (in row order) whose siblings differ."""
+    v = np.asarray(values, dtype=np.float64)
+    lo = np.full(n_units, np.inf)
+    hi = np.full(n_units, -np.inf)
+    np.minimum.at(lo, unit, v)
+    np.maximum.at(hi, unit, v)
+    differ = lo != hi
+    if differ.any() and sibling_reward != "mean":
+        row = int(np.flatnonzero(differ[unit])[0])
+        rows = np.flatnonzero(unit == unit[row]).tolist()
+        raise SiblingRewardConflict(int(rollout_ids[row]), rows, v[rows].tolist())
+    x = v.astype(np.float32)
+    sums = np.bincount(unit, weights=x.astype(np.float64), minlength=n_units)
+    counts = np.bincount(unit, minlength=n_units)
+    return (sums / np.maximum(counts, 1)).astype(np.float32)
+
+
+def rollout_baseline_rewards(
+    values: np.ndarray,
+    keys: list,
+    rollout_ids: np.ndarray,
+    *,
+    sibling_reward: str = "error",
+    **rule,
+) -> np.ndarray:
+    """Post-processed rewards (float32) with each rollout counted once in its prompt group's mean
+    and std: the group rule of `normalize_rewards` over the rollouts' rewards, broadcast back to
+    every sample of the rollout. `rule` takes normalize_rewards' keyword arguments."""
+    unit, unit_group = rollout_units(group_labels(keys), rollout_ids)
+    per_unit = rollout_rewards(values, unit, rollout_ids, len(unit_group), sibling_reward)
+    return normalize_rewards(per_unit, unit_group.tolist(), **rule)[unit]
+
+
+def baseline_shift(values: np.ndarray, keys: list, rollout_ids: np.ndarray) -> list[dict]:
+    """Per prompt group whose sample-weighted and rollout-weighted reward means differ: its
+    first row, sample and rollout counts, both means and their difference (rollout - sample)."""
+    if not len(values):
+        return []
+    v = np.asarray(values, dtype=np.float64)
+    gid = group_labels(keys)
+    unit, unit_group = rollout_units(gid, rollout_ids)
+    n_groups = int(gid.max()) + 1
+    n_units = len(unit_group)
+    per_unit = np.bincount(unit, weights=v, minlength=n_units) / np.bincount(unit, minlength=n_units)
+    samples = np.bincount(gid, minlength=n_groups)
+    rollouts = np.bincount(unit_group, minlength=n_groups)
+    sample_mean = np.bincount(gid, weights=v, minlength=n_groups) / samples
+    rollout_mean = np.bincount(unit_group, weights=per_unit, minlength=n_groups) / rollouts
+    diff = rollout_mean - sample_mean
+    # below float32 resolution of the means the two baselines give the same rewards
+    tol = 1e-6 * np.maximum(1.0, np.abs(sample_mean))
+    first = np.full(n_groups, len(v))
+    np.minimum.at(first, gid, np.arange(len(v)))
+    return [
+        {"row": int(first[g]), "samples": int(samples[g]), "rollouts": int(rollouts[g]),
+         "sample_mean": float(sample_mean[g]), "rollout_mean": float(rollout_mean[g]), "shift": float(diff[g])}
+        for g in np.flatnonzero(np.abs(diff) > tol).tolist()
+    ]
+
+
 def normalize_rewards(
     values: np.ndarray,
     keys: list,
@@ -46,9 +135,7 @@ def normalize_rewards(
     out = np.zeros(len(x), dtype=np.float32)
     if not len(x):
         return out
-    # group members, in order of first appearance
-    index: dict = {}
-    gid = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys))
+    gid = group_labels(keys)
     order = np.argsort(gid, kind="stable")
     bounds = np.flatnonzero(np.r_[True, gid[order][1:] != gid[order][:-1], True])
     for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist()):

@@ -20,10 +20,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Sequence
 
 from ..core.errors import InvalidInputError
+from ..core.options import ConvertOptions
 
 
 class ScheduleError(InvalidInputError):
     """slime's trainer would stop on this step (one of `_split_train_data_by_dp`'s assertions)."""
+
+
+_D = ConvertOptions()  # the defaults, owned by core/options.py
 
 
 @dataclass(frozen=True)
@@ -31,15 +35,15 @@ class ScheduleConfig:
     """slime's settings that decide the schedule (its argument names)."""
 
     global_batch_size: int
-    dp_size: int = 1
-    micro_batch_size: int = 1
-    use_dynamic_batch_size: bool = False
-    max_tokens_per_gpu: int | None = None
-    balance_data: bool = False
-    cp_size: int = 1
-    vpp_size: int = 1
-    microbatch_group_size_per_vp_stage: int | None = None
-    keep_trailing: bool = False
+    dp_size: int = _D.shards
+    micro_batch_size: int = _D.micro_batch_size
+    use_dynamic_batch_size: bool = _D.use_dynamic_batch_size
+    max_tokens_per_gpu: int | None = _D.max_tokens_per_gpu
+    balance_data: bool = _D.balance_data
+    cp_size: int = _D.cp_size
+    vpp_size: int = _D.vpp_size
+    microbatch_group_size_per_vp_stage: int | None = _D.microbatch_group_size_per_vp_stage
+    keep_trailing: bool = _D.keep_trailing
 
     @property
     def align(self) -> int:

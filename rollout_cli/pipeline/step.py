@@ -1,5 +1,5 @@
-"""Stages 3-4 for one step on small per-sample data: rollout ids, the reject rule, rewards and
-rollout mask sums. Shared by `convert` (which then writes the rows) and `inspect` (which only
+"""Stages 3-4 for one step on small per-sample data: rollout ids, the reject rule, rewards,
+rollout mask sums and the loss denominators. Shared by `convert` (which then writes the rows) and `inspect` (which only
 shows them), so both always agree."""
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Callable
 import numpy as np
 
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems
-from .fields import rollout_mask_sums
+from .fields import group_fields, rollout_mask_sums, step_fields
 from .ids import assign_ids
-from .rewards import group_keys, normalize_rewards, slime_compat_rewards
+from .rewards import (SiblingRewardConflict, group_keys, group_labels, normalize_rewards, rollout_baseline_rewards,
+                      slime_compat_rewards)
 
 
 @dataclass
@@ -28,6 +29,10 @@ class StepFields:
     reasons: dict[int, Problem] = field(default_factory=dict)  # first problem per rejected record
     group_keys: list = field(default_factory=list)  # per kept row: its prompt-group key
     groups_known: bool = True  # False: some rows lack group_index and no n was given
+    group_mask_sums: np.ndarray | None = None  # per kept row, int64: loss-mask total of its prompt group
+    group_rollouts: np.ndarray | None = None  # per kept row, int64: distinct rollouts in its prompt group
+    step_totals: dict = field(default_factory=dict)  # fields.STEP_FIELDS -> int, over the kept rows
+    group_labels: np.ndarray | None = None  # per kept row: its prompt group for the denominators
 
 
 def compute_step(
@@ -50,7 +55,8 @@ def compute_step(
     rewards and mask sums over the surviving rows. `row_pos` gives each valid row's record
     position; `opts` is a ConvertOptions (or anything with the same reward and id fields).
     Rows without group_index need --n-samples-per-prompt; with `unknown_groups_ok` they are
-    kept as one-sample groups and their rewards come back as NaN instead of an error."""
+    kept as one-sample groups and their rewards come back as NaN instead of an error (and so do a
+    step's rewards whose rollouts' siblings disagree under --reward-baseline rollout: an anomaly)."""
     n = len(id_state)
     idr = assign_ids(id_state, explicit, group_index, opts.rollout_id_scope, where)
     problems = sorted(list(problems) + idr.problems, key=lambda t: t[0])
@@ -115,14 +121,44 @@ def compute_step(
             rollout_batch_size=opts.rollout_batch_size or 0,
         )
     else:
-        rewards = normalize_rewards(
-            values,
-            keys,
+        rule = dict(
             advantage_estimator=opts.advantage_estimator,
             rewards_normalization=opts.rewards_normalization,
             grpo_std_normalization=opts.grpo_std_normalization,
             n_samples_per_prompt=opts.n_samples_per_prompt,
         )
-    sums = rollout_mask_sums(ids, mask_totals[keep])
+        if getattr(opts, "reward_baseline", "sample") == "rollout":
+            try:
+                rewards = rollout_baseline_rewards(values, keys, ids, sibling_reward=opts.sibling_reward, **rule)
+            except SiblingRewardConflict as e:
+                locs = ", ".join(str(where(int(pos[r]))) for r in e.rows)
+                if unknown_groups_ok:  # inspect: shown as an anomaly, the rewards as unknown
+                    rewards = np.full(len(values), np.nan, dtype=np.float32)
+                    idr.anomalies.append({
+                        "kind": "sibling_reward_mismatch", "level": "error", "rollout_id": e.rollout_id,
+                        "rewards": e.values, "where": [where(int(pos[r])) for r in e.rows[:6]],
+                        "message": f"rollout {e.rollout_id}: its samples carry different rewards "
+                                   f"{', '.join(repr(v) for v in e.values)}: convert fails under --reward-baseline "
+                                   "rollout (--sibling-reward mean averages them)",
+                    })
+                else:
+                    raise InvalidInputError(
+                        f"{split} step {step}: rollout {e.rollout_id}: its samples carry different rewards "
+                        f"{', '.join(repr(v) for v in e.values)} ({locs}); --reward-baseline rollout needs one reward per "
+                        "rollout (--sibling-reward mean averages them)"
+                    ) from None
+        else:
+            rewards = normalize_rewards(values, keys, **rule)
+    kept_masks = mask_totals[keep]
+    sums = rollout_mask_sums(ids, kept_masks)
+    denom_keys = keys
+    if compat or split == "eval":  # the prompt groups, even where rewards are not grouped by them
+        try:
+            denom_keys = group_keys(gi, opts.n_samples_per_prompt)
+        except ValueError:
+            pass
+    labels = group_labels(denom_keys)
+    g_sums, g_rollouts = group_fields(labels, ids, kept_masks)
     anomalies = [dict(a, step=step, split=split) for a in idr.anomalies]
-    return StepFields(idr.ids, idr.assigned, rejected, rejects, keep, rewards, sums, anomalies, problems, reason, keys, groups_known)
+    return StepFields(idr.ids, idr.assigned, rejected, rejects, keep, rewards, sums, anomalies, problems, reason, keys,
+                      groups_known, g_sums, g_rollouts, step_fields(ids, kept_masks, labels), labels)

@@ -19,6 +19,7 @@ from ..output import manifest as manifest_mod
 from ..output import commit as output
 from ..output import layout
 from .engines import make_engine
+from .preload import WORKER_MODULES
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError
 from .handover import can_hand_over
 from ..inputs.discover import InputFile
@@ -58,107 +59,166 @@ def _plan_parts(units: list[Unit], workers: int, staging_root: str) -> list[Part
     return tasks
 
 
-def _fingerprint(path: str) -> dict:
-    return manifest_mod.file_fingerprint(path)
+def _fingerprint_label(path: str) -> str:
+    return f"fingerprint of input {path}"
 
 
-def _run(engine, units, tasks, opts, budget, staging_root, fingerprints, notes, progress, on_done=None) -> list[UnitResult]:
-    """Schedule parse tasks, then each step's finish as soon as all its parts are in."""
-    parts_of: dict[int, int] = {}
-    for t in tasks:
-        parts_of[t.unit] = parts_of.get(t.unit, 0) + 1
-    pending: dict = {}
-    to_hash = list(dict.fromkeys(u.input.path for u in units if u.input.path != "-" and u.input.path not in fingerprints))
-    hashing_here: dict[str, cf.Future] = {}
-    hasher = None
-    remote = getattr(engine, "remote", False)  # inputs are then hashed where the work runs
-    if to_hash and not remote:
-        # on a thread of this process (BLAKE3 and file reads release the GIL), started before
-        # the first task: it hashes while this process waits for the pool's fork server to
-        # finish its imports, instead of taking a core's share from a parsing worker later
-        hasher = cf.ThreadPoolExecutor(1, thread_name_prefix="rollout-cli-fingerprint")
-        hashing_here = {path: hasher.submit(_fingerprint, path) for path in to_hash}
+def _part_label(task: PartTask) -> str:
+    """'parse of train step 3 (rollout_data/3.jsonl, bytes 0-1048576)' and the like."""
+    inp = task.input
+    where = f", bytes {task.start}-{task.end if task.end is not None else 'end'}" if task.start or task.end is not None else ""
+    return f"parse of {_step_words(inp.split, inp.step)} ({inp.display}{where})"
 
-    def fingerprint_of(path: str) -> None:
-        if path in hashing_here:
-            fingerprints[path] = hashing_here.pop(path).result()
 
-    got: dict[int, list[PartResult]] = {}
-    finished: dict[int, UnitResult] = {}
-    total_rejected = 0
-    done_units = 0
-    running: dict[int, dict[int, PartTask]] = {}  # parse tasks not back yet, per unit and part
-    for t in tasks:
-        running.setdefault(t.unit, {})[t.part] = t
-    asked: set[str] = set()
+def _finish_label(unit: Unit) -> str:
+    step = unit.step if unit.step is not None else unit.input.step
+    return f"finish of {_step_words(unit.input.split, step)} ({unit.input.display})"
 
-    def hand_over() -> None:
+
+def _step_words(split: str, step: int | None) -> str:
+    return f"{split} step {step}" if step is not None else f"{split} input"
+
+
+class _Fingerprints:
+    """The inputs' fingerprints (BLAKE3), taken while the workers parse: on a thread of this
+    process with a local engine, as tasks with a remote one (inputs are then hashed where the
+    work runs). With a local engine they are started before the first task: the thread hashes
+    while this process waits for the pool's fork server to finish its imports, instead of
+    taking a core's share from a parsing worker later (BLAKE3 and file reads release the GIL)."""
+
+    def __init__(self, known: dict[str, dict], units: list[Unit]):
+        self.known = known
+        self.todo = list(dict.fromkeys(u.input.path for u in units if u.input.path != "-" and u.input.path not in known))
+        self._here: dict[str, cf.Future] = {}
+        self._thread: cf.ThreadPoolExecutor | None = None
+
+    def start_here(self) -> None:
+        if self.todo:
+            self._thread = cf.ThreadPoolExecutor(1, thread_name_prefix="rollout-cli-fingerprint")
+            self._here = {path: self._thread.submit(manifest_mod.file_fingerprint, path) for path in self.todo}
+
+    def collect(self, path: str) -> None:
+        """Wait for one input's fingerprint taken here (if it is being taken)."""
+        if path in self._here:
+            self.known[path] = self._here.pop(path).result()
+
+    def collect_all(self) -> None:
+        for path in list(self._here):
+            self.collect(path)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.shutdown(wait=True, cancel_futures=True)
+
+
+class _Scheduler:
+    """Parse tasks first, then each step's finish as soon as all its parts are in; the results
+    as they come back: fingerprints, parts, finished steps (counted against --max-errors)."""
+
+    def __init__(self, engine, units: list[Unit], tasks: list[PartTask], opts: ConvertOptions, budget: int | None,
+                 staging_root: str, notes: list[str], progress, on_done):
+        self.engine, self.units, self.opts, self.budget = engine, units, opts, budget
+        self.staging_root, self.notes, self.progress, self.on_done = staging_root, notes, progress, on_done
+        self.remote = getattr(engine, "remote", False)
+        self.pending: dict = {}  # engine handle -> (kind, key)
+        self.parts_of: dict[int, int] = {}  # parts made per unit (they are numbered in that order)
+        self.running: dict[int, dict[int, PartTask]] = {}  # parse tasks not back yet, per unit and part
+        for t in tasks:
+            self.parts_of[t.unit] = self.parts_of.get(t.unit, 0) + 1
+            self.running.setdefault(t.unit, {})[t.part] = t
+        self.tasks = tasks
+        self.got: dict[int, list[PartResult]] = {}
+        self.finished: dict[int, UnitResult] = {}
+        self.asked: set[str] = set()  # parts asked for a handover
+        self.rejected = 0
+        self.done_units = 0
+
+    def run(self, fingerprints: _Fingerprints) -> list[UnitResult]:
+        if not self.remote:
+            fingerprints.start_here()
+        try:
+            for t in self.tasks:
+                self._submit_parse(t)
+            if self.remote:
+                for path in fingerprints.todo:
+                    self._submit(("fingerprint", path), manifest_mod.file_fingerprint, path, label=_fingerprint_label(path))
+            while self.pending:
+                self._hand_over()
+                for h in self.engine.wait(list(self.pending)):
+                    kind, key = self.pending.pop(h)
+                    value = self.engine.result(h)
+                    if kind == "fingerprint":
+                        fingerprints.known[key] = value
+                    elif kind == "parse":
+                        self._parsed(key, value)
+                    else:
+                        self._finished(key, value, fingerprints)
+            fingerprints.collect_all()
+        finally:
+            fingerprints.close()
+        return list(self.finished.values())
+
+    def _submit(self, what: tuple, fn, *args, label: str, here: bool = False) -> None:
+        self.pending[self.engine.submit(fn, *args, label=label, here=here)] = what
+
+    def _submit_parse(self, task: PartTask) -> None:
+        # only this process has its stdin
+        self._submit(("parse", task.unit), parse_part, task, self.opts, self.budget, label=_part_label(task),
+                     here=task.input.path == "-")
+
+    def _parsed(self, u: int, part: PartResult) -> None:
+        if part.stopped:
+            raise StepProblems([p for _, p in part.problems])
+        self.got.setdefault(u, []).append(part)
+        self.running[u].pop(part.part, None)
+        if len(self.got[u]) == self.parts_of[u]:
+            unit = self.units[u]
+            self._submit(("finish", u), finish_unit, unit, self.got.pop(u), self.opts, self.staging_root,
+                         label=_finish_label(unit))
+
+    def _finished(self, u: int, value: UnitResult | str, fingerprints: _Fingerprints) -> None:
+        self.done_units += 1
+        if self.progress:
+            self.progress(self.units[u].input.display, self.done_units, len(self.units))
+        if isinstance(value, str):  # nothing to convert: a note says why
+            self.notes.append(value)
+            return
+        self.finished[u] = value
+        fingerprints.collect(value.input.path)
+        if self.on_done:
+            self.on_done(value)
+        self.rejected += value.rejected
+        limit = self.opts.max_errors
+        if self.opts.on_error == "skip" and limit is not None and self.rejected > limit:
+            raise InvalidInputError(
+                f"more than --max-errors {limit} samples rejected ({self.rejected} so far); stopped, nothing written",
+                [_reject_problem(r) for r in value.rejects[: limit + 1]],
+            )
+
+    def _hand_over(self) -> None:
         """With a core idle and nothing queued, send a worker to take over the rest of the
         largest part still being parsed (handover.py): parts cut to equal sizes rarely finish
         together, and steps differ in size."""
-        if remote or engine.slots() < 2 or len(pending) >= engine.slots():
+        engine = self.engine
+        if self.remote or engine.slots() < 2 or len(self.pending) >= engine.slots():
             return
 
         def size(t: PartTask) -> int:
             return (t.end if t.end is not None else os.path.getsize(t.input.path)) - t.start
 
-        candidates = [t for parts in running.values() for t in parts.values()
-                      if t.take_from is None and t.stage_path not in asked and can_hand_over(t)]
+        candidates = [t for parts in self.running.values() for t in parts.values()
+                      if t.take_from is None and t.stage_path not in self.asked and can_hand_over(t)]
         if not candidates:
             return
         victim = max(candidates, key=size)
         u = victim.unit
-        k = parts_of[u]  # parts are numbered in the order they are made
-        taker = PartTask(u, k, victim.input, 0, None, _staged(staging_root, f"parts/u{u:05d}-p{k:04d}.arrow"),
+        k = self.parts_of[u]
+        taker = PartTask(u, k, victim.input, 0, None, _staged(self.staging_root, f"parts/u{u:05d}-p{k:04d}.arrow"),
                          take_from=victim.stage_path)
-        asked.add(victim.stage_path)
-        parts_of[u] += 1
-        running[u][k] = taker
-        pending[engine.submit(parse_part, taker, opts, budget)] = ("parse", u)
-
-    try:
-        for t in tasks:
-            pending[engine.submit(parse_part, t, opts, budget)] = ("parse", t.unit)
-        if remote:
-            for path in to_hash:
-                pending[engine.submit(_fingerprint, path)] = ("fingerprint", path)
-        while pending:
-            hand_over()
-            for h in engine.wait(list(pending)):
-                kind, key = pending.pop(h)
-                value = engine.result(h)
-                if kind == "fingerprint":
-                    fingerprints[key] = value
-                elif kind == "parse":
-                    if value.stopped:
-                        raise StepProblems([p for _, p in value.problems])
-                    got.setdefault(key, []).append(value)
-                    running[key].pop(value.part, None)
-                    if len(got[key]) == parts_of[key]:
-                        pending[engine.submit(finish_unit, units[key], got.pop(key), opts, staging_root)] = ("finish", key)
-                else:
-                    done_units += 1
-                    if progress:
-                        progress(units[key].input.display, done_units, len(units))
-                    if isinstance(value, str):
-                        notes.append(value)
-                        continue
-                    finished[key] = value
-                    fingerprint_of(value.input.path)
-                    if on_done:
-                        on_done(value)
-                    total_rejected += value.rejected
-                    if opts.on_error == "skip" and opts.max_errors is not None and total_rejected > opts.max_errors:
-                        raise InvalidInputError(
-                            f"more than --max-errors {opts.max_errors} samples rejected ({total_rejected} so far); stopped, nothing written",
-                            [_reject_problem(r) for r in value.rejects[: opts.max_errors + 1]],
-                        )
-        for path in list(hashing_here):
-            fingerprint_of(path)
-    finally:
-        if hasher is not None:
-            hasher.shutdown(wait=True, cancel_futures=True)
-    return list(finished.values())
+        self.asked.add(victim.stage_path)
+        self.parts_of[u] += 1
+        self.running[u][k] = taker
+        self._submit_parse(taker)
 
 
 def _reject_problem(r: dict) -> Problem:
@@ -231,6 +291,7 @@ def _previous_results(out: str, prev: dict) -> dict[str, UnitResult]:
             rollouts=st["rollouts"], tokens=st["tokens"], shards=st["shards"], tokens_per_shard=st["tokens_per_shard"],
             imbalance=st["imbalance"], rejects=rejects_by.get(key, []),
             anomalies=[a for a in prev.get("anomalies", []) if (a.get("split"), a.get("step")) == key], warnings=[],
+            denominators={k: v for k, v in st.items() if k.startswith("step_")},  # step_mask_sum, ...
             schedule=st.get("schedule"),
         )
     return found
@@ -297,131 +358,191 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     units, skipped, notes = plan_units(inputs, opts, out)
     if not units:
         raise UsageError("no input files found (expected .pt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet)")
-    opts_d = opts.conversion_options()
-    opts_d["reward_mode"] = "slime_compat" if opts.slime_compat else "group_index"
+    recorded = _recorded_options(opts)
     created = not storage.exists(out)
     try:
-        staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=opts_d)
+        staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=recorded)
     except OSError as e:
         raise _output_error(out, e) from None
     try:
-        prev = manifest_mod.read(out) if opts.resume and output.state(out) == "complete" else None
-        if prev is not None and prev.get("options") != opts_d:
-            changed = sorted(k for k in set(opts_d) | set(prev.get("options", {})) if opts_d.get(k) != prev.get("options", {}).get(k))
-            raise UsageError(f"--resume: conversion options differ from the existing output's ({', '.join(changed)}); use --overwrite to reconvert")
-        budget = max(1, opts.max_errors if opts.max_errors is not None else 20) if opts.on_error == "fail" else None
-        workers = opts.worker_count()
+        prev = _resumed_manifest(out, opts, recorded)
         fingerprints: dict[str, dict] = {}
-        reused: dict[int, UnitResult] = {}
-        kept: list[UnitResult] = []
-        if opts.resume:
-            for u in units:
-                if u.input.path != "-":
-                    fingerprints[u.input.path] = _fingerprint(u.input.path)
-            reused, kept = _resume_plan(out, units, opts, staging.root, prev, fingerprints, notes)
-        todo = [k for k in range(len(units)) if k not in reused]
-        results: list[UnitResult] = list(reused.values()) + kept
-        if todo:
-            sub = [units[k] for k in todo]
-            if opts.engine == "ray":
-                engine = make_engine("ray", opts.workers or 0, opts.ray_address)
-                tasks = _plan_parts(sub, opts.workers or engine.slots(), staging.root)
-            else:
-                tasks = _plan_parts(sub, workers, staging.root)
-                engine = make_engine("local", min(workers, max(len(tasks), len(sub))))
-            try:
-                new = _run(engine, sub, tasks, opts, budget, staging.root, fingerprints, notes, progress,
-                           on_done=lambda r: _record_done(staging.root, r, fingerprints.get(r.input.path)))
-            except StepProblems as e:
-                problems = e.args[0]
-                shown = problems[:budget] if budget else problems
-                more = f" (first {budget} shown)" if budget and len(problems) >= budget else ""
-                raise InvalidInputError(f"{len(shown)} invalid sample(s){more}: {shown[0]}", shown) from None
-            finally:
-                engine.shutdown()
-            results += new
-        results.sort(key=lambda r: (r.split != "train", r.step))
-        seen: dict = {}
-        for r in results:
-            claim_step(seen, r.split, r.step, r.input.display)
-        for r in results:
-            if r.input.path != "-" and r.input.path not in fingerprints and storage.exists(r.input.path):
-                fingerprints[r.input.path] = _fingerprint(r.input.path)
-        rejects_info = None
-        all_rejects = [r for res in results for r in res.rejects]
-        if all_rejects:
-            path = staging.path(layout.REJECTS)
-            data = b"".join(orjson.dumps(r) + b"\n" for r in all_rejects)
-            storage.write_durable(path, data)
-            rejects_info = {"path": layout.REJECTS, "count": len(all_rejects), "blake3": hashing.bytes_digest(data)}
-        inputs_info = []
-        mtimes: dict[str, int] = {}
-        for res in results:
-            fp = dict(fingerprints.get(res.input.path) or (prev_fp(prev, res.input.display) if prev else {}))
-            if "mtime_ns" in fp:  # time stamps change with copies: kept apart from the reproducible fields
-                mtimes[res.input.display] = fp.pop("mtime_ns")
-            inputs_info.append(dict({"path": res.input.display, "format": res.input.format, "split": res.split, "step": res.step,
-                                     "samples": res.samples}, **fp))
-        steps_info = [
-            {
-                "split": res.split,
-                "step": res.step,
-                "input": res.input.display,
-                "samples": res.samples,
-                "rows": res.rows,
-                "rejected": res.rejected,
-                "rollouts": res.rollouts,
-                "tokens": res.tokens,
-                "tokens_per_shard": res.tokens_per_shard,
-                "imbalance": res.imbalance,
-                "shards": res.shards,
-                **({"schedule": res.schedule, "dropped": res.schedule["dropped_samples"]} if res.schedule else {}),
-                **({"input_missing": True} if res.input.step_from == "missing" else {}),
-            }
-            for res in results
-        ]
-        counts = {
-            "input_samples": sum(r.samples for r in results),
-            "rows": sum(r.rows for r in results),
-            "rejected": sum(r.rejected for r in results),
-            "steps": sum(1 for r in results if r.split == "train"),
-            "eval_steps": sum(1 for r in results if r.split == "eval"),
-        }
-        if opts.schedule == "slime":  # samples slime's trainer would drop (in no shard; see steps[].schedule)
-            counts["dropped"] = sum(r.schedule["dropped_samples"] for r in results if r.schedule)
-        anomalies = [a for r in results for a in r.anomalies]
-        warnings = [w for r in results for w in r.warnings]
-        m = manifest_mod.build(
-            options=opts_d,
-            inputs=inputs_info,
-            steps=steps_info,
-            counts=counts,
-            rejects=rejects_info,
-            anomalies=anomalies,
-            volatile={"created_unix": round(t0, 3), "seconds": round(time.time() - t0, 3), "input_mtime_ns": mtimes},
-        )
+        results = _convert_units(out, units, opts, staging.root, prev, fingerprints, notes, progress)
+        m = _manifest(results, opts, recorded, prev, fingerprints, _write_rejects(staging, results), t0)
         staging.commit(m)
     except BaseException as e:
-        if staging.committing():  # the old output is partly moved aside: roll forward, never discard
-            try:
-                output.finish_commit(out)
-            except Exception:
-                pass  # left for --resume, which finishes it
-        else:
-            # a failed run leaves OUT as it was (a killed one leaves its staging, for --resume)
-            staging.abandon(keep=opts.resume or isinstance(e, KeyboardInterrupt), remove_out=created)
+        _leave_output(out, staging, keep=opts.resume or isinstance(e, KeyboardInterrupt), created=created)
         if isinstance(e, OSError):  # the readers turn input OSErrors into InvalidInputError: this is OUT
             raise _output_error(out, e) from None
         raise
+    return _summary(out, m, results, skipped, notes, t0)
+
+
+def _recorded_options(opts: ConvertOptions) -> dict:
+    """The options that decide the output's bytes, as the manifest records them."""
+    recorded = opts.conversion_options()
+    recorded["reward_mode"] = "slime_compat" if opts.slime_compat else "group_index"
+    return recorded
+
+
+def _resumed_manifest(out: str, opts: ConvertOptions, recorded: dict) -> dict | None:
+    """With --resume, the complete output's manifest (None when there is none); refuses options
+    that differ from the ones it was made with."""
+    prev = manifest_mod.read(out) if opts.resume and output.state(out) == "complete" else None
+    if prev is not None and prev.get("options") != recorded:
+        old = prev.get("options", {})
+        changed = sorted(k for k in set(recorded) | set(old) if recorded.get(k) != old.get(k))
+        raise UsageError(f"--resume: conversion options differ from the existing output's ({', '.join(changed)}); use --overwrite to reconvert")
+    return prev
+
+
+def _convert_units(out: str, units: list[Unit], opts: ConvertOptions, staging_root: str, prev: dict | None,
+                   fingerprints: dict[str, dict], notes: list[str], progress) -> list[UnitResult]:
+    """Every step's result, in (split, step) order: reused ones (--resume) and new ones; every
+    input fingerprinted."""
+    reused: dict[int, UnitResult] = {}
+    kept: list[UnitResult] = []
+    if opts.resume:
+        for u in units:
+            if u.input.path != "-":
+                fingerprints[u.input.path] = manifest_mod.file_fingerprint(u.input.path)
+        reused, kept = _resume_plan(out, units, opts, staging_root, prev, fingerprints, notes)
+    results = list(reused.values()) + kept
+    todo = [unit for k, unit in enumerate(units) if k not in reused]
+    if todo:
+        results += _run(todo, opts, staging_root, fingerprints, notes, progress)
+    results.sort(key=lambda r: (r.split != "train", r.step))
+    _check_distinct_steps(results)
+    for r in results:
+        if r.input.path != "-" and r.input.path not in fingerprints and storage.exists(r.input.path):
+            fingerprints[r.input.path] = manifest_mod.file_fingerprint(r.input.path)
+    return results
+
+
+def _run(units: list[Unit], opts: ConvertOptions, staging_root: str, fingerprints: dict[str, dict],
+         notes: list[str], progress) -> list[UnitResult]:
+    """Convert `units` on the engine the options choose; each finished step is recorded in
+    staging (for --resume) as it comes back."""
+    if opts.engine == "ray":
+        engine = make_engine("ray", opts.workers or 0, opts.ray_address)
+        tasks = _plan_parts(units, opts.workers or engine.slots(), staging_root)
+    else:
+        workers = opts.worker_count()
+        tasks = _plan_parts(units, workers, staging_root)
+        engine = make_engine("local", min(workers, max(len(tasks), len(units))), preload=WORKER_MODULES)
+    budget = max(1, opts.max_errors if opts.max_errors is not None else 20) if opts.on_error == "fail" else None
+    scheduler = _Scheduler(engine, units, tasks, opts, budget, staging_root, notes, progress,
+                         on_done=lambda r: _record_done(staging_root, r, fingerprints.get(r.input.path)))
+    try:
+        return scheduler.run(_Fingerprints(fingerprints, units))
+    except StepProblems as e:
+        problems = e.args[0]
+        shown = problems[:budget] if budget else problems
+        more = f" (first {budget} shown)" if budget and len(problems) >= budget else ""
+        raise InvalidInputError(f"{len(shown)} invalid sample(s){more}: {shown[0]}", shown) from None
+    finally:
+        engine.shutdown()
+
+
+def _check_distinct_steps(results: list[UnitResult]) -> None:
+    seen: dict = {}
+    for r in results:
+        claim_step(seen, r.split, r.step, r.input.display)
+
+
+def _write_rejects(staging, results: list[UnitResult]) -> dict | None:
+    """Every step's rejected samples into rejects.jsonl (synced); its manifest entry, or None."""
+    rejects = [r for res in results for r in res.rejects]
+    if not rejects:
+        return None
+    data = b"".join(orjson.dumps(r) + b"\n" for r in rejects)
+    storage.write_durable(staging.path(layout.REJECTS), data)
+    return {"path": layout.REJECTS, "count": len(rejects), "blake3": hashing.bytes_digest(data)}
+
+
+def _inputs_info(results: list[UnitResult], fingerprints: dict[str, dict], prev: dict | None) -> tuple[list[dict], dict[str, int]]:
+    """The manifest's inputs, and their modification times (kept apart from the reproducible
+    fields: time stamps change with copies)."""
+    inputs, mtimes = [], {}
+    for res in results:
+        fp = dict(fingerprints.get(res.input.path) or (prev_fp(prev, res.input.display) if prev else {}))
+        if "mtime_ns" in fp:
+            mtimes[res.input.display] = fp.pop("mtime_ns")
+        inputs.append(dict({"path": res.input.display, "format": res.input.format, "split": res.split, "step": res.step,
+                            "samples": res.samples}, **fp))
+    return inputs, mtimes
+
+
+def _step_info(res: UnitResult) -> dict:
+    return {
+        "split": res.split,
+        "step": res.step,
+        "input": res.input.display,
+        "samples": res.samples,
+        "rows": res.rows,
+        "rejected": res.rejected,
+        "rollouts": res.rollouts,
+        "tokens": res.tokens,
+        "tokens_per_shard": res.tokens_per_shard,
+        "imbalance": res.imbalance,
+        **res.denominators,
+        "shards": res.shards,
+        **({"schedule": res.schedule, "dropped": res.schedule["dropped_samples"]} if res.schedule else {}),
+        **({"input_missing": True} if res.input.step_from == "missing" else {}),
+    }
+
+
+def _counts(results: list[UnitResult], schedule: str | None) -> dict:
+    counts = {
+        "input_samples": sum(r.samples for r in results),
+        "rows": sum(r.rows for r in results),
+        "rejected": sum(r.rejected for r in results),
+        "steps": sum(1 for r in results if r.split == "train"),
+        "eval_steps": sum(1 for r in results if r.split == "eval"),
+    }
+    if schedule == "slime":  # samples slime's trainer would drop (in no shard; see steps[].schedule)
+        counts["dropped"] = sum(r.schedule["dropped_samples"] for r in results if r.schedule)
+    return counts
+
+
+def _manifest(results: list[UnitResult], opts: ConvertOptions, recorded: dict, prev: dict | None,
+              fingerprints: dict[str, dict], rejects: dict | None, t0: float) -> dict:
+    inputs, mtimes = _inputs_info(results, fingerprints, prev)
+    return manifest_mod.build(
+        options=recorded,
+        inputs=inputs,
+        steps=[_step_info(res) for res in results],
+        counts=_counts(results, opts.schedule),
+        rejects=rejects,
+        anomalies=[a for r in results for a in r.anomalies],
+        volatile={"created_unix": round(t0, 3), "seconds": round(time.time() - t0, 3), "input_mtime_ns": mtimes},
+    )
+
+
+def _leave_output(out: str, staging, keep: bool, created: bool) -> None:
+    """After a failure: a commit under way is rolled forward (the old output is partly moved
+    aside), anything else leaves OUT as it was (a killed run leaves its staging, for --resume)."""
+    if staging.committing():
+        try:
+            output.finish_commit(out)
+        except Exception:
+            pass  # left for --resume, which finishes it
+    else:
+        staging.abandon(keep=keep, remove_out=created)
+
+
+def _summary(out: str, m: dict, results: list[UnitResult], skipped: list[str], notes: list[str], t0: float) -> dict:
+    """What convert returns: the manifest's counts and steps (without their shards), and what
+    was skipped, noted or found odd."""
+    keys = ("split", "step", "input", "samples", "rows", "rejected", "rollouts", "tokens", "imbalance", "dropped")
     return {
         "out": out,
-        "counts": counts,
-        "steps": [{k: s[k] for k in ("split", "step", "input", "samples", "rows", "rejected", "rollouts", "tokens", "imbalance", "dropped")
-                   if k in s} for s in steps_info],
-        "rejects": rejects_info,
+        "counts": m["counts"],
+        "steps": [{k: s[k] for k in keys if k in s} for s in m["steps"]],
+        "rejects": m["rejects"],
         "skipped": skipped,
         "notes": notes,
-        "warnings": warnings,
-        "anomalies": anomalies,
+        "warnings": [w for r in results for w in r.warnings],
+        "anomalies": m["anomalies"],
         "seconds": round(time.time() - t0, 3),
     }

@@ -50,12 +50,13 @@ def _write_atomic(path: str, text: str) -> None:
 
 
 class Offer:
-    """The busy side: `poll` between lines, `close` after the last one."""
+    """The busy side, as the JSONL reader's `Handover` (inputs.jsonl): `poll` between lines,
+    `close` after the last one."""
 
     def __init__(self, stage_path: str, input_path: str):
         self._base = stage_path
         self._input = input_path
-        self.open = True  # at most one handover per part
+        self._open = True  # at most one handover per part
 
     def poll(self, pos: int, end: int) -> int | None:
         """A new end for this part (a line start) if a worker asked for the rest, else None.
@@ -80,13 +81,13 @@ class Offer:
 
     def _claim(self) -> bool:
         """Take a pending request (once per part), unless the asker withdrew it first."""
-        if not self.open or not os.path.exists(self._base + ".ask"):
+        if not self._open or not os.path.exists(self._base + ".ask"):
             return False
         try:
             os.rename(self._base + ".ask", self._base + ".taken")
         except FileNotFoundError:  # withdrawn meanwhile
             return False
-        self.open = False
+        self._open = False
         return True
 
 

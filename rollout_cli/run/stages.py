@@ -22,8 +22,9 @@ from ..output.commit import staged_path as _staged
 from ..pipeline.plan import ShardPlan, plan_shards
 from ..inputs.registry import read_input
 from ..core.schema import SCHEDULE_COLUMNS, train_schema
+from ..pipeline.fields import STEP_FIELDS, group_fields, step_fields
 from ..pipeline.schedule import ScheduleConfig, build_schedule, trailing_warning
-from ..pipeline.step import compute_step
+from ..pipeline.step import StepFields, compute_step
 from .tasks import PartResult, PartTask, Unit, UnitResult
 from ..output.write import write_ipc, write_parquet
 
@@ -88,18 +89,22 @@ def _shift_lines(r: PartResult, offset: int) -> None:
                   for i, p in r.problems]
 
 
-def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray, mask_sums: np.ndarray, keep_text: bool,
+def _final_table(pre: pa.Table, step: int, ids: np.ndarray, sf: StepFields, keep_text: bool,
                  placed: dict[str, np.ndarray] | None = None) -> pa.Table:
     schema = train_schema(keep_text)
     n = pre.num_rows
     computed = {
         "step": pa.array(np.full(n, step, dtype=np.int64)),
         "rollout_id": pa.array(ids, pa.int64()),
-        "reward": pa.array(rewards, pa.float32()),
-        "rollout_mask_sum": pa.array(mask_sums, pa.int64()),
+        "reward": pa.array(sf.rewards, pa.float32()),
+        "rollout_mask_sum": pa.array(sf.mask_sums, pa.int64()),
+        "group_mask_sum": pa.array(sf.group_mask_sums, pa.int64()),
+        "group_rollouts": pa.array(sf.group_rollouts, pa.int64()),
         "selected_reward": pre.column("_reward_value"),
         "rollout_position": pa.array(np.arange(n, dtype=np.int64)),
     }
+    for name in STEP_FIELDS:
+        computed[name] = pa.array(np.full(n, sf.step_totals[name], dtype=np.int64))
     for f in SCHEDULE_COLUMNS:  # null under the balanced layout; -1 marks a dropped row
         if placed is None:
             computed[f.name] = pa.nulls(n, f.type)
@@ -108,6 +113,21 @@ def _final_table(pre: pa.Table, step: int, ids: np.ndarray, rewards: np.ndarray,
             computed[f.name] = pa.array(v, f.type, mask=v < 0)
     cols = [computed[f.name] if f.name in computed else pre.column(f.name) for f in schema]
     return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _denominators_of_written(sf: StepFields, ids: np.ndarray, mask_totals: np.ndarray, rows: list) -> None:
+    """Group and step denominators over the rows the shards hold, when the schedule leaves
+    trailing rollouts out (the dropped rows are written nowhere, so they count nowhere)."""
+    w = np.zeros(len(ids), dtype=bool)
+    if rows:
+        w[np.concatenate(rows)] = True
+    if w.all():
+        return
+    gms, gro = group_fields(sf.group_labels[w], ids[w], mask_totals[w])
+    sf.group_mask_sums = np.zeros(len(ids), dtype=np.int64)
+    sf.group_rollouts = np.zeros(len(ids), dtype=np.int64)
+    sf.group_mask_sums[w], sf.group_rollouts[w] = gms, gro
+    sf.step_totals = step_fields(ids[w], mask_totals[w], sf.group_labels[w])
 
 
 def _group_units(group_index: list, ids: np.ndarray) -> np.ndarray:
@@ -192,7 +212,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     pos = pre.column("_pos").to_numpy()
     ids = sf.ids[pos]
     gi = [group_index[p] for p in pos.tolist()]
-    rewards, sums, rejects = sf.rewards, sf.mask_sums, sf.rejects
+    rejects = sf.rejects
     # plan and write
     tokens_per_row = pre.column("total_length").to_numpy().astype(np.int64)
     warnings: list[str] = []
@@ -205,7 +225,9 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     else:
         unit_key = _group_units(gi, ids) if opts.keep_groups else ids
         plan = plan_shards(unit_key, tokens_per_row, opts.shards)
-    table = _final_table(pre, step, ids, rewards, sums, opts.keep_text, placed)
+    if placed is not None:
+        _denominators_of_written(sf, ids, pre.column("_mask_total").to_numpy(), plan.rows)
+    table = _final_table(pre, step, ids, sf, opts.keep_text, placed)
     if any(len(r) == 0 for r in plan.rows) and opts.shards > 1:
         warnings.append(f"step {step} ({inp.split}): {sum(len(r) == 0 for r in plan.rows)} of {opts.shards} shards are empty (too few rollouts)")
     shard_infos = []
@@ -249,6 +271,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         rejects=rejects,
         anomalies=anomalies,
         warnings=warnings,
+        denominators=dict(sf.step_totals),
         schedule=schedule_info,
     )
 

@@ -1,7 +1,7 @@
 """What the converting process hands its workers, and what they hand back (small, picklable)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..core.errors import Problem
 from ..inputs.discover import InputFile
@@ -60,4 +60,5 @@ class UnitResult:
     rejects: list[dict]
     anomalies: list[dict]
     warnings: list[str]
+    denominators: dict = field(default_factory=dict)  # pipeline.fields.STEP_FIELDS -> int
     schedule: dict | None = None  # --schedule slime: the step's optimizer steps and dropped rollouts

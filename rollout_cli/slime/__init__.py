@@ -5,7 +5,8 @@
 
 Both take `(args, samples)` (slime's parsed args and the flat `list[Sample]`) and run the same
 stage functions as `rollout-cli convert`. Settings slime has no flag for come from environment
-variables (`ROLLOUT_CLI_ROLLOUT_ID_SCOPE`, `ROLLOUT_CLI_SLIME_COMPAT`; see `settings`).
+variables (`ROLLOUT_CLI_ROLLOUT_ID_SCOPE`, `ROLLOUT_CLI_SLIME_COMPAT`, `ROLLOUT_CLI_REWARD_BASELINE`,
+`ROLLOUT_CLI_SIBLING_REWARD`; see `settings`).
 Importing this starts nothing: no CLI, no worker processes; torch is imported only to build
 the routed-experts tensors slime expects.
 """

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.errors import InvalidInputError, Location, StepProblems, UsageError
-from ..core.options import SCOPES, RuleOptions
+from ..core.options import REWARD_BASELINES, SCOPES, SIBLING_REWARDS, RuleOptions
 from ..inputs.base import RawChunk
 from ..pipeline.step import StepFields, compute_step
 from ..pipeline.validate import normalize_chunk, pre_schema
@@ -26,7 +26,10 @@ SOURCE = "slime batch"  # how problems name the batch: "slime batch:sample 3"
 ENV_VARS = {
     "ROLLOUT_CLI_ROLLOUT_ID_SCOPE": "rollout_id_scope",
     "ROLLOUT_CLI_SLIME_COMPAT": "slime_compat",
+    "ROLLOUT_CLI_REWARD_BASELINE": "reward_baseline",
+    "ROLLOUT_CLI_SIBLING_REWARD": "sibling_reward",
 }
+_CHOICES = {"rollout_id_scope": SCOPES, "reward_baseline": REWARD_BASELINES, "sibling_reward": SIBLING_REWARDS}
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off", ""})
 
 # Per-sample lists a batch has on every sample or on none: slime tensorises them (or, for
@@ -44,9 +47,9 @@ _logged: set = set()
 
 def _env_value(name: str, raw: str) -> Any:
     field = ENV_VARS[name]
-    if field == "rollout_id_scope":
-        if raw not in SCOPES:
-            raise UsageError(f"{name}: expected one of {', '.join(SCOPES)}, got {raw!r}")
+    if field in _CHOICES:
+        if raw not in _CHOICES[field]:
+            raise UsageError(f"{name}: expected one of {', '.join(_CHOICES[field])}, got {raw!r}")
         return raw
     v = raw.strip().lower()
     if v not in _TRUE | _FALSE:

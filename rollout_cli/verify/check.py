@@ -32,6 +32,14 @@ status             status is one of schema.STATUSES, and truncated == (status ==
 rollout_split      no rollout is split across shards of a step (balanced layout; slime's may split one)
 rollout_mask_sum_shared  siblings (same step, rollout_id) share rollout_mask_sum
 rollout_mask_sum_total   ... and it equals the sum of their loss_mask totals
+group_fields_shared  rows of one prompt group (same step, group_index) share group_mask_sum and
+                   group_rollouts (rows without group_index are not checked)
+group_fields_total   ... which equal the group's loss_mask total and its number of rollouts
+rollout_reward_shared  under options.reward_baseline "rollout", samples of one rollout in one
+                   prompt group share their reward
+step_fields        every row's step_mask_sum, step_rollouts, step_samples, step_groups equal the step's
+                   values in the manifest (so they are equal across its shards), and those equal
+                   the step's loss_mask total, rollouts and rows
 mmap_content       the Arrow IPC copy holds the same rows as the Parquet shard (full mode)
 counts             rows + dropped + rejected = input samples, per step and in total; step and shard sums agree
 schedule           --schedule slime: the step's record adds up (one num_microbatches and global batch size per
@@ -54,6 +62,7 @@ from ..core.hashing import DIGEST_KEYS, digest_of, file_digest  # noqa: F401 (re
 from ..core.errors import IntegrityError, UsageError
 from ..output import layout, manifest as manifest_mod
 from ..output.layout import MANIFEST, REJECTS, STAGING, TREES
+from ..pipeline.fields import STEP_FIELDS
 
 _HEX = re.compile(r"[0-9a-f]{64}")
 _EXAMPLES = 3  # offending rows quoted per failure
@@ -73,6 +82,7 @@ class _Report:
         self.bytes = 0
         self.hashed = 0
         self.rows = 0
+        self.row_problems = False  # a row invariant failed in one of its shards
         self.shards = 0
 
     def fail(self, file: str, invariant: str, detail: str) -> None:
@@ -169,7 +179,7 @@ def _structure(m: dict, rep: _Report) -> bool:
         if s.get("split") not in layout.SPLITS:
             bad.append(f"{where}.split: expected 'train' or 'eval', got {s.get('split')!r}")
         need_int(s, "step", where, -(2**63))
-        for k in ("samples", "rows", "rejected", "rollouts", "tokens"):
+        for k in ("samples", "rows", "rejected", "rollouts", "tokens", *STEP_FIELDS):
             need_int(s, k, where)
         tps = s.get("tokens_per_shard")
         if not isinstance(tps, list) or not all(_is_int(t) for t in tps):
@@ -228,6 +238,9 @@ def _manifest_arithmetic(m: dict, rep: _Report) -> None:
                 rep.fail(MANIFEST, "counts", f"{label}: its shards hold {total} {field}, the step records {s[field]}")
         if sum(sh["rollouts"] for sh in shards) != s["rollouts"] and "schedule" not in s:
             rep.fail(MANIFEST, "counts", f"{label}: its shards hold {sum(sh['rollouts'] for sh in shards)} rollouts, the step records {s['rollouts']}")
+        for field, total in (("step_rollouts", s["rollouts"]), ("step_samples", s["rows"])):
+            if s[field] != total:
+                rep.fail(MANIFEST, "step_fields", f"{label}: {field} {s[field]}, the step records {total} {field[5:]}")
         if s["tokens_per_shard"] != [sh["tokens"] for sh in shards]:
             rep.fail(MANIFEST, "counts", f"{label}: tokens_per_shard {s['tokens_per_shard']} != the shards' tokens {[sh['tokens'] for sh in shards]}")
         if len(shards) != n_shards:
@@ -355,12 +368,22 @@ class _StepState:
         self.rollouts: dict[int, list] = {}  # id -> [shard, mask_total, rms_min, rms_max]
         self.complete = True  # every shard's content was read
         self.split: list[tuple[int, int, int]] = []  # (id, shard a, shard b)
+        self.mask_total = 0
+        self.rows = 0
+        self.row_problems = False  # a row invariant failed in one of its shards
+        # group_index -> [shard, mask_total, {rollout ids}, gms_min, gms_max, gr_min, gr_max]
+        self.groups: dict[int, list] = {}
+        self.grouped_rows = 0  # rows with a group_index
+        self.unit_rewards: dict[tuple[int, int], list] = {}  # (group_index, rollout id) -> [shard, min, max]
+        self.step_values: list[tuple[int, str, int, int]] = []  # (shard, column, min, max) per row group
+        self.rollout_baseline = False
         self.sched: list[tuple] = []  # (shard, positions, optimizer steps, micro-batches, ids, nulls)
 
 
 class _ShardTally:
     def __init__(self):
         self.rows = 0
+        self.row_problems = False  # a row invariant failed in one of its shards
         self.tokens = 0
         self.ids: set = set()
         self.problems: dict[str, list] = {}  # invariant -> [count, examples]
@@ -462,6 +485,12 @@ def _check_rows(t, first_row: int, step: int, shard_no: int, tally: _ShardTally,
     tot = np.add.reduceat(mask_tot[order], starts)
     rmin = np.minimum.reduceat(rms[order], starts)
     rmax = np.maximum.reduceat(rms[order], starts)
+    st.mask_total += int(mask_tot.sum())
+    st.rows += n
+    for name in STEP_FIELDS:
+        v = col(name).to_numpy()
+        st.step_values.append((shard_no, name, int(v.min()), int(v.max())))
+    _group_summary(col, ids, mask_tot, shard_no, st)
     for rid, a, lo, hi in zip(uniq.tolist(), tot.tolist(), rmin.tolist(), rmax.tolist()):
         tally.ids.add(rid)
         e = st.rollouts.get(rid)
@@ -473,6 +502,75 @@ def _check_rows(t, first_row: int, step: int, shard_no: int, tally: _ShardTally,
             e[1] += a
             e[2] = min(e[2], lo)
             e[3] = max(e[3], hi)
+
+
+def _group_summary(col, ids, mask_tot, shard_no: int, st: _StepState) -> None:
+    """One row group's contribution to the per-prompt-group summary (rows with a group_index)."""
+    import numpy as np
+
+    gcol = col("group_index")
+    has = gcol.is_valid().to_numpy(zero_copy_only=False)
+    if not has.any():
+        return
+    gi = (gcol.fill_null(0) if gcol.null_count else gcol).to_numpy()[has]
+    st.grouped_rows += int(has.sum())
+    rid, mt = ids[has], mask_tot[has]
+    gms, gro = col("group_mask_sum").to_numpy()[has], col("group_rollouts").to_numpy()[has]
+    order = np.argsort(gi, kind="stable")
+    sg = gi[order]
+    starts = np.flatnonzero(np.r_[True, sg[1:] != sg[:-1]])
+    ends = np.r_[starts[1:], len(sg)]
+    sums = np.add.reduceat(mt[order], starts)
+    red = [f.reduceat(a[order], starts) for a in (gms, gro) for f in (np.minimum, np.maximum)]
+    for k, g in enumerate(sg[starts].tolist()):
+        e = st.groups.get(g)
+        members = set(rid[order[starts[k]:ends[k]]].tolist())
+        lo_s, hi_s, lo_r, hi_r = (int(r[k]) for r in red)
+        if e is None:
+            st.groups[g] = [shard_no, int(sums[k]), members, lo_s, hi_s, lo_r, hi_r]
+        else:
+            e[1] += int(sums[k])
+            e[2] |= members
+            e[3], e[4], e[5], e[6] = min(e[3], lo_s), max(e[4], hi_s), min(e[5], lo_r), max(e[6], hi_r)
+    if st.rollout_baseline:
+        rw = col("reward").to_numpy()[has]
+        for g, r, w in zip(gi.tolist(), rid.tolist(), rw.tolist()):
+            u = st.unit_rewards.get((g, r))
+            if u is None:
+                st.unit_rewards[(g, r)] = [shard_no, w, w]
+            elif w != u[1] or w != u[2]:
+                u[1], u[2] = min(u[1], w), max(u[2], w)
+
+
+def _check_groups(label: str, s: dict, paths: list[str], st: _StepState, rep: _Report) -> None:
+    """The step's group and step denominators, once all its shards are read."""
+    found: dict[str, list] = {"group_fields_shared": [], "group_fields_total": [], "rollout_reward_shared": [], "step_fields": []}
+    for g, (shard, mt, members, lo_s, hi_s, lo_r, hi_r) in st.groups.items():
+        if lo_s != hi_s or lo_r != hi_r:
+            found["group_fields_shared"].append((shard, f"{label}: group_index {g}: rows carry group_mask_sum {lo_s}..{hi_s}, group_rollouts {lo_r}..{hi_r}"))
+        elif st.complete and not st.row_problems and (lo_s != mt or lo_r != len(members)):
+            found["group_fields_total"].append((shard, f"{label}: group_index {g}: group_mask_sum {lo_s}, group_rollouts {lo_r}; "
+                                                       f"its rows hold loss_mask total {mt} and {len(members)} rollouts"))
+    for (g, r), (shard, lo, hi) in st.unit_rewards.items():
+        if lo != hi:
+            found["rollout_reward_shared"].append((shard, f"{label}: group_index {g}: rollout {r}: its samples carry rewards {lo} and {hi}"))
+    for shard, name, lo, hi in st.step_values:
+        if lo != s[name] or hi != s[name]:
+            found["step_fields"].append((shard, f"{label}: {name} {lo}..{hi} in its rows, the manifest records {s[name]}"))
+    # totals are compared only over clean rows (a broken loss_mask is reported as such, once)
+    if st.complete and not st.row_problems and not found["step_fields"]:
+        actuals = [("step_mask_sum", st.mask_total), ("step_samples", st.rows), ("step_rollouts", len(st.rollouts))]
+        if st.rows and st.grouped_rows == st.rows:  # every row names its group_index
+            actuals.append(("step_groups", len(st.groups)))
+        for name, actual in actuals:
+            if s[name] != actual:
+                found["step_fields"].append((0, f"{label}: {name} {s[name]}, its shards hold {actual}"))
+    for inv, items in found.items():
+        items = list(dict.fromkeys(items))  # a shard's row groups repeat the same finding
+        for shard, detail in items[:_EXAMPLES]:
+            rep.fail(paths[shard] if paths else MANIFEST, inv, detail)
+        if len(items) > _EXAMPLES:
+            rep.fail(paths[items[_EXAMPLES][0]] if paths else MANIFEST, inv, f"{label}: ... {len(items) - _EXAMPLES} more")
 
 
 def _check_parquet_shard(rel: str, full: str, sh: dict, step: int, shard_no: int, expected, rep: _Report, st: _StepState,
@@ -524,6 +622,7 @@ def _check_parquet_shard(rel: str, full: str, sh: dict, step: int, shard_no: int
     if mm_mismatch:
         rep.fail(mm_rel, "mmap_content", mm_mismatch)
     rep.rows += tally.rows
+    st.row_problems |= bool(tally.problems)
     for inv, (count, examples) in tally.problems.items():
         rep.fail(rel, inv, f"{count} row(s): " + "; ".join(examples) + ("; ..." if count > len(examples) else ""))
     if tally.problems.get("not_null"):
@@ -554,9 +653,10 @@ def _check_ipc(rel: str, full: str, sh: dict, expected, rep: _Report) -> bool:
     return ok
 
 
-def _check_step(out: str, s: dict, expected, rep: _Report) -> None:
+def _check_step(out: str, s: dict, expected, rep: _Report, rollout_baseline: bool = False) -> None:
     label = f"{s['split']} step {s['step']}"
     st = _StepState()
+    st.rollout_baseline = rollout_baseline and s["split"] == "train"
     for r, sh in enumerate(s["shards"]):
         rep.shards += 1
         rel = sh["path"]
@@ -589,6 +689,7 @@ def _check_step(out: str, s: dict, expected, rep: _Report) -> None:
             rep.fail(paths[shard], inv, detail)
         if len(found) > _EXAMPLES:
             rep.fail(paths[found[_EXAMPLES][0]], inv, f"{label}: ... {len(found) - _EXAMPLES} more rollouts")
+    _check_groups(label, s, paths, st, rep)
     if st.complete and len(st.rollouts) != s["rollouts"]:
         rep.fail(MANIFEST, "rollouts", f"{label}: {len(st.rollouts)} rollouts in its shards, the manifest records {s['rollouts']}")
 
@@ -735,7 +836,7 @@ def verify_output(out: str, quick: bool = False) -> dict:
     _manifest_arithmetic(m, rep)
     expected = train_schema(bool(m["options"].get("keep_text", False)))
     for s in m["steps"]:
-        _check_step(out, s, expected, rep)
+        _check_step(out, s, expected, rep, m["options"].get("reward_baseline") == "rollout")
     _check_rejects(out, m, rep)
     _stray_files(out, m, rep)
     return rep.result(m)

@@ -214,3 +214,17 @@ def test_import_and_help_never_import_torch():
             "r = CliRunner().invoke(app, ['convert', '--help'])\nassert r.exit_code == 0\n"
             "assert 'torch' not in sys.modules, 'torch imported by --help'\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_reward_baseline_flags(tmp_path):
+    samples = [make_sample(index=i, group_index=0, rollout_id=5, reward=r) for i, r in enumerate([1.0, 0.0])]
+    samples.append(make_sample(index=2, group_index=0, rollout_id=6, reward=1.0))
+    inp = write_jsonl(tmp_path / "in" / "2.jsonl", samples)
+    r = _invoke(["convert", str(inp), str(tmp_path / "a"), "--reward-baseline", "rollout", "-q"])
+    assert r.exit_code == 3 and "train step 2: rollout 5" in r.output and "1.0, 0.0" in r.output
+    r = _invoke(["convert", str(inp), str(tmp_path / "b"), "--reward-baseline", "rollout", "--sibling-reward", "mean", "-q"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "b" / "manifest.json").read_text())["options"]["sibling_reward"] == "mean"
+    r = _invoke(["convert", str(inp), str(tmp_path / "c"), "--reward-baseline", "rollout", "--slime-compat",
+                 "--rollout-batch-size", "1", "-q"])
+    assert r.exit_code == 2 and "--slime-compat" in r.output

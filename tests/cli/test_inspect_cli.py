@@ -154,7 +154,8 @@ def test_every_anomaly_kind_on_crafted_dumps(tmp_path):
     write_jsonl(dumps / "4.jsonl", [sample(0, None, None, 1.0), sample(1, None, None, 0.0)])
     d = inspect_json(str(dumps))
     found = {a["kind"] for a in d["anomalies"]}
-    assert found == set(ANOMALY_KINDS) - {"rollout_mask_sum_mismatch"}  # that one needs converted output
+    # rollout_mask_sum_mismatch needs converted output; sibling_reward_mismatch --reward-baseline rollout
+    assert found == set(ANOMALY_KINDS) - {"rollout_mask_sum_mismatch", "sibling_reward_mismatch"}
     for a in d["anomalies"]:
         assert a["where"] and all("file" in w for w in a["where"]), a
         assert a["step"] in (1, 2, 3, 4) and a["level"] in ("info", "warning", "error")
@@ -223,3 +224,37 @@ def test_exit_codes(tmp_path, converted):
     bad_pq = tmp_path / "2.parquet"
     bad_pq.write_bytes(b"PAR1 broken")
     assert invoke(str(bad_pq)).exit_code == 3
+
+
+def _fanout_dump(tmp_path, sibling_rewards=(1.0, 1.0, 1.0)):
+    """Group 0: rollout 10 with three samples, rollout 11 with one (reward 0); group 1: no fan-out."""
+    rows = [sample(i, 0, rid=10, reward=r) for i, r in enumerate(sibling_rewards)]
+    rows += [sample(3, 0, rid=11, reward=0.0), sample(4, 1, rid=12, reward=0.0), sample(5, 1, rid=13, reward=1.0)]
+    return write_jsonl(tmp_path / "7.jsonl", rows)
+
+
+def test_fanout_baseline_shift_names_the_group_and_the_shift(tmp_path):
+    d = inspect_json(str(_fanout_dump(tmp_path)))
+    [a] = [a for a in d["anomalies"] if a["kind"] == "fanout_baseline_shift"]
+    assert (a["step"], a["shifted_groups"], a["level"]) == (7, 1, "info")
+    assert a["groups"] == [{"group_index": 0, "samples": 4, "rollouts": 2, "sample_mean": 0.75, "rollout_mean": 0.5,
+                            "shift": -0.25}]
+    assert a["where"] == [{"file": str(tmp_path / "7.jsonl"), "line": 1}]
+    assert d["summary"]["options"]["reward_baseline"] == "sample"
+
+
+def test_reward_baseline_rollout_shows_rollout_rewards(tmp_path):
+    d = inspect_json(str(_fanout_dump(tmp_path)), "--reward-baseline", "rollout", "--group-by", "rollout_id")
+    means = {tuple(g["key"]): g["reward_mean"] for g in d["groups"]}
+    assert means[(7, 10)] == pytest.approx(0.7071057558059692, abs=2e-6)
+    assert means[(7, 11)] == pytest.approx(-0.7071057558059692, abs=2e-6)
+    assert d["summary"]["options"]["reward_baseline"] == "rollout"
+
+
+def test_sibling_reward_mismatch_is_an_anomaly_not_a_failure(tmp_path):
+    path = str(_fanout_dump(tmp_path, (1.0, 0.0, 1.0)))
+    d = inspect_json(path, "--reward-baseline", "rollout")
+    [a] = [a for a in d["anomalies"] if a["kind"] == "sibling_reward_mismatch"]
+    assert a["rollout_id"] == 10 and a["rewards"] == [1.0, 0.0, 1.0] and len(a["where"]) == 3
+    d = inspect_json(path, "--reward-baseline", "rollout", "--sibling-reward", "mean")
+    assert not [a for a in d["anomalies"] if a["kind"] == "sibling_reward_mismatch"]

@@ -33,3 +33,22 @@ def test_convert_slime_warns_about_dropped_rollouts(tmp_path):
     assert res.exit_code == 3 and "optimizer step 0: 3 samples" in res.output
     res = CliRunner().invoke(app, ["convert", str(tmp_path / "1.jsonl"), str(tmp_path / "o2"), "--global-batch-size", "2"])
     assert res.exit_code == 2 and "needs --schedule slime" in res.output
+
+
+def test_denominators_count_the_rows_the_schedule_keeps(tmp_path):
+    """Trailing rollouts slime drops are written nowhere, so the step and group totals leave them out."""
+    import pyarrow.parquet as pq
+
+    from rollout_cli.verify.check import verify_output
+
+    write_jsonl(tmp_path / "1.jsonl", slime_cases.fresh_case("mixed_ids")["samples"])
+    args = ["convert", str(tmp_path / "1.jsonl"), str(tmp_path / "out"), "--workers", "1", "--n-samples-per-prompt", "2",
+            "--schedule", "slime", "--global-batch-size", "4", "--shards", "2", "--use-dynamic-batch-size",
+            "--max-tokens-per-gpu", "12", "-q"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    s = m["steps"][0]
+    rows = [r for sh in s["shards"] for r in pq.read_table(tmp_path / "out" / sh["path"]).to_pylist()]
+    assert s["step_samples"] == s["rows"] == len(rows) and s["step_rollouts"] == len({r["rollout_id"] for r in rows}) == 4
+    assert {r["step_mask_sum"] for r in rows} == {sum(sum(r["loss_mask"]) for r in rows)}
+    assert verify_output(str(tmp_path / "out"))["failures"] == []

@@ -110,11 +110,10 @@ def save(obj, path, **kw):
 
 
 def check_roundtrip(obj, path):
-    """torch.save(obj); load_pt (read and mmap) and load_pt_trusted all equal torch.load(weights_only=True)."""
+    """torch.save(obj); load_pt and load_pt_trusted both equal torch.load(weights_only=True)."""
     save(obj, path)
     ref = torch.load(path, weights_only=True)
     assert_matches_torch(ref, load_pt(path))
-    assert_matches_torch(ref, load_pt(path, mmap=True))
     assert_matches_torch(ref, load_pt_trusted(path))
 
 
@@ -123,7 +122,6 @@ def check_roundtrip(obj, path):
 TENSOR_DTYPES = [
     torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool,
     torch.float16, torch.float32, torch.float64, torch.bfloat16,
-    torch.uint16, torch.uint32, torch.uint64,
 ]
 _NP_GEN_DTYPE = {torch.bfloat16: np.float32}
 
@@ -252,7 +250,6 @@ def test_property_single_tensor(spec, ops):
 def test_sample_data_files(path):
     ref = torch.load(path, weights_only=True)
     assert_matches_torch(ref, load_pt(path))
-    assert_matches_torch(ref, load_pt(str(path), mmap=True))
 
 
 def test_slime_like_dump(tmp_path):
@@ -316,49 +313,41 @@ def test_empty_and_zero_dim(tmp_path):
     assert out["slice_end"].shape == (0,) and out["slice_end"].dtype == np.int64
 
 
-def test_new_dtypes_use_v3_path(tmp_path):
-    t16 = torch.tensor([1, 65535], dtype=torch.uint16)
-    t64 = torch.tensor([2**64 - 1, 3], dtype=torch.uint64).reshape(2, 1)
-    payload = {"u16": t16, "u64": t64, "u32": torch.tensor([[1, 2], [3, 4]], dtype=torch.uint32).t()}
-    check_roundtrip(payload, tmp_path / "v3.pt")
-    out = load_pt(tmp_path / "v3.pt")
-    assert out["u16"].dtype == np.uint16 and out["u16"][1] == 65535
-    assert out["u64"].dtype == np.uint64 and out["u64"][0, 0] == 2**64 - 1
+def test_dtypes_no_dump_holds_are_refused(tmp_path):
+    """uint16/32/64 (torch's _rebuild_tensor_v3), complex storages and conj/neg views: no rollout
+    dump holds them, so the restricted loader refuses them and names --trust-pickle."""
+    for name, payload, globl in (
+        ("u16", {"u16": torch.tensor([1, 65535], dtype=torch.uint16)}, "torch._utils._rebuild_tensor_v3"),
+        ("c64", {"c": torch.tensor([1 + 2j])}, "torch.ComplexFloatStorage"),
+        ("c128", {"c": torch.tensor([1 + 1j], dtype=torch.complex128)}, "torch.ComplexDoubleStorage"),
+    ):
+        with pytest.raises(UnsafePickleError) as ei:
+            load_pt(save(payload, tmp_path / f"{name}.pt"))
+        assert ei.value.global_name == globl and "--trust-pickle" in str(ei.value)
+        assert load_pt_trusted(tmp_path / f"{name}.pt")  # the trusted path still reads them
+    with pytest.raises(PtFormatError, match="metadata"):
+        load_pt(save({"neg": torch._neg_view(torch.tensor([1.0, -2.0]))}, tmp_path / "neg.pt"))
 
 
-def test_requires_grad_conj_neg_complex(tmp_path):
-    payload = {
-        "grad": torch.ones(3, requires_grad=True),
-        "c": torch.tensor([1 + 2j, 3 - 4j]),
-        "conj": torch.tensor([1 + 2j, 3 - 4j]).conj(),
-        "neg": torch._neg_view(torch.tensor([1.0, -2.0])),
-        "c128": torch.tensor([1 + 1j], dtype=torch.complex128),
-    }
-    check_roundtrip(payload, tmp_path / "c.pt")
-    out = load_pt(tmp_path / "c.pt")
-    np.testing.assert_array_equal(out["conj"], np.array([1 - 2j, 3 + 4j], dtype=np.complex64))
-    np.testing.assert_array_equal(out["neg"], np.array([-1.0, 2.0], dtype=np.float32))
+def test_requires_grad_is_plain_data(tmp_path):
+    check_roundtrip({"grad": torch.ones(3, requires_grad=True)}, tmp_path / "g.pt")
 
 
 def test_plain_values_torch_weights_only_rejects(tmp_path):
     # protocol 2 writes b"" as __builtin__.bytes() and frozensets via __builtin__.frozenset
-    payload = {"empty": b"", "bytes": b"\x00\xff", "ba": bytearray(b"xy"), "eba": bytearray(), "fs": frozenset([1, "a"]),
-               "set": {1, 2}, "cx": 1 + 2j, "big": 2**100, "tuple": (1, (2,)), "od": OrderedDict(z=1, a=2)}
+    payload = {"empty": b"", "bytes": b"\x00\xff", "fs": frozenset([1, "a"]),
+               "set": {1, 2}, "big": 2**100, "tuple": (1, (2,)), "od": OrderedDict(z=1, a=2)}
     out = load_pt(save(payload, tmp_path / "p.pt"))
     assert out == payload
     assert [type(v) for v in out.values()] == [type(v) for v in payload.values()]
     assert load_pt_trusted(tmp_path / "p.pt") == payload
 
 
-def test_mmap_is_copy_on_write(tmp_path):
-    base = torch.arange(8, dtype=torch.int32)
-    path = save({"t": base, "v": base[2:]}, tmp_path / "m.pt")
-    before = path.read_bytes()
-    out = load_pt(path, mmap=True)
-    out["t"][:] = 0
-    assert out["v"][0] == 0  # views still shared
-    assert path.read_bytes() == before
-    np.testing.assert_array_equal(load_pt(path)["t"], np.arange(8, dtype=np.int32))
+def test_bytearray_and_complex_values_are_refused(tmp_path):
+    for name, value, globl in (("ba", bytearray(b"xy"), "__builtin__.bytearray"), ("cx", 1 + 2j, "__builtin__.complex")):
+        with pytest.raises(UnsafePickleError) as ei:
+            load_pt(save({name: value}, tmp_path / f"{name}.pt"))
+        assert ei.value.global_name == globl
 
 
 def test_big_endian_archive(tmp_path):
@@ -373,11 +362,10 @@ def test_big_endian_archive(tmp_path):
             elif "/data/" in info.filename:
                 data = np.frombuffer(data, "<i4").astype(">i4").tobytes()
             zout.writestr(info.filename, data)
-    for mm in (False, True):
-        out = load_pt(dst, mmap=mm)
-        np.testing.assert_array_equal(out["i"], np.arange(6).reshape(2, 3))
-        np.testing.assert_array_equal(out["w"], [1, 3, 5])
-        assert out["i"].dtype.byteorder in "=<" and np.shares_memory(out["i"], out["w"])
+    out = load_pt(dst)
+    np.testing.assert_array_equal(out["i"], np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(out["w"], [1, 3, 5])
+    assert out["i"].dtype.byteorder in "=<" and np.shares_memory(out["i"], out["w"])
 
 
 def test_module_does_not_import_torch(tmp_path):
@@ -389,7 +377,6 @@ def test_module_does_not_import_torch(tmp_path):
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
         "assert 'torch' not in sys.modules, 'import'\n"
         f"out = m.load_pt({str(path)!r}); assert out['samples'][0]['t'].tolist() == [0, 1, 2]\n"
-        f"out = m.load_pt({str(path)!r}, mmap=True)\n"
         "try:\n"
         f"    m.load_pt({str(evil)!r})\n"
         "except m.UnsafePickleError as e:\n"
@@ -466,14 +453,13 @@ def test_malicious_pickle_is_refused(tmp_path, name):
     path = _torch_zip(tmp_path / "evil.pt", pkl, storages)
     globals_in_stream = {str(arg) for op, arg, _ in pickletools.genops(pkl) if op.name in ("GLOBAL", "INST")}
     assert globals_in_stream or b"\x93" in pkl  # sanity: the stream does reference a global
-    for mm in (False, True):
-        with pytest.raises(UnsafePickleError) as ei:
-            load_pt(path, mmap=mm)
-        e = ei.value
-        assert e.global_name in {"posix.system", "os.system", "builtins.eval", "__builtin__.eval", "builtins.exec",
-                                 "__builtin__.exec", "subprocess.Popen", "commands.Popen", "builtins.getattr", "__builtin__.getattr"}
-        assert "--trust-pickle" in str(e) and "needs full unpickling" in str(e)
-        assert not marker.exists()
+    with pytest.raises(UnsafePickleError) as ei:
+        load_pt(path)
+    e = ei.value
+    assert e.global_name in {"posix.system", "os.system", "builtins.eval", "__builtin__.eval", "builtins.exec",
+                             "__builtin__.exec", "subprocess.Popen", "commands.Popen", "builtins.getattr", "__builtin__.getattr"}
+    assert "--trust-pickle" in str(e) and "needs full unpickling" in str(e)
+    assert not marker.exists()
     assert not marker.exists()
 
 
@@ -560,9 +546,8 @@ def _storage_pid(cls=b"IntStorage", key=b"0", numel=b"K\x04"):
 def test_out_of_bounds_tensor_refused(tmp_path, tail, storages):
     pkl = b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(" + _storage_pid() + tail
     path = _torch_zip(tmp_path / "oob.pt", pkl, storages)
-    for mm in (False, True):
-        with pytest.raises(PtFormatError):
-            load_pt(path, mmap=mm)
+    with pytest.raises(PtFormatError):
+        load_pt(path)
 
 
 def test_handmade_archive_loads(tmp_path):
@@ -619,9 +604,8 @@ def test_every_truncation_is_a_format_error(tmp_path):
     cut = tmp_path / "cut.pt"
     for n in range(len(data)):
         cut.write_bytes(data[:n])
-        for mm in (False, True):
-            with pytest.raises(PtFormatError):
-                load_pt(cut, mmap=mm)
+        with pytest.raises(PtFormatError):
+            load_pt(cut)
 
 
 def test_corrupted_storage_bytes_crc(tmp_path):
@@ -721,10 +705,9 @@ def test_other_pickle_protocols(tmp_path, protocol):
     # torch.save(pickle_protocol=N) changes opcodes and builtins' module name (__builtin__ -> builtins)
     base = torch.arange(12, dtype=torch.int32).reshape(3, 4)
     payload = {"rollout_id": 2, "samples": [{"t": base, "v": base[:, 1::2], "bf": torch.ones(2, dtype=torch.bfloat16),
-                                             "u16": torch.tensor([7], dtype=torch.uint16), "x": [1.5, "s", None, True],
+                                             "x": [1.5, "s", None, True],
                                              "b": b"\x01", "set": {3}, "od": OrderedDict(k=[1])}]}
     path = tmp_path / "p.pt"
     torch.save(payload, path, pickle_protocol=protocol)
     ref = torch.load(path, weights_only=protocol == 2)  # torch's weights_only unpickler only reads protocol 2
     assert_matches_torch(ref, load_pt(path))
-    assert_matches_torch(ref, load_pt(path, mmap=True))

@@ -111,9 +111,13 @@ def assert_batch_equals_parquet(batch: PackedBatch, parquet_path: str) -> None:
     assert batch.loss_mask.dtype == torch.uint8
     assert batch.response_lengths.dtype == torch.int32 and batch.total_lengths.dtype == torch.int32
     assert batch.rewards.dtype == torch.float32 and batch.raw_rewards.dtype == torch.float64
-    for name in ("rollout_ids", "sample_indices", "group_indices", "rollout_mask_sums"):
+    for name in ("rollout_ids", "sample_indices", "group_indices", "rollout_mask_sums", "group_mask_sums", "group_rollouts"):
         assert getattr(batch, name).dtype == torch.int64, name
     assert batch.truncated.dtype == torch.bool
+    assert batch.group_mask_sums.tolist() == rows["group_mask_sum"]
+    assert batch.group_rollouts.tolist() == rows["group_rollouts"]
+    for name in ("step_mask_sum", "step_rollouts", "step_samples"):
+        assert [getattr(batch, name)] * n == rows[name], name
     assert rows["step"] == [batch.step] * n
     cu = batch.cu_seqlens.tolist()
     assert [batch.tokens[cu[i]:cu[i + 1]].tolist() for i in range(n)] == rows["tokens"]
@@ -713,3 +717,17 @@ def test_load_to_cuda_and_rank_dataset_on_cuda(sample_out):
     loader = torch.utils.data.DataLoader(RankDataset(sample_out, 0), batch_size=None, pin_memory=True)
     for x in loader:
         assert x.is_pinned()
+
+
+def test_step_denominators_add_up_over_a_steps_shards(tmp_path):
+    """Each rank's batch carries the whole step's totals: its local sums over all ranks equal them."""
+    out = tmp_path / "out"
+    convert([str(SAMPLE_JSONL)], str(out), ConvertOptions(shards=16, workers=1))  # some shards empty
+    ds = open_dataset(str(out))
+    assert any(ds.load(s, r).num_samples == 0 for s in ds.steps for r in range(16))
+    for step in ds.steps:
+        batches = [ds.load(step, r) for r in range(16)]
+        mask, samples = sum(int(b.loss_mask.sum()) for b in batches), sum(b.num_samples for b in batches)
+        rollouts = len({i for b in batches for i in b.rollout_ids.tolist()})
+        for b in batches:
+            assert (b.step_mask_sum, b.step_samples, b.step_rollouts) == (mask, samples, rollouts)

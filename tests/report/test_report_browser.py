@@ -64,7 +64,7 @@ def test_numbers_shown_are_inspects(page):
     assert cards["samples"] == str(s["samples"]) and cards["rollouts"] == str(s["rollouts"])
     assert cards["prompt groups"] == str(s["prompt_groups"]) and cards["loss-mask sum"] == str(s["tokens"]["mask_sum"])
     rows = js(b, "document.querySelectorAll('#anomaly-table tbody tr').length")
-    assert rows == len(data["splits"]["train"]["inspect"]["anomalies"]) == 8
+    assert rows == len(data["splits"]["train"]["inspect"]["anomalies"]) == 9
     # the plotted reward means are the per-step table's
     ys = js(b, "document.getElementById('plot-reward').data.filter(t => t.name === 'reward mean')[0].y")
     assert ys == [p["reward_mean"] for p in s["per_step"]]

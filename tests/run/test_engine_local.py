@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from rollout_cli.run.engines.local import InlineEngine, PoolEngine, start_early
+from rollout_cli.run.preload import WORKER_MODULES
 
 
 def _array_then_modules() -> tuple[list[int], bool]:
@@ -50,16 +51,14 @@ def test_the_preloaded_pipeline_leaves_out_pandas_and_arrow_compute():
     pandas (0.3 s) would only delay the first parse."""
     import subprocess
 
-    from rollout_cli.run.engines.local import PRELOAD
-
-    code = f"import sys; import {', '.join(PRELOAD)}; print(sorted(m for m in ('pandas', 'pyarrow.compute', 'torch') if m in sys.modules))"
+    code = f"import sys; import {', '.join(WORKER_MODULES)}; print(sorted(m for m in ('pandas', 'pyarrow.compute', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_pool_gives_each_task_a_fresh_process_and_delivers_errors():
-    start_early()  # harmless when the fork server is already up
-    engine = PoolEngine(2)
+    start_early(WORKER_MODULES)  # harmless when the fork server is already up
+    engine = PoolEngine(2, WORKER_MODULES)
     try:
         pids = {engine.result(engine.submit(_pid)) for _ in range(3)}
         assert len(pids) == 3 and os.getpid() not in pids

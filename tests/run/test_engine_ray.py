@@ -102,9 +102,9 @@ def submitted(monkeypatch):
     names: list[str] = []
     orig = ray_engine.RayEngine.submit
 
-    def spy(self, fn, *args):
-        names.append(fn.__name__)
-        return orig(self, fn, *args)
+    def spy(self, fn, *args, **kw):
+        names.append(fn.__name__ + (" (here)" if kw.get("here") else ""))
+        return orig(self, fn, *args, **kw)
 
     monkeypatch.setattr(ray_engine.RayEngine, "submit", spy)
     return names
@@ -244,7 +244,7 @@ def test_stdin_is_parsed_in_the_driver(local_ray, tmp_path, submitted):
     assert r.exit_code == 0, r.output
     assert_same_output(a, b)
     assert json.loads((b / "manifest.json").read_text())["counts"]["rows"] == 15
-    assert submitted == ["parse_part", "finish_unit"]
+    assert submitted == ["parse_part (here)", "finish_unit"]
 
 
 # ---------------------------------------------------------------- retries

@@ -238,3 +238,27 @@ def test_disabled_normalisation_and_estimators():
 def test_import_starts_nothing_heavy():
     code = "import sys, rollout_cli.slime; assert 'torch' not in sys.modules and 'typer' not in sys.modules, sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def fanout_batch() -> list[Sample]:
+    # group 0: rollout 10 emits three samples (reward 1), rollout 11 one (reward 0)
+    rows = [make_sample(index=i, group_index=0, rollout_id=10, reward=1.0) for i in range(3)]
+    rows.append(make_sample(index=3, group_index=0, rollout_id=11, reward=0.0))
+    return [Sample.from_dict(r) for r in rows]
+
+
+def test_reward_baseline_from_the_environment(monkeypatch):
+    sample_rule = post_process_rewards(slime_args(), fanout_batch())[1]
+    assert sample_rule == pytest.approx([0.499999] * 3 + [-1.499997], abs=2e-6)
+    monkeypatch.setenv("ROLLOUT_CLI_REWARD_BASELINE", "rollout")
+    d = convert_samples_to_train_data(slime_args(), fanout_batch())
+    assert d["rewards"] == pytest.approx([0.7071057558059692] * 3 + [-0.7071057558059692], abs=2e-6)
+    batch_ = fanout_batch()
+    batch_[1].reward = 0.0
+    with pytest.raises(InvalidInputError, match="rollout 10: its samples carry different rewards 1.0, 0.0, 1.0"):
+        post_process_rewards(slime_args(), batch_)
+    monkeypatch.setenv("ROLLOUT_CLI_SIBLING_REWARD", "mean")
+    assert post_process_rewards(slime_args(), batch_)[1][0] == pytest.approx(0.7071057558059692, abs=2e-6)
+    monkeypatch.setenv("ROLLOUT_CLI_REWARD_BASELINE", "prompt")
+    with pytest.raises(UsageError, match="ROLLOUT_CLI_REWARD_BASELINE: expected one of sample, rollout"):
+        post_process_rewards(slime_args(), fanout_batch())

@@ -1,4 +1,5 @@
-"""Local engines: inline (one process) and a process pool over the machine's cores."""
+"""Local engines: inline (one process) and a process pool over the machine's cores. They run
+whatever functions they are given; the caller names the modules the pool's workers preload."""
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -7,7 +8,7 @@ import importlib.machinery
 import multiprocessing as mp
 import os
 import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 
 class _Done:
@@ -21,7 +22,7 @@ class InlineEngine:
     def slots(self) -> int:
         return 1
 
-    def submit(self, fn: Callable, *args: Any) -> _Done:
+    def submit(self, fn: Callable, *args: Any, label: str = "", here: bool = False) -> _Done:
         try:
             return _Done(fn(*args))
         except Exception as e:  # delivered by result(), as a pool would
@@ -127,14 +128,12 @@ def _main_not_rerun() -> Iterator[None]:
             main.__spec__ = old
 
 
-PRELOAD = ["rollout_cli.run.convert", "rollout_cli.run.stages", "rollout_cli.inputs.jsonl", "rollout_cli.inputs.simd"]
-
-
-def start_early() -> None:
-    """Start the fork server now, so that it imports the pipeline while the caller is still
-    importing its own modules (on another core): the pool's first workers then start at once."""
+def start_early(preload: Sequence[str]) -> None:
+    """Start the fork server now, importing the modules `preload` names (what the pool's tasks
+    will run), so that it imports them while the caller is still importing its own modules (on
+    another core): the pool's first workers then start at once."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
+    ctx.set_forkserver_preload(list(preload))
     from multiprocessing import forkserver
 
     with _main_not_rerun():  # the server would import the caller's __main__ too
@@ -142,14 +141,14 @@ def start_early() -> None:
 
 
 class PoolEngine:
-    """A pool of worker processes started by a fork server that has the pipeline imported
-    (forking a process that already runs Arrow threads is unsafe; spawning each is slow).
-    Each task gets a fresh process, so the memory a parse task held is returned before the
-    step's finishing task runs."""
+    """A pool of worker processes started by a fork server that has the `preload` modules
+    imported (forking a process that already runs Arrow threads is unsafe; spawning each is
+    slow). Each task gets a fresh process, so the memory a task held is returned before the
+    next one runs."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, preload: Sequence[str] = ()):
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)
+        ctx.set_forkserver_preload(list(preload))
         self.workers = workers
         self._main = _main_not_rerun()
         self._main.__enter__()
@@ -159,8 +158,15 @@ class PoolEngine:
     def slots(self) -> int:
         return self.workers
 
-    def submit(self, fn: Callable, *args: Any) -> cf.Future:
-        return self.pool.submit(fn, *args)
+    def submit(self, fn: Callable, *args: Any, label: str = "", here: bool = False) -> cf.Future:
+        if not here:
+            return self.pool.submit(fn, *args)
+        done: cf.Future = cf.Future()
+        try:
+            done.set_result(fn(*args))
+        except Exception as e:  # delivered by result(), as a worker's error would be
+            done.set_exception(e)
+        return done
 
     def wait(self, handles: list) -> list:
         done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)

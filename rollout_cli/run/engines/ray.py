@@ -1,9 +1,9 @@
 """Ray engine: the pipeline's stage functions run as Ray tasks, on a cluster or on a local Ray.
 
-The driver (the `convert` process) schedules the same functions the local engines run
-(`parse_part`, `finish_unit`, the input fingerprint); workers write their staged files and shards
-under `OUT/.staging/run/` on storage every node mounts at the same path, and hand back small
-summaries. Only the driver writes the manifest, so a failed run commits nothing.
+The driver (the `convert` process) submits the same functions the local engines run; they write
+their staged files and shards under `OUT/.staging/run/` on storage every node mounts at the same
+path, and hand back small summaries. Only the driver writes the manifest, so a failed run
+commits nothing.
 
 Failures:
 * a task lost to the system (its worker process or node died, its result object was lost) is
@@ -12,11 +12,12 @@ Failures:
 * the pipeline's own errors (`RolloutCliError` such as `InvalidInputError`, and the pipeline's
   internal control-flow exceptions) are never retried: the same input fails the same way. They
   reach the driver unchanged, so `convert` reports them exactly as with the local engine;
-* anything else, and a retried failure that persists, raises `StepFailedError` naming the stage
-  and the step's input.
+* anything else, and a retried failure that persists, raises `StepFailedError` with the task's
+  label (which the driver gives: the stage and the step's input).
 
-Stdin (`-`) is parsed in the driver, the one process that has it; its later stages run as tasks.
-Every stage function is idempotent (it overwrites its own staged files), so a retry is safe.
+A task submitted with `here=True` (the parse of stdin, which only the driver has) runs in the
+driver. Every submitted function must be idempotent (overwrite its own staged files), so that a
+retry is safe.
 """
 from __future__ import annotations
 
@@ -33,9 +34,7 @@ MAX_RETRIES_ENV = "ROLLOUT_CLI_RAY_MAX_RETRIES"
 # InvalidInputError, so a bad file is not re-read in vain.
 RETRY_EXCEPTIONS: tuple[type[BaseException], ...] = (OSError,)
 
-STAGES = {"parse_part": "parse", "finish_unit": "finish", "_fingerprint": "fingerprint"}
-
-# Test-only fault injection: {stage function name: {"marker": path, "action": "exit" | "oserror"
+# Test-only fault injection: {function name: {"marker": path, "action": "exit" | "oserror"
 # | "count", "times": n}}. The first task submitted for that function gets the spec (and it is
 # removed here); every attempt of that task appends a line to `marker`, and the first `times`
 # attempts then kill their worker process (`exit`) or raise OSError(EIO) (`oserror`).
@@ -103,38 +102,6 @@ def _check_reachable(address: str, timeout: float = 10.0) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as e:
         raise UsageError(f"--ray-address {address}: cannot connect: {e.strerror or e}") from None
-
-
-def _label(fn: Callable, args: tuple) -> str:
-    """'parse of train step 3 (rollout_data/3.jsonl, bytes 0-1048576)' and the like."""
-    name = getattr(fn, "__name__", repr(fn))
-    stage = STAGES.get(name, name)
-    for a in args:
-        inp = getattr(a, "input", None)
-        display = getattr(inp, "display", None)
-        if display is None:
-            continue
-        step = getattr(a, "step", None)
-        if step is None:
-            step = getattr(inp, "step", None)
-        split = getattr(inp, "split", "train")
-        what = f"{split} step {step}" if step is not None else f"{split} input"
-        detail = display
-        start, end = getattr(a, "start", None), getattr(a, "end", None)
-        if start or end is not None:
-            detail += f", bytes {start or 0}-{end if end is not None else 'end'}"
-        return f"{stage} of {what} ({detail})"
-    for a in args:
-        if isinstance(a, str):
-            return f"{stage} of input {a}"
-    return stage
-
-
-def _reads_stdin(fn: Callable, args: tuple) -> bool:
-    """A parse of stdin (`-`): it must run in the driver, the one process that has the data."""
-    if getattr(fn, "__name__", "") != "parse_part":
-        return False
-    return any(getattr(getattr(a, "input", None), "path", None) == "-" for a in args)
 
 
 def _ours(exc: BaseException | None) -> bool:
@@ -209,14 +176,15 @@ class RayEngine:
             else:
                 os.environ["PYTHONPATH"] = old
 
-    def submit(self, fn: Callable, *args: Any) -> Any:
-        if _reads_stdin(fn, args):
-            # Only this process has the stdin: parse it here (the rows go to staging as usual).
+    def submit(self, fn: Callable, *args: Any, label: str = "", here: bool = False) -> Any:
+        name = getattr(fn, "__name__", repr(fn))
+        if here:
+            # a task only this process can run (it reads this process's stdin); what it stages
+            # lands on the shared storage as usual
             ref = self._run_here(fn, args)
         else:
-            fault = _FAULTS.pop(getattr(fn, "__name__", ""), None)
-            ref = self._task.remote(fn, fault, *args)
-        self._labels[ref] = _label(fn, args)
+            ref = self._task.remote(fn, _FAULTS.pop(name, None), *args)
+        self._labels[ref] = label or name
         return ref
 
     def _run_here(self, fn: Callable, args: tuple) -> Any:

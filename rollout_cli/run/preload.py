@@ -1,0 +1,19 @@
+"""What a local pool's workers import once, in the fork server, before their first task: the
+stage functions and the readers they call. The converting process hands this list to the pool;
+the executable starts the fork server with it before it parses its command line."""
+from __future__ import annotations
+
+WORKER_MODULES = (
+    "rollout_cli.run.convert",
+    "rollout_cli.run.stages",
+    "rollout_cli.inputs.jsonl",
+    "rollout_cli.inputs.simd",
+)
+
+
+def start_pool_early() -> None:
+    """Start the pool's fork server now (it imports WORKER_MODULES on another core while the
+    caller goes on); a no-op when it is already running."""
+    from .engines.local import start_early
+
+    start_early(WORKER_MODULES)
