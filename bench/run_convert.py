@@ -44,6 +44,9 @@ import procmon  # noqa: E402
 SUBJECT = "rollout-cli"
 ALL_TOOLS = (SUBJECT, "polars", "pyarrow", "duckdb")
 STEP_FILE = "step_000001.jsonl"
+# the tools per input format (--format); `torch` only loads the dump and writes nothing
+FORMAT_TOOLS = {"jsonl": ALL_TOOLS, "parquet": (SUBJECT, "polars"), "pt": (SUBJECT, "torch")}
+NO_OUTPUT = {"torch"}
 
 # --- peers: each is run as `python -c CODE INPUT OUTPUT_FILE` --------------------------
 POLARS = r"""
@@ -93,7 +96,31 @@ duckdb.connect().execute(
     f"columns={columns!r})) TO {q(sys.argv[2])} (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1)")
 """
 
+# Parquet input (types as pyarrow infers them from Python lists): scan, cast the list columns
+# to the trainer types, write
+POLARS_PARQUET = r"""
+import sys
+import polars as pl
+cast = {"tokens": pl.List(pl.Int32), "loss_mask": pl.List(pl.Int8),
+        "rollout_log_probs": pl.List(pl.Float32)}
+pl.scan_parquet(sys.argv[1]).cast(cast).sink_parquet(
+    sys.argv[2], compression="zstd", compression_level=1)
+"""
+
+# .pt input: loading the dump alone (the floor under any converter that reads it with torch)
+TORCH_LOAD = r"""
+import sys
+import torch
+payload = torch.load(sys.argv[1], weights_only=False)
+assert len(payload["samples"]) > 0
+"""
+
 PEER_CODE = {"polars": POLARS, "pyarrow": PYARROW, "duckdb": DUCKDB}
+FORMAT_PEER_CODE = {"parquet": {"polars": POLARS_PARQUET}, "pt": {"torch": TORCH_LOAD}}
+
+
+def peer_code(tool: str, fmt: str) -> str:
+    return FORMAT_PEER_CODE.get(fmt, PEER_CODE)[tool]
 
 
 def find_subject() -> str | None:
@@ -117,10 +144,10 @@ def compile_subject() -> None:
             compileall.compile_dir(d, quiet=1)
 
 
-def tool_cmd(tool: str, src: str, outdir: str, subject_exe: str | None) -> list[str]:
+def tool_cmd(tool: str, src: str, outdir: str, subject_exe: str | None, fmt: str = "jsonl") -> list[str]:
     if tool == SUBJECT:
         return [subject_exe, "convert", src, outdir, "--overwrite", "--compression", "zstd", "-q"]
-    return [sys.executable, "-c", PEER_CODE[tool], src, os.path.join(outdir, "part-0.parquet")]
+    return [sys.executable, "-c", peer_code(tool, fmt), src, os.path.join(outdir, "part-0.parquet")]
 
 
 def ensure_input(data_dir: str, size_mb: float, seed: int) -> tuple[str, dict]:
@@ -139,6 +166,29 @@ def ensure_input(data_dir: str, size_mb: float, seed: int) -> tuple[str, dict]:
                     "--seed", str(seed), "--out", path], check=True)
     with open(meta_path) as f:
         return path, json.load(f)
+
+
+def ensure_format(jsonl: str, fmt: str) -> str:
+    """The step file in `fmt`, made once from the JSONL next to it (the same samples): Parquet
+    as pyarrow writes it from Python lists (inferred types, its defaults), `.pt` as slime's
+    dump layout {"rollout_id": step, "samples": [...]} through torch.save."""
+    if fmt == "jsonl":
+        return jsonl
+    path = jsonl[: -len(".jsonl")] + "." + fmt
+    if os.path.exists(path) and os.path.getmtime(path) >= os.path.getmtime(jsonl):
+        return path
+    print(f"writing {path} from {os.path.basename(jsonl)} ...", file=sys.stderr, flush=True)
+    code = {
+        "parquet": "import sys, orjson, pyarrow as pa, pyarrow.parquet as pq\n"
+                   "rows = [orjson.loads(l) for l in open(sys.argv[1], 'rb')]\n"
+                   "pq.write_table(pa.Table.from_pylist(rows), sys.argv[2] + '.tmp')\n",
+        "pt": "import sys, orjson, torch\n"
+              "rows = [orjson.loads(l) for l in open(sys.argv[1], 'rb')]\n"
+              "torch.save({'rollout_id': 1, 'samples': rows}, sys.argv[2] + '.tmp')\n",
+    }[fmt]
+    subprocess.run([sys.executable, "-c", code, jsonl, path], check=True)
+    os.replace(path + ".tmp", path)
+    return path
 
 
 def warm_cache(path: str) -> None:
@@ -234,9 +284,9 @@ def summarise(tool: str, all_runs: list[dict], input_bytes: int) -> dict:
     }
 
 
-def print_table(rows: list[dict], title: str) -> None:
+def print_table(rows: list[dict], title: str, peer: str = "polars") -> None:
     hdr = ["tool", "median s", "min s", "max s", "MB/s", "CPU s", "peak PSS MiB", "max RSS MiB",
-           "time x polars", "mem x polars", "out MB", "noisy", "output"]
+           f"time x {peer}", f"mem x {peer}", "out MB", "noisy", "output"]
     lines = [hdr]
     for r in rows:
         if r.get("failed"):
@@ -264,8 +314,11 @@ def main(argv=None):
     ap.add_argument("--size-mb", type=float, default=200, help="input size in MiB (generated and cached)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reps", type=int, default=3, help="reps per tool (>= 3 for a median)")
-    ap.add_argument("--tools", default=",".join(ALL_TOOLS),
-                    help=f"comma list out of {','.join(ALL_TOOLS)} (default: all)")
+    ap.add_argument("--format", choices=sorted(FORMAT_TOOLS), default="jsonl",
+                    help="input format: the same samples as JSONL, Parquet (pyarrow-inferred types) or .pt")
+    ap.add_argument("--tools", default=None,
+                    help="comma list of tools (default: all for the format: jsonl "
+                         f"{','.join(ALL_TOOLS)}; parquet rollout-cli,polars; pt rollout-cli,torch)")
     ap.add_argument("--interval-ms", type=float, default=20, help="memory sampling period")
     ap.add_argument("--pss-reps", type=int, default=1,
                     help="extra round(s) per tool that sample PSS (not timed); see --pss-inline")
@@ -280,10 +333,11 @@ def main(argv=None):
     ap.add_argument("--results-dir", default=os.path.join(HERE, "results"))
     a = ap.parse_args(argv)
 
-    tools = [t.strip() for t in a.tools.split(",") if t.strip()]
-    bad = [t for t in tools if t not in ALL_TOOLS]
+    known = FORMAT_TOOLS[a.format]
+    tools = [t.strip() for t in (a.tools or ",".join(known)).split(",") if t.strip()]
+    bad = [t for t in tools if t not in known]
     if bad:
-        ap.error(f"unknown tool(s) {bad}; choose from {','.join(ALL_TOOLS)}")
+        ap.error(f"unknown tool(s) {bad} for --format {a.format}; choose from {','.join(known)}")
     subject_exe = None
     if SUBJECT in tools:
         subject_exe = find_subject()
@@ -296,7 +350,8 @@ def main(argv=None):
         compile_subject()
 
     src, meta = ensure_input(a.data_dir, a.size_mb, a.seed)
-    size_tag = f"{a.size_mb:g}mb"
+    src = ensure_format(src, a.format)
+    size_tag = f"{a.size_mb:g}mb" + ("" if a.format == "jsonl" else f"-{a.format}")
     out_root = os.path.join(a.data_dir, f"out-{size_tag}")
     nbytes = os.path.getsize(src)
     print(f"input {src}: {nbytes / 1e6:,.0f} MB, {meta['samples']:,} samples, {meta['tokens']:,} tokens; "
@@ -311,7 +366,7 @@ def main(argv=None):
         order = tools[rep % len(tools):] + tools[:rep % len(tools)]  # rotate the start each rep
         for tool in order:
             outdir = os.path.join(out_root, tool)
-            cmd = tool_cmd(tool, src, outdir, subject_exe)
+            cmd = tool_cmd(tool, src, outdir, subject_exe, a.format)
             for attempt in range(a.retries + 1):
                 clear_dir(outdir)
                 warm_cache(src)
@@ -326,7 +381,7 @@ def main(argv=None):
                 r["error_tail"] = out[-2000:]
                 print(f"  {tool} rep {rep}: FAILED rc={r['rc']}\n{out[-2000:]}", file=sys.stderr)
             elif tool not in checks:
-                checks[tool] = verify(outdir, meta)
+                checks[tool] = {"ok": True, "out_bytes": 0, "loaded_only": True} if tool in NO_OUTPUT else verify(outdir, meta)
             runs[tool].append(r)
             pss_txt = "" if r["peak_pss_mib"] is None else f"PSS {r['peak_pss_mib']:7,.0f} MiB  "
             print(f"  {'rep %d' % rep if timed else 'pss  '} {tool:12s} {r['wall_s']:7.2f} s  cpu {r['cpu_s']:6.2f} s  "
@@ -336,19 +391,20 @@ def main(argv=None):
                   file=sys.stderr, flush=True)
 
     rows = [summarise(t, runs[t], nbytes) for t in tools]
-    base = next((r for r in rows if r["tool"] == "polars" and not r.get("failed")), None)
+    peer = "torch" if a.format == "pt" else "polars"
+    base = next((r for r in rows if r["tool"] == peer and not r.get("failed")), None)
     for r in rows:
         r["verify"] = checks.get(r["tool"], {})
         if base and not r.get("failed"):
             r["time_vs_polars"] = r["median_s"] / base["median_s"]
             r["mem_vs_polars"] = (r["peak_pss_mib"] / base["peak_pss_mib"]
                                   if r["peak_pss_mib"] and base["peak_pss_mib"] else None)
-    print_table(rows, f"JSONL -> Parquet (zstd-1), {nbytes / 1e6:,.0f} MB input, {meta['samples']:,} samples, "
-                      f"median of {a.reps}, warm cache; MB = 10^6 bytes of JSONL; x polars = ratio to polars;\n"
+    print_table(rows, f"{a.format} -> Parquet (zstd-1), {nbytes / 1e6:,.0f} MB input, {meta['samples']:,} samples, "
+                      f"median of {a.reps}, warm cache; MB = 10^6 bytes of input; x {peer} = ratio to {peer};\n"
                       f"peak PSS = whole process tree, "
                       f"{'sampled in the timed reps' if a.pss_inline else 'from %d separate untimed rep(s)' % a.pss_reps}; "
                       f"max RSS = largest single-process VmHWM; noisy = timed reps used although other "
-                      f"processes took > {a.noisy_frac:.0%} of a core (all reps are used when < 3 are clean)")
+                      f"processes took > {a.noisy_frac:.0%} of a core (all reps are used when < 3 are clean)", peer)
 
     os.makedirs(a.results_dir, exist_ok=True)
     res_path = os.path.join(a.results_dir, f"convert-{size_tag}.json")
@@ -359,13 +415,13 @@ def main(argv=None):
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "machine": platform.machine()},
             "versions": versions(),
-            "input": {"path": os.path.relpath(src, HERE), "bytes": nbytes, "samples": meta["samples"],
+            "input": {"path": os.path.relpath(src, HERE), "format": a.format, "bytes": nbytes, "samples": meta["samples"],
                       "tokens": meta["tokens"], "generator_args": meta["args"]},
             "settings": {"reps": a.reps, "pss_reps": 0 if a.pss_inline else a.pss_reps,
                          "pss_inline": a.pss_inline, "interval_ms": a.interval_ms, "idle_wait_s": a.idle_wait,
                          "noisy_frac": a.noisy_frac, "retries": a.retries},
             "commands": {t: (tool_cmd(t, "INPUT", "OUTDIR", SUBJECT) if t == SUBJECT else
-                             ["python", "-c", PEER_CODE[t], "INPUT", "OUTDIR/part-0.parquet"]) for t in tools},
+                             ["python", "-c", peer_code(t, a.format), "INPUT", "OUTDIR/part-0.parquet"]) for t in tools},
             "summary": rows,
             "runs": runs,
         }, f, indent=1)

@@ -351,6 +351,7 @@ ALLOWED_GLOBALS: tuple[str, ...] = tuple(sorted(_ALLOWED))
 # --------------------------------------------------------------------------- archive access
 
 _LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."  # pickle of torch's legacy MAGIC_NUMBER
+_PICKLE_BUFFER = 1 << 20
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, NotImplementedError, ValueError, struct.error)
 
@@ -447,8 +448,8 @@ class _Archive:
 class _RestrictedUnpickler(pickle.Unpickler):
     """C unpickler whose globals come only from _ALLOWED and whose persistent ids are storages."""
 
-    def __init__(self, data: bytes, archive: _Archive):
-        super().__init__(io.BytesIO(data), encoding="utf-8")
+    def __init__(self, stream: Any, archive: _Archive):
+        super().__init__(stream, encoding="utf-8")
         self._archive = archive
 
     def find_class(self, module: str, name: str) -> Any:
@@ -499,16 +500,30 @@ def load_pt(path: str | os.PathLike[str]) -> Any:
             try:
                 archive = _Archive(fh, zf, display)
                 pkl_name = archive.prefix + "data.pkl"
-                data = archive.read_record(pkl_name)
-                unpickler = _RestrictedUnpickler(data, archive)
+                # Streamed, not read whole: the pickle's bytes (most of a dump without tensors)
+                # are then never held next to the objects they make. The buffer's peek lets the
+                # C unpickler prefetch a megabyte at a time.
                 try:
-                    return unpickler.load()
-                except (UnsafePickleError, PtFormatError):
-                    raise
-                except OSError:
-                    raise
-                except Exception as e:  # anything a corrupt stream makes the C unpickler raise
-                    raise PtFormatError(f"corrupt pickle stream in {pkl_name!r}: {type(e).__name__}: {str(e)[:200]}") from e
+                    stream = io.BufferedReader(zf.open(pkl_name), buffer_size=_PICKLE_BUFFER)
+                except KeyError:
+                    raise PtFormatError(f"missing record {pkl_name!r}") from None
+                except _ZIP_ERRORS as e:
+                    raise PtFormatError(f"corrupt record {pkl_name!r}: {e}") from e
+                with stream:
+                    unpickler = _RestrictedUnpickler(stream, archive)
+                    try:
+                        obj = unpickler.load()
+                        while stream.read(_PICKLE_BUFFER):  # to the record's end: its CRC is checked there
+                            pass
+                        return obj
+                    except (UnsafePickleError, PtFormatError):
+                        raise
+                    except OSError:
+                        raise
+                    except zipfile.BadZipFile as e:  # the record's CRC, or a broken archive
+                        raise PtFormatError(f"corrupt record {pkl_name!r}: {e}") from e
+                    except Exception as e:  # anything a corrupt stream makes the C unpickler raise
+                        raise PtFormatError(f"corrupt pickle stream in {pkl_name!r}: {type(e).__name__}: {str(e)[:200]}") from e
             except PtFormatError as e:
                 if e.path is None:
                     e.path = display

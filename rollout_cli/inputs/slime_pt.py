@@ -14,7 +14,9 @@ import numpy as np
 from ..core.errors import InvalidInputError, Location, Problem
 from .base import RawChunk
 
-CHUNK_SAMPLES = 1024
+# Samples converted per chunk: each chunk's arrays are new memory while the lists they replace
+# are still held (the unpickled graph is freed only as whole chunks are done)
+CHUNK_SAMPLES = 128
 
 
 @dataclass

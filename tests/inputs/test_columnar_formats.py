@@ -154,6 +154,26 @@ def test_row_group_parts_cover_the_file_once(tmp_path):
     assert parquet_parts.split(inp, 4) == [(0, None)]  # a small file is one part
 
 
+@pytest.mark.parametrize("rows,group,parts,chunk", [(23, 23, 2, 1024), (23, 23, 3, 4), (23, 12, 3, 5), (5, 5, 7, 2)])
+def test_parts_of_fewer_row_groups_split_the_rows(tmp_path, rows, group, parts, chunk):
+    path = tmp_path / "3.parquet"
+    _parquet_in_groups(path, rows, group)
+    seen = []
+    for k in range(parts):
+        got = [n for raw in read_parquet(str(path), "3.parquet", chunk, part=k, parts=parts) for n in raw.numbers]
+        assert got == list(range(rows * k // parts, rows * (k + 1) // parts))
+        seen.extend(got)
+    assert seen == list(range(rows))
+
+
+def test_one_row_group_on_several_workers_gives_the_same_shards(tmp_path, monkeypatch):
+    path = tmp_path / "in" / "3.parquet"
+    _parquet_in_groups(path, 40, 40)
+    whole = _shards(path, tmp_path / "o1")
+    monkeypatch.setattr(parquet_parts, "MIN_PART_BYTES", 1)
+    assert _shards(path, tmp_path / "o3", workers=3) == whole
+
+
 def test_parquet_parts_on_several_workers_give_the_same_shards(tmp_path, monkeypatch):
     path = tmp_path / "in" / "3.parquet"
     _parquet_in_groups(path, 40, 6)

@@ -621,6 +621,17 @@ def test_corrupted_storage_bytes_crc(tmp_path):
         load_pt(src)
 
 
+def test_corrupted_pickle_record_crc(tmp_path):
+    # a flipped byte inside a string keeps the pickle valid: only the record's CRC tells
+    src = save({"text": "x" * 64}, tmp_path / "c.pt")
+    data = bytearray(src.read_bytes())
+    at = data.index(b"x" * 64)
+    data[at + 5] = ord("y")
+    src.write_bytes(bytes(data))
+    with pytest.raises(PtFormatError, match="CRC"):
+        load_pt(src)
+
+
 @pytest.mark.parametrize(
     "pkl",
     [b"", b"\x80\x02", b"\x80\x02}q\x00(X\x01\x00\x00\x00a", b"garbage", b"\x80\x02K\x01K\x02s.", b"\x80\x02]h\x05.",
