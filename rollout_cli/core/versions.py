@@ -1,7 +1,7 @@
 """The tool's version, and the output format's name and schema version, stamped on the
 manifest and on every shard."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 FORMAT = "rollout-cli/train-data"
 SCHEMA_VERSION = 2  # of the output: the manifest and the shard schema (2: the export, schedule and loss-denominator columns)
