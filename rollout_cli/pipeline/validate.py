@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from ..core.errors import Location, Problem
+from ..core.errors import Problem
 from ..inputs.base import RawChunk
 from ..core.schema import INT32_MAX, STATUSES
 

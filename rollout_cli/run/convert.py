@@ -26,7 +26,8 @@ from ..inputs.discover import InputFile
 from ..inputs.units import claim_step, plan_units
 from ..core.options import ConvertOptions
 from ..output.commit import staged_path as _staged
-from .tasks import PartResult, PartTask, Unit, UnitResult
+from ..inputs.units import Unit
+from .tasks import PartResult, PartTask, UnitResult
 
 __all__ = ["ConvertOptions", "convert", "plan_units", "parse_part", "finish_unit"]
 

@@ -25,7 +25,8 @@ from ..core.schema import SCHEDULE_COLUMNS, train_schema
 from ..pipeline.fields import STEP_FIELDS, group_fields, step_fields
 from ..pipeline.schedule import ScheduleConfig, build_schedule, trailing_warning
 from ..pipeline.step import StepFields, compute_step
-from .tasks import PartResult, PartTask, Unit, UnitResult
+from ..inputs.units import Unit
+from .tasks import PartResult, PartTask, UnitResult
 from ..output.write import write_ipc, write_parquet
 
 

@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 
 from ..core.errors import Problem
 from ..inputs.discover import InputFile
-from ..inputs.units import Unit  # noqa: F401  (planned below run/, shared with inspect)
 
 
 @dataclass

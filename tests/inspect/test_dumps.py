@@ -100,7 +100,7 @@ def test_every_sample_agrees_with_a_sharded_convert(tmp_path, scope):
         rid = None if i % 7 == 0 else (g * 3 + i % 2 if i % 11 else 9)  # id 9 is reused by many groups
         rows.append(sample(i, g, rid, float((i * 37) % 5) / 4, rl=1 + i % 4))
     rows[301]["loss_mask"] = [1]  # wrong length: rejected with its rollout
-    f = write_jsonl(tmp_path / "in" / "4.jsonl", rows)
+    write_jsonl(tmp_path / "in" / "4.jsonl", rows)
     write_pt(tmp_path / "in" / "dump_9.pt", [make_sample(index=1000 + k, group_index=k // 3, reward=float(k % 2),
                                                               response_length=1 + k % 3) for k in range(30)], 6)
     opts = {"rollout_id_scope": scope}

@@ -13,7 +13,8 @@ from rollout_cli.inputs.discover import InputFile
 from rollout_cli.run import convert as convert_mod
 from rollout_cli.run.engines.local import InlineEngine, PoolEngine
 from rollout_cli.run.preload import WORKER_MODULES
-from rollout_cli.run.tasks import PartTask, Unit
+from rollout_cli.inputs.units import Unit
+from rollout_cli.run.tasks import PartTask
 
 ENGINES = Path(engines_pkg.__file__).parent
 

@@ -16,7 +16,8 @@ from rollout_cli.inputs.discover import discover
 from rollout_cli.core.options import ConvertOptions
 from rollout_cli.inputs.jsonl import read_jsonl
 from rollout_cli.run.stages import finish_unit, parse_part
-from rollout_cli.run.tasks import PartTask, Unit
+from rollout_cli.inputs.units import Unit
+from rollout_cli.run.tasks import PartTask
 
 
 def _file(tmp_path, n=60, blank_every=7) -> Path:
