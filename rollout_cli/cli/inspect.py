@@ -95,7 +95,8 @@ def inspect_cmd(
 
 def _dropped_warnings(paths: List[str], split: str) -> None:
     """On stderr: the trailing rollouts slime's schedule drops, per step of a converted output."""
-    from ..output import layout, manifest as manifest_mod
+    from ..core import layout
+    from ..output import manifest as manifest_mod
     from ..pipeline.schedule import trailing_warning
 
     for p in paths:

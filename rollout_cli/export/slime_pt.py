@@ -25,10 +25,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..core import layout
 from ..core.errors import IntegrityError, OutputError, OutputExistsError, UsageError
 from ..inputs.discover import parse_steps
 from ..output import manifest
-from ..output.commit import fsync_dir
+from ..core.storage import fsync_dir
 
 FORMATS = ("slime-pt",)
 SPLITS = ("train", "eval")
@@ -85,9 +86,9 @@ def _check_dest(dest: str, overwrite: bool) -> bool:
 def _read_step(out: str, entry: dict, keep_text: bool) -> pa.Table:
     tables = []
     for sh in entry["shards"]:
+        if not layout.is_safe(sh["path"], tuple(layout.SPLIT_TREES.values())):
+            raise IntegrityError(f"{layout.manifest_path(out)}: shard path {sh['path']!r} leaves the output folder")
         path = os.path.join(out, sh["path"])
-        if not _is_inside(path, out):
-            raise IntegrityError(f"{out}/manifest.json: shard path {sh['path']!r} leaves the output folder")
         try:
             t = pq.read_table(path)
         except (OSError, pa.ArrowInvalid) as e:

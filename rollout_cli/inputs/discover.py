@@ -5,7 +5,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..core import storage
+from ..core import layout, storage
 from ..core.errors import InvalidInputError, UsageError
 
 EXTENSIONS = {
@@ -89,7 +89,7 @@ def is_train_side_dump(path: str) -> bool:
 
 def _is_output_dir(path: str) -> bool:
     """A rollout-cli output folder (complete or interrupted): never read back as input."""
-    return os.path.isfile(os.path.join(path, "manifest.json")) or os.path.isdir(os.path.join(path, ".staging"))
+    return os.path.isfile(layout.manifest_path(path)) or os.path.isdir(os.path.join(path, layout.STAGING))
 
 
 def discover(paths: list[str], step: int | None = None, exclude: str | None = None) -> tuple[list[InputFile], list[str], list[str]]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..core.errors import UsageError
 from ..core.options import RuleOptions
-from ..output.layout import SPLITS
+from ..core.layout import SPLITS
 
 DEFAULT_MAX_ANOMALIES = 100  # stored per kind; counts are always complete
 

@@ -12,6 +12,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core import layout
 from ..core.errors import IntegrityError, InvalidInputError, UsageError
 from ..inputs.units import in_steps
 from ..output import manifest as manifest_mod
@@ -26,9 +27,7 @@ OUT_COLUMNS = ["rollout_id", "sample_index", "group_index", "response_length", "
 _BATCH_ROWS = 8192
 
 
-def is_output(path: str) -> bool:
-    """A converted output folder (complete: it has its manifest)."""
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "manifest.json"))
+is_output = layout.is_output  # a converted output folder (complete: it has its manifest)
 
 
 def read_manifest(out: str) -> dict:
@@ -156,7 +155,7 @@ def output_steps(out: str, m: dict, opts: InspectOptions, anomalies: Anomalies, 
                           f"loss_mask: expected length {rl} (response_length), got {ml}", [{"file": path, "row": r}], field="loss_mask")
         for a in m.get("anomalies", []):
             if a.get("split") == split and a.get("step") == step:
-                anomalies.add_recorded(a, split, step, {"file": os.path.join(out, "manifest.json")})
+                anomalies.add_recorded(a, split, step, {"file": layout.manifest_path(out)})
         _reject_anomalies(out, m, split, step, anomalies)
         sd.zero_variance_groups = row_anomalies(sd, got.where_row(), anomalies, mopts.get("n_samples_per_prompt"), None)
         yield sd
@@ -167,7 +166,7 @@ def _reject_anomalies(out: str, m: dict, split: str, step: int, anomalies: Anoma
     info = m.get("rejects")
     if not info:
         return
-    path = os.path.join(out, info.get("path", "rejects.jsonl"))
+    path = os.path.join(out, info.get("path", layout.REJECTS))
     try:
         f = open(path, "rb")
     except OSError as e:

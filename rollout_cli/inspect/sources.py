@@ -8,6 +8,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from ..core import layout
 from ..core.errors import UsageError
 from ..inputs.units import Unit, plan_units
 from .anomalies import Anomalies
@@ -32,7 +33,7 @@ def resolve(paths: list[str], opts: InspectOptions) -> Sources:
         raise UsageError("no input given")
     outs = []
     for p in paths:
-        if os.path.basename(p) == "manifest.json" and os.path.isfile(p):
+        if os.path.basename(p) == layout.MANIFEST and os.path.isfile(p):
             outs.append(os.path.dirname(p) or ".")
         elif is_output(p):
             outs.append(p)

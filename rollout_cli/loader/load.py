@@ -33,7 +33,8 @@ import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..output import layout, manifest as manifest_mod
+from ..core import layout
+from ..output import manifest as manifest_mod
 from ..core import hashing
 from ..core.errors import IntegrityError, UsageError
 from ..pipeline.fields import STEP_FIELDS

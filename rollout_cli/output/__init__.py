@@ -1,3 +1,3 @@
-"""Stage 6, write: the output layout, Parquet and Arrow IPC shards (encoded on several
+"""Stage 6, write: Parquet and Arrow IPC shards (encoded on several
 threads and stitched), staging and the journaled commit, and the manifest that marks an
 output complete."""

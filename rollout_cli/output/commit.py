@@ -14,7 +14,7 @@ import uuid
 from ..core import storage
 from ..core.errors import OutputExistsError, UsageError
 from ..core.storage import fsync_dir
-from .layout import ENTRIES, MANIFEST, STAGING
+from ..core.layout import ENTRIES, MANIFEST, STAGING
 
 JOURNAL = "COMMITTING"
 

@@ -7,7 +7,7 @@ import os
 from ..core import hashing, storage
 from ..core.errors import IntegrityError
 from ..core.versions import FORMAT, SCHEMA_VERSION, __version__
-from . import layout
+from ..core import layout
 
 
 def file_fingerprint(path: str) -> dict:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.errors import UsageError
 from ..inspect import InspectOptions, inspect_paths, iter_steps, show_rollout
-from ..output.layout import SPLITS
+from ..core.layout import SPLITS
 
 FORMAT_VERSION = 1
 DEFAULT_DETAILS = 100  # rollouts whose samples (loss-mask runs, text) are embedded

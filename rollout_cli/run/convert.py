@@ -17,7 +17,7 @@ import orjson
 from ..core import hashing, storage
 from ..output import manifest as manifest_mod
 from ..output import commit as output
-from ..output import layout
+from ..core import layout
 from .engines import make_engine
 from .preload import WORKER_MODULES
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError

@@ -17,7 +17,7 @@ from ..inputs.units import in_steps, record_step, train_dump_note, unit_step
 from ..pipeline.records import id_inputs, locator
 from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
 from ..core.options import ConvertOptions
-from ..output import layout
+from ..core import layout
 from ..output.commit import staged_path as _staged
 from ..pipeline.plan import ShardPlan, plan_shards
 from ..inputs.registry import read_input

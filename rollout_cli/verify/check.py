@@ -60,8 +60,9 @@ from typing import Any
 from ..core import hashing
 from ..core.hashing import DIGEST_KEYS, digest_of, file_digest  # noqa: F401 (re-exported)
 from ..core.errors import IntegrityError, UsageError
-from ..output import layout, manifest as manifest_mod
-from ..output.layout import MANIFEST, REJECTS, STAGING, TREES
+from ..core import layout
+from ..output import manifest as manifest_mod
+from ..core.layout import MANIFEST, REJECTS, STAGING, TREES
 from ..pipeline.fields import STEP_FIELDS
 
 _HEX = re.compile(r"[0-9a-f]{64}")
