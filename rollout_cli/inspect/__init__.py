@@ -6,6 +6,6 @@ One job per module: `options` (InspectOptions), `sources` (dumps or converted ou
 `rows` (the per-sample row), `anomalies`, `aggregate` (summary, histograms, groups), `show`
 (`--show`), and `api`, the entry points exported here."""
 from .anomalies import ANOMALY_KINDS
-from .api import InspectOptions, StepData, inspect_paths, iter_steps, show_rollout
+from .api import InspectOptions, StepData, inspect_paths, iter_steps, show_rollout, show_rollouts
 
-__all__ = ["ANOMALY_KINDS", "InspectOptions", "StepData", "inspect_paths", "iter_steps", "show_rollout"]
+__all__ = ["ANOMALY_KINDS", "InspectOptions", "StepData", "inspect_paths", "iter_steps", "show_rollout", "show_rollouts"]

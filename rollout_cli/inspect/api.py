@@ -3,16 +3,16 @@ anomalies), `show_rollout` (one rollout's samples), `iter_steps` (per-step sampl
 to compare with a conversion)."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .aggregate import Totals, check_group_args, groups, summary
 from .anomalies import Anomalies
 from .options import InspectOptions
 from .rows import StepData
-from .show import show_rollout
+from .show import show_rollout, show_rollouts
 from .sources import Sources, iter_step_data, resolve
 
-__all__ = ["InspectOptions", "StepData", "inspect_paths", "iter_steps", "show_rollout"]
+__all__ = ["InspectOptions", "StepData", "inspect_paths", "iter_steps", "show_rollout", "show_rollouts"]
 
 
 def inspect_paths(
@@ -22,8 +22,11 @@ def inspect_paths(
     *,
     sort: str | None = None,
     limit: int | None = None,
+    each_step: Callable[[StepData], None] | None = None,
 ) -> dict:
     """`{"summary": {...}, "groups": [...], "anomalies": [...]}` for dumps or converted output.
+    `each_step`, when given, sees every step's rows as they are aggregated (one read of the input
+    for callers that need the rows too).
 
     Raises RolloutCliError (UsageError for bad arguments, InvalidInputError for unreadable input).
     """
@@ -36,6 +39,8 @@ def inspect_paths(
     totals = Totals()
     for sd in iter_step_data(src, opts, anomalies, notes):
         totals.add(sd)
+        if each_step is not None:
+            each_step(sd)
     table = totals.table()
     s = summary(totals, table, kind=src.kind, split=opts.split, files=_files(src, totals, opts.split),
                 anomaly_counts=anomalies.count_dict(), options=_options(src, opts, notes), group_by=group_by, notes=notes)

@@ -72,6 +72,25 @@ def show_rollout(paths: list[str], rollout: str, options: InspectOptions | None 
     return _show_dump(sd, opts, want_id)
 
 
+def show_rollouts(paths: list[str], refs: list[tuple[int, int]], options: InspectOptions | None = None) -> dict:
+    """`show_rollout` for many `(step, rollout_id)` at once, each step read once (twice on
+    dumps: ids, then text) whatever the number of its rollouts: `{(step, id): rollout}`."""
+    opts = options or InspectOptions()
+    opts.check()
+    src = resolve(list(paths), opts)
+    by_step: dict[int, list[int]] = {}
+    for step, rid in refs:
+        by_step.setdefault(step, []).append(rid)
+    found: dict = {}
+    for step, ids in by_step.items():
+        if src.kind == "converted":
+            views = _show_output_many(src, opts, step, ids)
+        else:
+            views = _show_dump_many(_find_dump_step(src, opts, f"{step}:{ids[0]}", step), opts, ids)
+        found.update({(step, rid): v for rid, v in views.items()})
+    return found
+
+
 def _find_dump_step(src: Sources, opts: InspectOptions, rollout: str, want_step: int | None) -> StepData:
     units = src.units
     if any(u.input.path == "-" for u in units):
@@ -111,23 +130,33 @@ def _add_text(sd: StepData, opts: InspectOptions, by_pos: dict[int, dict]) -> No
 
 
 def _show_dump(sd: StepData, opts: InspectOptions, want_id: int) -> dict:
+    return {"rollout": _show_dump_many(sd, opts, [want_id])[want_id]}
+
+
+def _show_dump_many(sd: StepData, opts: InspectOptions, want_ids: list[int]) -> dict[int, dict]:
     rec = sd.records
     t = sd.rows
-    sel = np.flatnonzero(t.column("rollout_id").to_numpy() == want_id)
-    rej = np.flatnonzero(rec.assigned & rec.rejected & (rec.ids == want_id))
-    if not len(sel) and not len(rej):
-        raise UsageError(f"--show: step {sd.step} has no rollout {want_id}")
-    rows = t.take(pa.array(sel)).to_pylist()
-    _add_text(sd, opts, {r["pos"]: r for r in rows})
-    samples = [_sample_view(r, loc_dict(rec.where(r["pos"])), True) for r in rows]
-    rejected = [dict({"where": loc_dict(rec.where(i))}, **({"field": rec.reasons[i].field, "reason": rec.reasons[i].message}
-                                                           if i in rec.reasons else {"field": None, "reason": "sibling of an invalid sample"}))
-                for i in rej.tolist()]
-    return {"rollout": {
-        "split": sd.split, "step": sd.step, "rollout_id": want_id, "input": "dumps",
-        "rollout_mask_sum": int(rows[0]["rollout_mask_sum"]) if rows else None,
-        "samples": samples, "rejected": rejected, "text": True, "note": None,
-    }}
+    ids = t.column("rollout_id").to_numpy()
+    rows_of, rej_of = {}, {}
+    for want_id in want_ids:
+        sel = np.flatnonzero(ids == want_id)
+        rej_of[want_id] = np.flatnonzero(rec.assigned & rec.rejected & (rec.ids == want_id))
+        if not len(sel) and not len(rej_of[want_id]):
+            raise UsageError(f"--show: step {sd.step} has no rollout {want_id}")
+        rows_of[want_id] = t.take(pa.array(sel)).to_pylist()
+    _add_text(sd, opts, {r["pos"]: r for rows in rows_of.values() for r in rows})  # one pass for all
+    views = {}
+    for want_id, rows in rows_of.items():
+        samples = [_sample_view(r, loc_dict(rec.where(r["pos"])), True) for r in rows]
+        rejected = [dict({"where": loc_dict(rec.where(i))}, **({"field": rec.reasons[i].field, "reason": rec.reasons[i].message}
+                                                               if i in rec.reasons else {"field": None, "reason": "sibling of an invalid sample"}))
+                    for i in rej_of[want_id].tolist()]
+        views[want_id] = {
+            "split": sd.split, "step": sd.step, "rollout_id": want_id, "input": "dumps",
+            "rollout_mask_sum": int(rows[0]["rollout_mask_sum"]) if rows else None,
+            "samples": samples, "rejected": rejected, "text": True, "note": None,
+        }
+    return views
 
 
 def _output_step(src: Sources, opts: InspectOptions, want_step: int | None, want_id: int) -> tuple[str, dict]:
@@ -141,12 +170,23 @@ def _output_step(src: Sources, opts: InspectOptions, want_step: int | None, want
 
 
 def _show_output(src: Sources, opts: InspectOptions, want_step: int | None, want_id: int) -> dict:
+    out, s = _output_step(src, opts, want_step, want_id)
+    return {"rollout": _output_views(out, s, opts, [want_id])[want_id]}
+
+
+def _show_output_many(src: Sources, opts: InspectOptions, step: int, want_ids: list[int]) -> dict[int, dict]:
+    out, s = _output_step(src, opts, step, want_ids[0])
+    return _output_views(out, s, opts, want_ids)
+
+
+def _output_views(out: str, s: dict, opts: InspectOptions, want_ids: list[int]) -> dict[int, dict]:
+    """The wanted rollouts of one converted step, its shards read once."""
     import pyarrow.parquet as pq
 
-    out, s = _output_step(src, opts, want_step, want_id)
-    samples = []
+    samples: dict[int, list] = {rid: [] for rid in want_ids}
+    rms: dict[int, int | None] = dict.fromkeys(want_ids)
+    wanted = np.array(want_ids, dtype=np.int64)
     text = False
-    rms = None
     for sh in s.get("shards", []):
         path = os.path.join(out, sh["path"])
         try:
@@ -156,21 +196,26 @@ def _show_output(src: Sources, opts: InspectOptions, want_step: int | None, want
             cols = [c for c in OUT_COLUMNS + list(_TEXT) if c in names]
             r0 = 0
             for b in pf.iter_batches(batch_size=8192, columns=cols):
-                for k in np.flatnonzero(b.column("rollout_id").to_numpy() == want_id).tolist():
+                rids = b.column("rollout_id").to_numpy()
+                for k in np.flatnonzero(np.isin(rids, wanted)).tolist():
                     r = {c: b.column(c)[k].as_py() for c in cols if c != "loss_mask"}
                     mask = b.column("loss_mask")[k].values.to_numpy(zero_copy_only=False)
                     r["mask_sum"] = int(mask.astype(np.int64).sum())
                     r["mask_runs"] = mask_runs(mask)
                     r.setdefault("source_name", "unknown")
-                    rms = r["rollout_mask_sum"]
-                    samples.append(_sample_view(r, {"file": path, "row": r0 + k}, text))
+                    rid = int(rids[k])
+                    rms[rid] = r["rollout_mask_sum"]
+                    samples[rid].append(_sample_view(r, {"file": path, "row": r0 + k}, text))
                 r0 += b.num_rows
         except (OSError, pa.ArrowException) as e:
             raise InvalidInputError(f"{path}: cannot read shard: {e}") from None
-    if not samples:
-        raise UsageError(f"--show: {opts.split} step {s['step']} has no rollout {want_id}")
-    return {"rollout": {
-        "split": opts.split, "step": int(s["step"]), "rollout_id": want_id, "input": "converted",
-        "rollout_mask_sum": rms, "samples": samples, "rejected": [], "text": text,
-        "note": None if text else "prompt, response and label are not in this output: convert with --keep-text to keep them",
-    }}
+    views = {}
+    for rid in want_ids:
+        if not samples[rid]:
+            raise UsageError(f"--show: {opts.split} step {s['step']} has no rollout {rid}")
+        views[rid] = {
+            "split": opts.split, "step": int(s["step"]), "rollout_id": rid, "input": "converted",
+            "rollout_mask_sum": rms[rid], "samples": samples[rid], "rejected": [], "text": text,
+            "note": None if text else "prompt, response and label are not in this output: convert with --keep-text to keep them",
+        }
+    return views

@@ -1,8 +1,9 @@
 """The report's data: the inspect aggregations of each split, plus what the page plots and drills into.
 
 Every number the page shows comes from the inspect library: `inspect_paths` (summary, per-step
-table, anomalies: the very object `inspect --json` prints), `iter_steps` (the per-sample rows those
-aggregations are made of) and `show_rollout` (the samples of one rollout, loss-mask runs and text).
+table, anomalies: the very object `inspect --json` prints), its `each_step` hook (the per-sample rows
+those aggregations are made of, seen in the same read) and `show_rollouts` (the
+samples of the rollouts drilled into, loss-mask runs and text).
 What is computed here is only what inspect does not aggregate (per-step quantiles and histograms)
 and the compact per-sample table for the drill-down, from the same rows.
 """
@@ -16,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from ..core.errors import UsageError
-from ..inspect import InspectOptions, inspect_paths, iter_steps, show_rollout
+from ..inspect import InspectOptions, inspect_paths, show_rollouts
 from ..core.layout import SPLITS
 
 FORMAT_VERSION = 1
@@ -155,22 +156,22 @@ def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Pro
     rl_all: list[np.ndarray] = []
     raw_all: list[np.ndarray] = []
     rew_all: list[np.ndarray] = []
-    k = 0
-    for sd in iter_steps(paths, iopts):
+
+    def each_step(sd) -> None:  # the rows inspect aggregates, seen in the same read
         extra, table = _step_view(sd.rows, statuses)
         trends[sd.step] = extra
         tables[sd.step] = table
         rl_all.append(sd.rows.column("response_length").to_numpy())
         raw_all.append(sd.rows.column("raw_reward").to_numpy())
         rew_all.append(sd.rows.column("reward").to_numpy(zero_copy_only=False).astype(np.float64))
-        k += 1
         if progress:
-            progress(f"{split}: rows", k, 0)
-    if not tables:
-        return None
+            progress(f"{split}: rows", len(tables), 0)
+
     if progress:
         progress(f"{split}: inspect", 0, 1)
-    ins = inspect_paths(paths, None, iopts)
+    ins = inspect_paths(paths, None, iopts, each_step=each_step)
+    if not tables:
+        return None
     if progress:
         progress(f"{split}: inspect", 1, 1)
     s = ins["summary"]
@@ -180,8 +181,9 @@ def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Pro
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
     details: dict[str, dict] = {}
     picked = _pick_details(ins["anomalies"], tables, opts.details)
+    shown = show_rollouts(paths, list(picked), iopts) if picked else {}  # each step read once
     for j, (step, rid) in enumerate(picked):
-        r = show_rollout(paths, f"{step}:{rid}", iopts)["rollout"]
+        r = shown[(step, rid)]
         for smp in r["samples"]:
             for f in ("prompt", "response", "label"):
                 if f in smp:
