@@ -233,7 +233,7 @@ def _experts(col, n: int, ntok: np.ndarray) -> tuple[np.ndarray, _Lists | None, 
     o2 = _starts(len2)[o1]  # per row: its values
     lmin, lmax = _spread(len1, o0)
     kmin, kmax = _spread(len2, o1)
-    ok = held & (steps >= 1) & (steps == ntok - 1) & (lmin == lmax) & (lmin >= 1) & (kmin == kmax) & (kmin >= 0)
+    ok = ~held | ((steps >= 1) & (steps == ntok - 1) & (lmin == lmax) & (lmin >= 1) & (kmin == kmax) & (kmin >= 0))
     clean = np.ones(n, bool)
     if leaf.null_count:
         clean[_rows_of(o2, np.flatnonzero(_bools(leaf.is_null())))] = False
