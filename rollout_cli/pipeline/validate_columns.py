@@ -338,7 +338,8 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
         fast &= ok
     batches = []
     if fast.any():
-        batches.append(_fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, f32, shape))
+        for part in _parts(fast, lists):
+            batches.append(_fast_batch(chunk, part, base_pos, keep_text, scalars, rls, removed, lists, f32, shape))
         out.valid = fast.tolist()
     if slow.any():
         rows, pos = [], []
@@ -354,12 +355,51 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
             pos.append(base_pos + i)
         out.problems.sort(key=lambda t: t[0])
         batches.extend(v.build_batches(rows, pos, keep_text))
-    if len(batches) > 1:  # rows in record order, as validate.normalize_chunk gives them
-        t = pa.Table.from_batches(batches)
-        t = t.take(pa.array(np.argsort(t.column("_pos").to_numpy(), kind="stable")))
-        batches = t.combine_chunks().to_batches()
+    if len(batches) > 1:
+        batches = _in_record_order(batches)
     out.batches = batches
     return out
+
+
+# the list columns that hold the most values of a row (as validate._row_values counts them)
+_LONGEST = ("tokens", "rollout_top_p_token_ids", _EXPERTS)
+
+
+def _parts(fast: np.ndarray, lists: dict[str, _Lists]) -> list[np.ndarray]:
+    """The fast rows in runs of at most validate._MAX_BATCH_VALUES values per list column,
+    cut where validate.build_batches cuts (Arrow list offsets are int32)."""
+    sizes = np.zeros(len(fast), np.int64)
+    for k in _LONGEST:
+        if k in lists:
+            sizes = np.maximum(sizes, lists[k].lengths)
+    sizes[~fast] = 0
+    if sizes.sum() <= v._MAX_BATCH_VALUES:
+        return [fast]
+    cuts, acc = [], 0
+    for i in np.flatnonzero(fast).tolist():
+        if acc + sizes[i] > v._MAX_BATCH_VALUES and acc:
+            cuts.append(i)
+            acc = 0
+        acc += int(sizes[i])
+    bounds = [0, *cuts, len(fast)]
+    idx = np.arange(len(fast))
+    return [fast & (idx >= a) & (idx < b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _in_record_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """The rows of `batches` in record order (`_pos`), as validate.normalize_chunk gives them:
+    one batch, or where one would pass validate._MAX_BATCH_VALUES, slices of the batches."""
+    pos = np.concatenate([_numpy(b.column(0)) for b in batches])
+    order = np.argsort(pos, kind="stable")
+    held = max(sum(len(b.column(k).flatten()) for b in batches) for k in _LONGEST)
+    if held <= v._MAX_BATCH_VALUES:
+        t = pa.Table.from_batches(batches).take(pa.array(order))
+        return t.combine_chunks().to_batches()
+    src = np.repeat(np.arange(len(batches)), [b.num_rows for b in batches])[order]
+    at = np.concatenate([np.arange(b.num_rows) for b in batches])[order]
+    cut = np.flatnonzero(src[1:] != src[:-1]) + 1  # each batch's rows are in order already
+    firsts, ends = np.r_[0, cut], np.r_[cut, len(order)]
+    return [batches[src[a]].slice(int(at[a]), int(b - a)) for a, b in zip(firsts.tolist(), ends.tolist())]
 
 
 def _fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, f32, shape) -> pa.RecordBatch:

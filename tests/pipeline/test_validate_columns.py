@@ -240,3 +240,18 @@ def test_experts_of_floats_are_checked_row_by_row(tmp_path):
     assert [i for i, _ in col.problems] == [1, 2]
     assert "of float64" in col.problems[0][1].message
     assert _table(col.batches).equals(_table(row.batches))
+
+
+def test_batches_stay_within_the_list_limit(tmp_path, monkeypatch):
+    limit = 80  # two or three rows of routed experts
+    monkeypatch.setattr(validate, "_MAX_BATCH_VALUES", limit)
+    recs = _valid(12)
+    recs[6][TP_IDS] = None  # one slow row among the fast ones
+    _write(tmp_path / "1.parquet", recs, False)
+    col, row = _both(tmp_path / "1.parquet", recs)
+    assert [i for i, _ in col.problems] == [6]
+    assert len(col.batches) > 2
+    for b in col.batches:
+        assert max(len(b.column(k).flatten()) for k in ("tokens", REXP)) <= limit
+    assert _table(col.batches).equals(_table(row.batches))
+    assert _table(col.batches).column("_pos").to_pylist() == [i for i in range(12) if i != 6]
