@@ -9,8 +9,6 @@ from typing import Iterator
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from ..core import storage
@@ -42,7 +40,7 @@ def _open(path: str, display: str) -> pq.ParquetFile:
             return pq.ParquetFile(storage.open_read(path, seekable=True))
         # read through a 1 MiB buffer: not mapped (mapped pages count towards the process's
         # memory) and not a column chunk at a time (one chunk can hold most of the file)
-        return pq.ParquetFile(path, buffer_size=READ_BUFFER)
+        return pq.ParquetFile(path, buffer_size=READ_BUFFER, pre_buffer=False)
     except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
         raise InvalidInputError(f"{display}: not a readable Parquet file: {e}") from None
 
@@ -73,6 +71,9 @@ def _is_text(t: pa.DataType) -> bool:
 
 def _json_lists(texts: pa.Array, typ: pa.DataType) -> pa.Array | None:
     """JSON texts parsed into one Arrow array of `typ`, or None when any row does not fit."""
+    import pyarrow.compute as pc  # here: JSON-text columns are rare, the import costs a worker 25 ms
+    import pyarrow.json as pj
+
     n = len(texts)
     if not n:
         return None
@@ -127,11 +128,52 @@ def _columns(batch: pa.RecordBatch, json_cols: set[str], display: str, row: int)
     return cols, problems
 
 
+def _ahead(batches: Iterator[pa.RecordBatch], depth: int = 2) -> Iterator[pa.RecordBatch]:
+    """The batches, decoded on a thread of their own up to `depth` ahead of the consumer (the
+    decoder releases the GIL, so decoding the next batches overlaps checking this one)."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    end = object()
+
+    def produce() -> None:
+        try:
+            for b in batches:
+                while not stop.is_set():
+                    try:
+                        q.put(b, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(end)
+        except BaseException as e:  # handed to the consumer, raised where it reads
+            q.put(e)
+
+    t = threading.Thread(target=produce, name="rollout-cli-parquet-read", daemon=True)
+    t.start()
+    try:
+        while True:
+            b = q.get()
+            if b is end:
+                return
+            if isinstance(b, BaseException):
+                raise b
+            yield b
+    finally:
+        stop.set()
+        t.join()
+
+
 def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_ROWS, *, part: int = 0,
-                 parts: int = 1, keep_text: bool = True) -> Iterator[RawChunk]:
+                 parts: int = 1, keep_text: bool = True, threads: int = 1) -> Iterator[RawChunk]:
     """Yield the rows of a Parquet sample dump (or of part `part` of `parts`: ranges of row
     groups, or of rows when the file has fewer groups than parts) as columnar chunks, numbered
-    by their 0-based row in the file."""
+    by their 0-based row in the file. With `threads` > 1 the columns are decoded on threads,
+    ahead of the consumer."""
     display = display or path
     pf = _open(path, display)
     schema = pf.schema_arrow
@@ -145,10 +187,11 @@ def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_
     # with no sample field at all, read one column for the row count: every row then lacks tokens
     read_cols = names or schema.names[:1]
     try:
-        # one thread: the parts already run on every core, and the reader's threads only add
-        # buffers in flight (more memory, more system time)
-        for batch in pf.iter_batches(batch_size=chunk_rows, row_groups=list(groups), columns=read_cols,
-                                     use_threads=False):
+        # one thread unless cores are spare: parts of other inputs use them, and the reader's
+        # threads only add buffers in flight (more memory, more system time)
+        batches = pf.iter_batches(batch_size=chunk_rows, row_groups=list(groups), columns=read_cols,
+                                  use_threads=threads > 1)
+        for batch in (_ahead(batches) if threads > 1 else batches):
             # a part that starts or ends inside a row group: the rows before it are decoded
             # and dropped (Parquet has no row seek without a page index), those after not read
             if row + batch.num_rows <= lo:
@@ -179,7 +222,7 @@ def read(inp, request, info) -> Iterator[RawChunk]:
     """The registry's entry: the whole file, or part `request.start` of `request.end`."""
     part, parts = (request.start, request.end) if request.end else (0, 1)
     yield from read_parquet(inp.path, inp.display, request.chunk_records or CHUNK_ROWS, part=part, parts=parts,
-                            keep_text=request.keep_text)
+                            keep_text=request.keep_text, threads=request.threads)
 
 
 def peek_step_value(path: str) -> object | None:

@@ -1,8 +1,9 @@
-"""How a Parquet input is cut into parts for several workers, planned from its size alone (the
-converting process imports no pyarrow). The worker reads the footer (inputs/parquet.py): with
-at least n row groups, part k of n reads the k-th of n near-equal ranges of them; with fewer
-(pyarrow writes a file of up to a million rows as one group), the k-th of n near-equal ranges
-of rows."""
+"""How a Parquet input is cut into parts for several workers: ranges of whole row groups,
+at most one part per MIN_PART_BYTES of file. A row group is never cut: Parquet has no row
+seek inside one (without a page index), so a part starting mid-group would decode and drop
+every row before it. A file of one row group (pyarrow writes up to a million rows as one)
+is read whole, its columns decoded on the spare cores (inputs/parquet.py). The converting
+process reads only the footer here, which discovery has read already for the `step` column."""
 from __future__ import annotations
 
 from ..core import storage
@@ -11,9 +12,26 @@ MIN_PART_BYTES = 32 << 20
 
 
 def split(inp, parts: int, min_bytes: int | None = None) -> list[tuple[int, int | None]]:
-    """[(k, n)] for k < n parts, n at most `parts` and one per `min_bytes` of file."""
+    """[(k, n)] for k < n parts: n at most `parts`, one per `min_bytes` of file and one per
+    row group."""
     n = max(1, min(parts, storage.size(inp.path) // (min_bytes or MIN_PART_BYTES) or 1))
+    if n > 1:
+        n = max(1, min(n, _row_groups(inp.path)))
     return [(0, None)] if n == 1 else [(k, n) for k in range(n)]
+
+
+def _row_groups(path: str) -> int:
+    """The file's row-group count (1 when the footer cannot be read: the reader reports why)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if storage.is_uri(path):
+            with storage.open_read(path, seekable=True) as f:
+                return pq.read_metadata(f).num_row_groups
+        return pq.read_metadata(path).num_row_groups
+    except (OSError, pa.ArrowException, UnicodeDecodeError):
+        return 1
 
 
 def row_group_range(k: int, n: int, row_groups: int) -> range:

@@ -35,9 +35,9 @@ class Reading:
 
 
 def read_input(inp, *, trust_pickle: bool = False, start: int = 0, end: int | None = None,
-               chunk_records: int | None = None, handover=None, keep_text: bool = True) -> Reading:
+               chunk_records: int | None = None, handover=None, keep_text: bool = True, threads: int = 1) -> Reading:
     """Read an InputFile (or one part of it, as split_input planned) through its format's reader."""
-    return Reading(inp, ReadRequest(start, end, trust_pickle, keep_text, chunk_records, handover))
+    return Reading(inp, ReadRequest(start, end, trust_pickle, keep_text, chunk_records, handover, threads))
 
 
 def split_input(inp, parts: int) -> list[tuple[int, int | None]]:

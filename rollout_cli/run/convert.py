@@ -46,17 +46,28 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     return run(unit, parts, opts, staging_root)
 
 
+def convert_unit(task: PartTask, unit: Unit, opts: ConvertOptions, problem_budget: int | None,
+                 staging_root: str) -> UnitResult | PartResult | str:
+    """Stages 1-6 for a step read as one part, in one task (runs in a worker)."""
+    from .stages import convert_unit as run
+
+    return run(task, unit, opts, problem_budget, staging_root)
+
+
 def _plan_parts(units: list[Unit], workers: int, staging_root: str) -> list[PartTask]:
     """Split each unit into parts when workers are idle: plain JSONL files into byte ranges,
-    Parquet files into row-group ranges (the registry's splitters)."""
+    Parquet files into row-group ranges (the registry's splitters). A unit read whole while
+    cores are spare may use them (the Parquet reader decodes columns on threads)."""
     from ..inputs.registry import split_input
 
     spare = max(1, workers // max(1, len(units)))
     tasks = []
     for u, unit in enumerate(units):
-        for k, (a, b) in enumerate(split_input(unit.input, spare)):
+        pieces = split_input(unit.input, spare)
+        for k, (a, b) in enumerate(pieces):
             inp = unit.input
-            tasks.append(PartTask(u, k, inp, a, b, _staged(staging_root, f"parts/u{u:05d}-p{k:04d}.arrow")))
+            tasks.append(PartTask(u, k, inp, a, b, _staged(staging_root, f"parts/u{u:05d}-p{k:04d}.arrow"),
+                                  threads=spare if len(pieces) == 1 else 1))
     return tasks
 
 
@@ -152,6 +163,8 @@ class _Scheduler:
                         fingerprints.known[key] = value
                     elif kind == "parse":
                         self._parsed(key, value)
+                    elif isinstance(value, PartResult):  # a whole step that hit the problem budget
+                        raise StepProblems([p for _, p in value.problems])
                     else:
                         self._finished(key, value, fingerprints)
             fingerprints.collect_all()
@@ -163,9 +176,21 @@ class _Scheduler:
         self.pending[self.engine.submit(fn, *args, label=label, here=here)] = what
 
     def _submit_parse(self, task: PartTask) -> None:
+        if self._whole(task):
+            unit = self.units[task.unit]
+            self._submit(("unit", task.unit), convert_unit, task, unit, self.opts, self.budget, self.staging_root,
+                         label=_finish_label(unit))
+            return
         # only this process has its stdin
         self._submit(("parse", task.unit), parse_part, task, self.opts, self.budget, label=_part_label(task),
                      here=task.input.path == "-")
+
+    def _whole(self, task: PartTask) -> bool:
+        """Whether the step is read and finished by one task: it is one part that no idle
+        worker can take a share of, on a local engine (a remote one retries parse and finish
+        separately)."""
+        return (not self.remote and self.parts_of[task.unit] == 1 and task.take_from is None
+                and task.input.path != "-" and not can_hand_over(task))
 
     def _parsed(self, u: int, part: PartResult) -> None:
         if part.stopped:
@@ -430,7 +455,8 @@ def _run(units: list[Unit], opts: ConvertOptions, staging_root: str, fingerprint
     else:
         workers = opts.worker_count()
         tasks = _plan_parts(units, workers, staging_root)
-        engine = make_engine("local", min(workers, max(len(tasks), len(units))), preload=WORKER_MODULES)
+        engine = make_engine("local", min(workers, max(len(tasks), len(units))), preload=WORKER_MODULES,
+                             inline=True if workers <= 1 else None)
     budget = max(1, opts.max_errors if opts.max_errors is not None else 20) if opts.on_error == "fail" else None
     scheduler = _Scheduler(engine, units, tasks, opts, budget, staging_root, notes, progress,
                          on_done=lambda r: _record_done(staging_root, r, fingerprints.get(r.input.path)))

@@ -30,11 +30,48 @@ from .tasks import PartResult, PartTask, UnitResult
 from ..output.write import write_ipc, write_parquet
 
 
-def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None) -> PartResult:
-    """Stages 1-2 for one part: read, validate, stage the valid rows as Arrow IPC. A part of a
-    plain JSONL file may hand the rest of its range over to an idle worker (handover.py); a
-    task with `take_from` is that worker's: it parses what it is given (maybe nothing), and
-    hands nothing over in turn."""
+class _Staged:
+    """Where a part's valid rows go: an Arrow IPC file in the staging area, which the step's
+    finish (another task) reads back."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._sink = None
+        self._writer = None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if self._writer is None:
+            self._sink = storage.open_write(self.path) if storage.is_uri(self.path) else pa.OSFile(self.path, "wb")
+            self._writer = pa.ipc.new_file(self._sink, batch.schema)
+        self._writer.write_batch(batch)
+
+    def close(self) -> str | None:
+        """The staged file's path, or None when no row was valid."""
+        if self._writer is not None:
+            self._writer.close()
+        if self._sink is not None:
+            self._sink.close()
+        return self.path if self._writer is not None else None
+
+
+class _Held:
+    """The valid rows kept in memory, for a step parsed and finished by one task."""
+
+    def __init__(self):
+        self.batches: list[pa.RecordBatch] = []
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.batches.append(batch)
+
+    def close(self) -> None:
+        return None
+
+
+def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None, rows=None) -> PartResult:
+    """Stages 1-2 for one part: read, validate, stage the valid rows as Arrow IPC (or hand them
+    to `rows`, a _Held). A part of a plain JSONL file may hand the rest of its range over to an
+    idle worker (handover.py); a task with `take_from` is that worker's: it parses what it is
+    given (maybe nothing), and hands nothing over in turn."""
     res = PartResult(task.unit, task.part, 0, 0, task.input.display, "line", [], [], [], [], [], [], None)
     start, end = task.start, task.end
     if task.take_from is not None:
@@ -44,12 +81,11 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
             return res
         start, end = given
     res.start = start
-    offer = Offer(task.stage_path, task.input.path) if task.take_from is None and can_hand_over(task) else None
-    writer = None
-    sink = None
+    offer = Offer(task.stage_path, task.input.path) if task.take_from is None and can_hand_over(task) and rows is None else None
+    sink = rows if rows is not None else _Staged(task.stage_path)
     try:
         reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end, handover=offer,
-                             keep_text=opts.keep_text)
+                             keep_text=opts.keep_text, threads=task.threads)
         for raw in reading:
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
                                  step=record_step(task.input))
@@ -63,19 +99,12 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None)
             base = res.records - len(raw)
             res.problems.extend((base + i, p) for i, p in nc.problems)
             for b in nc.batches:
-                if writer is None:
-                    sink = storage.open_write(task.stage_path) if storage.is_uri(task.stage_path) else pa.OSFile(task.stage_path, "wb")
-                    writer = pa.ipc.new_file(sink, b.schema)
-                writer.write_batch(b)
+                sink.add(b)
             if problem_budget is not None and len(res.problems) >= problem_budget:
                 res.stopped = True
                 break
     finally:
-        if writer is not None:
-            writer.close()
-        if sink is not None:
-            sink.close()
-    res.stage_path = task.stage_path if writer is not None else None
+        res.stage_path = sink.close()
     res.lines = reading.info.lines
     res.step_from_payload = reading.info.step
     res.train_dump = reading.info.train_dump
@@ -161,6 +190,10 @@ def _read_staged(parts: list[PartResult], bases: np.ndarray, schema: pa.Schema) 
             if bases[k]:
                 t = t.set_column(0, "_pos", pa.array(t.column("_pos").to_numpy() + int(bases[k])))
             tables.append(t)
+    return _one_chunk(tables, schema)
+
+
+def _one_chunk(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
     if not tables:
         return schema.empty_table()
     chunked = pa.concat_tables(tables)
@@ -177,8 +210,22 @@ def _drop_parts(parts: list[PartResult]) -> None:
             os.remove(r.stage_path)
 
 
-def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, staging_root: str) -> UnitResult | str:
+def convert_unit(task: PartTask, unit: Unit, opts: ConvertOptions, problem_budget: int | None,
+                 staging_root: str) -> UnitResult | PartResult | str:
+    """Stages 1-6 for a step read as one part, in one task: its rows stay in this process
+    instead of being staged and read back by another. Returns the part's result instead
+    when it stopped at the problem budget (the caller reports its problems)."""
+    held = _Held()
+    part = parse_part(task, opts, problem_budget, rows=held)
+    if part.stopped:
+        return part
+    return finish_unit(unit, [part], opts, staging_root, held=held.batches)
+
+
+def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, staging_root: str,
+                held: list[pa.RecordBatch] | None = None) -> UnitResult | str:
     """Stages 3-6 for one step: ids, rejects, rewards and fields, shard plan, shard files.
+    `held`: the rows of a single part, when they were kept in memory rather than staged.
     Returns a note instead when the input turns out to hold nothing to convert."""
     inp = unit.input
     parts = sorted(parts, key=lambda r: (r.start, r.part))
@@ -201,7 +248,11 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     n = len(id_state)
     problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
     # the valid rows, in order
-    pre = _read_staged(parts, bases, pre_schema(opts.keep_text))
+    if held is not None:
+        pre = _one_chunk([pa.Table.from_batches(held)] if held else [], pre_schema(opts.keep_text))
+        held.clear()  # the table holds the rows now
+    else:
+        pre = _read_staged(parts, bases, pre_schema(opts.keep_text))
     sf = compute_step(
         id_state=id_state, explicit=explicit, group_index=group_index, problems=problems, where=where,
         row_pos=pre.column("_pos").to_numpy(), reward_values=pre.column("_reward_value").to_numpy(),

@@ -166,6 +166,50 @@ def test_parts_of_fewer_row_groups_split_the_rows(tmp_path, rows, group, parts, 
     assert seen == list(range(rows))
 
 
+def test_a_row_group_is_never_cut_into_parts(tmp_path):
+    """Parts are ranges of whole row groups: a part starting inside one would decode every row
+    before it and drop them."""
+    path = tmp_path / "3.parquet"
+    _parquet_in_groups(path, 23, 23)
+    inp = InputFile(str(path), "3.parquet", "parquet", 3, "train", "name")
+    assert parquet_parts.split(inp, 4, min_bytes=1) == [(0, None)]
+    _parquet_in_groups(path, 23, 12)  # 2 row groups
+    assert parquet_parts.split(inp, 4, min_bytes=1) == [(0, 2), (1, 2)]
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 1024])
+def test_threaded_read_gives_the_same_chunks(tmp_path, chunk):
+    path = tmp_path / "3.parquet"
+    _parquet_in_groups(path, 23, 7)
+
+    def chunks(threads):
+        return [(raw.numbers, {k: (v if isinstance(v, list) else v.to_pylist()) for k, v in raw.columns.items()})
+                for raw in read_parquet(str(path), "3.parquet", chunk, threads=threads)]
+
+    one = chunks(1)
+    assert sum(len(n) for n, _ in one) == 23
+    assert chunks(2) == one
+
+
+def test_threaded_read_of_a_truncated_file_names_it(tmp_path):
+    from rollout_cli.core.errors import InvalidInputError
+
+    path = tmp_path / "3.parquet"
+    _parquet_in_groups(path, 200, 50)
+    data = path.read_bytes()
+    meta = pq.read_metadata(path)
+    # keep the footer, zero the data pages of the last row group: the decoder fails midway
+    tail = int.from_bytes(data[-8:-4], "little") + 8
+    last = meta.row_group(3)
+    start = min(last.column(i).dictionary_page_offset or last.column(i).data_page_offset for i in range(last.num_columns))
+    path.write_bytes(data[:start] + bytes(len(data) - start - tail) + data[-tail:])
+    got = []
+    with pytest.raises(InvalidInputError, match="3.parquet: cannot read Parquet near row"):
+        for raw in read_parquet(str(path), "3.parquet", 16, threads=2):
+            got.extend(raw.numbers)
+    assert got and got == list(range(len(got))) and len(got) <= 150
+
+
 def test_one_row_group_on_several_workers_gives_the_same_shards(tmp_path, monkeypatch):
     path = tmp_path / "in" / "3.parquet"
     _parquet_in_groups(path, 40, 40)

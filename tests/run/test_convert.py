@@ -554,3 +554,61 @@ def test_the_converting_process_imports_no_arrow_numpy_or_torch():
             "print(sorted(m for m in ('pyarrow', 'numpy', 'torch', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------ a step in one task
+
+
+def _staged_path_only(monkeypatch):
+    """Force every step through parse tasks and a separate finish (staged rows)."""
+    from rollout_cli.run import convert as convert_mod
+
+    monkeypatch.setattr(convert_mod._Scheduler, "_whole", lambda self, task: False)
+
+
+@pytest.mark.parametrize("fmt", ["pt", "parquet"])
+def test_a_step_in_one_task_stages_nothing_and_gives_the_same_shards(tmp_path, monkeypatch, fmt):
+    import rollout_cli.run.stages as stages
+
+    src = SAMPLE_DATA / fmt / "rollout_data"
+    with monkeypatch.context() as m:
+        _staged_path_only(m)
+        staged = shard_bytes(convert([str(src)], str(tmp_path / "staged"), copts(shards=2, mmap=True))["out"])
+
+    def refuse(path):
+        raise AssertionError(f"staged {path}")
+
+    monkeypatch.setattr(stages, "_Staged", refuse)
+    whole = shard_bytes(convert([str(src)], str(tmp_path / "whole"), copts(shards=2, mmap=True))["out"])
+    assert whole and whole == staged
+
+
+def test_plain_jsonl_steps_stay_in_parts(tmp_path, monkeypatch):
+    """A plain JSONL part may hand the rest of its range to an idle worker, so it is staged."""
+    import rollout_cli.run.stages as stages
+
+    made = []
+    real = stages._Staged
+    monkeypatch.setattr(stages, "_Staged", lambda path: made.append(path) or real(path))
+    convert([str(SAMPLE_DATA / "jsonl" / "rollout_data")], str(tmp_path / "o"), copts())
+    assert made
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_step_in_one_task_stops_at_the_problem_budget(tmp_path, monkeypatch, whole):
+    samples = [make_sample(index=i, group_index=i) for i in range(30)]
+    for s in samples:
+        s["status"] = "bogus"
+    src = write_jsonl(tmp_path / "in" / "4.jsonl", samples)
+    import gzip
+
+    gz = tmp_path / "gz" / "4.jsonl.gz"  # not split, not handed over: one task per step
+    gz.parent.mkdir()
+    gz.write_bytes(gzip.compress(src.read_bytes()))
+    if not whole:
+        _staged_path_only(monkeypatch)
+    with pytest.raises(InvalidInputError) as e:
+        convert([str(gz)], str(tmp_path / "o"), copts(max_errors=5))
+    assert "5 invalid sample(s) (first 5 shown)" in str(e.value)
+    assert [p.location.number for p in e.value.problems] == [1, 2, 3, 4, 5]
+    assert not (tmp_path / "o" / "manifest.json").exists()

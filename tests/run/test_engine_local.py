@@ -97,3 +97,18 @@ def test_an_unguarded_script_is_never_rerun_by_workers(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["body", "steps", "3"]
+
+
+def test_one_slot_uses_the_early_fork_server_unless_told_to_run_inline(monkeypatch):
+    from rollout_cli.run.engines import local, make_engine
+
+    monkeypatch.setattr(local, "_started_early", False)
+    assert isinstance(make_engine("local", 1), local.InlineEngine)
+    start_early(WORKER_MODULES)
+    assert local.started_early()
+    engine = make_engine("local", 1, preload=WORKER_MODULES)
+    try:
+        assert isinstance(engine, PoolEngine) and engine.result(engine.submit(_pid)) != os.getpid()
+    finally:
+        engine.shutdown()
+    assert isinstance(make_engine("local", 1, inline=True), local.InlineEngine)

@@ -27,13 +27,19 @@ class Engine(Protocol):
         ...
 
 
-def make_engine(name: str, workers: int, ray_address: str | None = None, preload: Sequence[str] = ()) -> Engine:
+def make_engine(name: str, workers: int, ray_address: str | None = None, preload: Sequence[str] = (),
+                inline: bool | None = None) -> Engine:
     """The engine `name` ("local" or "ray") with `workers` slots (for Ray, 0: the cluster's
-    CPUs); a local pool's workers import the `preload` modules before their first task."""
+    CPUs); a local pool's workers import the `preload` modules before their first task.
+    `inline`: run the tasks in this process (default: with one slot, unless a fork server with
+    the stages imported is up already; its worker starts at once, and this process need not
+    import them)."""
     if name == "ray":
         from .ray import RayEngine
 
         return RayEngine(address=ray_address, workers=workers)
-    from .local import InlineEngine, PoolEngine
+    from .local import InlineEngine, PoolEngine, started_early
 
-    return InlineEngine() if workers <= 1 else PoolEngine(workers, preload)
+    if inline is None:
+        inline = workers <= 1 and not started_early()
+    return InlineEngine() if inline else PoolEngine(max(1, workers), preload)

@@ -128,16 +128,26 @@ def _main_not_rerun() -> Iterator[None]:
             main.__spec__ = old
 
 
+_started_early = False
+
+
 def start_early(preload: Sequence[str]) -> None:
     """Start the fork server now, importing the modules `preload` names (what the pool's tasks
     will run), so that it imports them while the caller is still importing its own modules (on
     another core): the pool's first workers then start at once."""
+    global _started_early
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(preload))
     from multiprocessing import forkserver
 
     with _main_not_rerun():  # the server would import the caller's __main__ too
         forkserver.ensure_running()
+    _started_early = True
+
+
+def started_early() -> bool:
+    """Whether start_early ran in this process (its fork server has the stages imported)."""
+    return _started_early
 
 
 class PoolEngine:
