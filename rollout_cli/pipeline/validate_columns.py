@@ -2,10 +2,10 @@
 
 The per-row fields (ids, status, reward, metadata, JSON fields) go through validate.py's own
 check functions, one row at a time (they are small); the long numeric lists (tokens, loss
-mask, log-probs) are checked and cast on their Arrow buffers for the whole chunk at once. A
-row that fails any check, and a row with top-p or routed-expert data, is validated again on
-its own by validate._validate, so its problem has the same wording and location as from any
-other input; rows that pass are built without a Python object per list.
+mask, log-probs, top-p, routed experts) are checked and cast on their Arrow buffers for the
+whole chunk at once. A row that fails any check is validated again on its own by
+validate._validate, so its problem has the same wording and location as from any other
+input; rows that pass are built without a Python object per list.
 """
 from __future__ import annotations
 
@@ -23,8 +23,11 @@ from . import validate as v
 # the lists checked on their buffers; a chunk where one of them is not an Arrow list of
 # numbers (JSON text that did not parse into one, say) is validated row by row instead
 _VECTOR_LISTS = ("tokens", "loss_mask", "rollout_log_probs", "teacher_log_probs")
-# rows holding these go through the row checks (few dumps carry them)
-_ROW_LISTS = ("rollout_top_p_token_ids", "rollout_top_p_token_offsets", "rollout_routed_experts")
+_TOP_P = ("rollout_top_p_token_ids", "rollout_top_p_token_offsets")
+_EXPERTS = "rollout_routed_experts"
+# checked on their buffers too, but a column that is not an Arrow list of integers sends only
+# the rows that hold a value to the row checks
+_ROW_LISTS = _TOP_P + (_EXPERTS,)
 
 
 @dataclass
@@ -70,6 +73,9 @@ def _lists(arr: pa.Array, n: int) -> _Lists | None:
     if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
         return None
     vt = arr.type.value_type
+    if pa.types.is_null(vt):  # a writer's type for lists that are all empty (or all null items)
+        big = pa.types.is_large_list(arr.type)
+        arr, vt = arr.cast((pa.large_list if big else pa.list_)(pa.int64())), pa.int64()
     if not (pa.types.is_integer(vt) or pa.types.is_floating(vt) or pa.types.is_boolean(vt)):
         return None
     offsets = _numpy(arr.offsets).astype(np.int64, copy=False)
@@ -129,8 +135,112 @@ def _gather(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray | None):
     lens = np.diff(offsets)[rows]
     out = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(lens, out=out[1:])
-    idx = np.repeat(offsets[:-1][rows] - out[:-1], lens) + np.arange(out[-1])
-    return out, values[idx]
+    # one slice per run of consecutive rows (the rows left out are few), not an index per
+    # value: routed experts hold tens of thousands of values a row
+    if not len(rows):
+        return out, values[:0]
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    firsts, lasts = rows[np.r_[0, cut]], rows[np.r_[cut - 1, len(rows) - 1]]
+    parts = [values[offsets[a]:offsets[b + 1]] for a, b in zip(firsts.tolist(), lasts.tolist())]
+    return out, np.concatenate(parts) if parts else values[:0]
+
+
+def _held(col, n: int) -> np.ndarray:
+    """Per row: the column holds a value (not null)."""
+    if col is None:
+        return np.zeros(n, bool)
+    if isinstance(col, list):
+        return np.fromiter((x is not None for x in col), bool, n)
+    return ~_bools(col.is_null()) if col.null_count else np.ones(n, bool)
+
+
+def _top_p(cols: dict, n: int, rls: np.ndarray) -> tuple[np.ndarray, dict[str, _Lists]]:
+    """(per row: passes validate._top_p, the two lists when both columns are Arrow lists)."""
+    held = [_held(cols.get(k), n) for k in _TOP_P]
+    if not (held[0].any() or held[1].any()):
+        return np.ones(n, bool), {}
+    got = [cols.get(k) for k in _TOP_P]
+    ids, off = (None if isinstance(c, list) else _lists(pa.nulls(n) if c is None else c, n) for c in got)
+    if ids is None or off is None or ids.values.dtype.kind not in "iu" or off.values.dtype.kind not in "iu":
+        return ~(held[0] | held[1]), {}
+    both = ids.present & off.present
+    ok = _int_ok(ids, 0, INT32_MAX) & _int_ok(off, 0, INT32_MAX) & (off.lengths == rls + 1)
+    vals = off.values.astype(np.int64, copy=False)  # out-of-range rows already fail: no wrap matters
+    starts, ends = off.offsets[:-1], off.offsets[1:]
+    filled = ends > starts
+    first, last = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    first[filled], last[filled] = vals[starts[filled]], vals[ends[filled] - 1]
+    ok &= filled & (first == 0) & (last == ids.lengths)
+    if len(vals) > 1:
+        down = np.zeros(len(vals), bool)
+        down[1:] = vals[1:] < vals[:-1]
+        down[starts[filled]] = False  # a row's first offset follows the previous row's last
+        ok &= ~_bad_rows(off, down)
+    return (ids.present == off.present) & (~both | ok), dict(zip(_TOP_P, (ids, off)))
+
+
+def _nested_ints(t: pa.DataType) -> bool:
+    """list<list<list<integer>>> at any list width (a null leaf: only empty inner lists)."""
+    for _ in range(3):
+        if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+            return False
+        t = t.value_type
+    return pa.types.is_integer(t) or pa.types.is_null(t)
+
+
+def _lengths(a: pa.Array) -> np.ndarray:
+    """Each list's length, -1 for a null list."""
+    return _numpy(pc.fill_null(pc.list_value_length(a), -1)).astype(np.int64, copy=False)
+
+
+def _starts(lens: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(np.maximum(lens, 0), out=out[1:])
+    return out
+
+
+def _spread(lens: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the min and max of `lens` over the row's span of `offsets` (-1, -2 when empty)."""
+    n = len(offsets) - 1
+    mn, mx = np.full(n, -1, np.int64), np.full(n, -2, np.int64)
+    filled = offsets[1:] > offsets[:-1]
+    if filled.any():
+        mn[filled] = np.minimum.reduceat(lens, offsets[:-1][filled])
+        mx[filled] = np.maximum.reduceat(lens, offsets[:-1][filled])
+    return mn, mx
+
+
+def _experts(col, n: int, ntok: np.ndarray) -> tuple[np.ndarray, _Lists | None, np.ndarray | None]:
+    """(per row: passes validate._routed_experts, each row's ids flattened, each row's
+    [len(tokens)-1, layers, topk]). A row is such an array when every list at each level has
+    the same length (rectangular) and holds no null, with at least one layer: numpy gives the
+    row path another shape for `[]` and `[[], ...]`, which it rejects."""
+    held = _held(col, n)
+    if not held.any():
+        return np.ones(n, bool), None, None
+    if isinstance(col, list) or not _nested_ints(col.type):
+        return ~held, None, None
+    steps = len0 = _lengths(col)
+    mid = col.flatten()  # flatten leaves out what null lists span
+    len1 = _lengths(mid)
+    inner = mid.flatten()
+    len2 = _lengths(inner)
+    leaf = inner.flatten()
+    if pa.types.is_null(leaf.type):
+        leaf = leaf.cast(pa.int64())
+    o0 = _starts(len0)
+    o1 = _starts(len1)[o0]  # per row: where its inner lists start
+    o2 = _starts(len2)[o1]  # per row: its values
+    lmin, lmax = _spread(len1, o0)
+    kmin, kmax = _spread(len2, o1)
+    ok = ~held | ((steps >= 1) & (steps == ntok - 1) & (lmin == lmax) & (lmin >= 1) & (kmin == kmax) & (kmin >= 0))
+    clean = np.ones(n, bool)
+    if leaf.null_count:
+        clean[_rows_of(o2, np.flatnonzero(_bools(leaf.is_null())))] = False
+        leaf = pc.fill_null(leaf, 0)
+    values = _Lists(o2, _numpy(leaf), held, clean)
+    ok &= _int_ok(values, 0, INT32_MAX)
+    return ok, values, np.stack([steps, lmin, kmin], axis=1)
 
 
 def _list_array(offsets: np.ndarray, values: np.ndarray, typ, nulls: np.ndarray | None = None) -> pa.Array:
@@ -199,14 +309,9 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
         fast[i] = True
         rls[i], removed[i] = rl, rm
         scalars[i] = (ids, status, rewards, js)
-    for k in _ROW_LISTS:
-        c = cols.get(k)
-        if c is not None:
-            held = np.fromiter((x is not None for x in c), bool, n) if isinstance(c, list) else ~_bools(c.is_null())
-            slow |= fast & held
-            fast &= ~held
     # the long lists, for the whole chunk
     tok = lists.get("tokens")
+    shape = None
     if tok is None:
         slow |= fast
         fast[:] = False
@@ -222,11 +327,19 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
             if lst is not None:
                 finite, f32[k] = _float32(lst)
                 ok &= ~lst.present | ((lst.lengths == rls) & finite)
+        tp_ok, tp = _top_p(cols, n, rls)
+        ok &= tp_ok
+        lists.update(tp)
+        ex_ok, ex, shape = _experts(cols.get(_EXPERTS), n, ntok)
+        ok &= ex_ok
+        if ex is not None:
+            lists[_EXPERTS] = ex
         slow |= fast & ~ok
         fast &= ok
     batches = []
     if fast.any():
-        batches.append(_fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, f32))
+        for part in _parts(fast, lists):
+            batches.append(_fast_batch(chunk, part, base_pos, keep_text, scalars, rls, removed, lists, f32, shape))
         out.valid = fast.tolist()
     if slow.any():
         rows, pos = [], []
@@ -242,15 +355,54 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
             pos.append(base_pos + i)
         out.problems.sort(key=lambda t: t[0])
         batches.extend(v.build_batches(rows, pos, keep_text))
-    if len(batches) > 1:  # rows in record order, as validate.normalize_chunk gives them
-        t = pa.Table.from_batches(batches)
-        t = t.take(pa.array(np.argsort(t.column("_pos").to_numpy(), kind="stable")))
-        batches = t.combine_chunks().to_batches()
+    if len(batches) > 1:
+        batches = _in_record_order(batches)
     out.batches = batches
     return out
 
 
-def _fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, f32) -> pa.RecordBatch:
+# the list columns that hold the most values of a row (as validate._row_values counts them)
+_LONGEST = ("tokens", "rollout_top_p_token_ids", _EXPERTS)
+
+
+def _parts(fast: np.ndarray, lists: dict[str, _Lists]) -> list[np.ndarray]:
+    """The fast rows in runs of at most validate._MAX_BATCH_VALUES values per list column,
+    cut where validate.build_batches cuts (Arrow list offsets are int32)."""
+    sizes = np.zeros(len(fast), np.int64)
+    for k in _LONGEST:
+        if k in lists:
+            sizes = np.maximum(sizes, lists[k].lengths)
+    sizes[~fast] = 0
+    if sizes.sum() <= v._MAX_BATCH_VALUES:
+        return [fast]
+    cuts, acc = [], 0
+    for i in np.flatnonzero(fast).tolist():
+        if acc + sizes[i] > v._MAX_BATCH_VALUES and acc:
+            cuts.append(i)
+            acc = 0
+        acc += int(sizes[i])
+    bounds = [0, *cuts, len(fast)]
+    idx = np.arange(len(fast))
+    return [fast & (idx >= a) & (idx < b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _in_record_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """The rows of `batches` in record order (`_pos`), as validate.normalize_chunk gives them:
+    one batch, or where one would pass validate._MAX_BATCH_VALUES, slices of the batches."""
+    pos = np.concatenate([_numpy(b.column(0)) for b in batches])
+    order = np.argsort(pos, kind="stable")
+    held = max(sum(len(b.column(k).flatten()) for b in batches) for k in _LONGEST)
+    if held <= v._MAX_BATCH_VALUES:
+        t = pa.Table.from_batches(batches).take(pa.array(order))
+        return t.combine_chunks().to_batches()
+    src = np.repeat(np.arange(len(batches)), [b.num_rows for b in batches])[order]
+    at = np.concatenate([np.arange(b.num_rows) for b in batches])[order]
+    cut = np.flatnonzero(src[1:] != src[:-1]) + 1  # each batch's rows are in order already
+    firsts, ends = np.r_[0, cut], np.r_[cut, len(order)]
+    return [batches[src[a]].slice(int(at[a]), int(b - a)) for a, b in zip(firsts.tolist(), ends.tolist())]
+
+
+def _fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, f32, shape) -> pa.RecordBatch:
     rows = np.flatnonzero(fast)
     every = len(rows) == len(fast)
     sel = None if every else rows
@@ -299,8 +451,22 @@ def _fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, 
         present = lst.present[rows]
         offs, vals = _gather(lst.offsets, f32[k], sel)
         cols.append(_list_array(offs, vals, pa.float32(), ~present))
-    for _ in range(4):  # top-p ids and offsets, routed experts and their shape: rows with them are slow
+    for k in _ROW_LISTS:
+        lst = lists.get(k)
+        if lst is None or not lst.present[rows].any():
+            cols.append(_null_lists(m, pa.int32()))
+            continue
+        present = lst.present[rows]
+        offs, vals = _gather(lst.offsets, lst.values, sel)
+        cols.append(_list_array(offs, vals.astype(np.int32, copy=False), pa.int32(), ~present))
+    ex = lists.get(_EXPERTS)
+    if ex is None or not ex.present[rows].any():
         cols.append(_null_lists(m, pa.int32()))
+    else:
+        present = ex.present[rows]
+        s_off = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(present * 3, out=s_off[1:])
+        cols.append(_list_array(s_off, shape[rows][present].reshape(-1).astype(np.int32), pa.int32(), ~present))
     cols += [
         pa.array([s[2][2] for s in sc], pa.int64()),
         pa.array([s[2][3] for s in sc], pa.string()),

@@ -1,0 +1,257 @@
+"""Columnar validation (Parquet chunks) against the row checks, for top-p and routed experts."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rollout_cli.inputs.base import RawChunk
+from rollout_cli.inputs.parquet import read_parquet
+from rollout_cli.pipeline import validate
+from rollout_cli.pipeline.validate import normalize_chunk, pre_schema
+
+TP_IDS, TP_OFF, REXP = "rollout_top_p_token_ids", "rollout_top_p_token_offsets", "rollout_routed_experts"
+BIG = 2**31  # one past int32
+
+# each bad kind and the field its problem names (the row's other fields are valid)
+TOP_P_BAD = {
+    "only_ids": TP_OFF, "only_offsets": TP_IDS, "negative_id": TP_IDS, "id_over_int32": TP_IDS,
+    "offsets_length": TP_OFF, "negative_offset": TP_OFF, "decreasing": TP_OFF, "first_not_0": TP_OFF,
+    "last_not_len": TP_OFF,
+}
+EXPERTS_BAD = ("outer_length", "negative", "over_int32", "ragged_inner", "ragged_layers", "empty_outer",
+               "no_layers", "null_id",
+               "null_lists", "null_steps")
+
+
+@st.composite
+def _top_p(draw, rl: int):
+    """(ids, offsets, bad kind or None)."""
+    kind = draw(st.sampled_from(["none", "valid", "valid", *TOP_P_BAD]))
+    counts = draw(st.lists(st.integers(0, 3), min_size=rl, max_size=rl))
+    off = [0]
+    for c in counts:
+        off.append(off[-1] + c)
+    ids = draw(st.lists(st.integers(0, 50), min_size=off[-1], max_size=off[-1]))
+    if kind == "none":
+        return None, None, None
+    if kind == "only_ids":
+        return ids, None, kind
+    if kind == "only_offsets":
+        return None, off, kind
+    if kind in ("negative_id", "id_over_int32"):
+        ids = ids + [-1 if kind == "negative_id" else BIG]
+        off[-1] += 1
+    elif kind == "offsets_length":
+        off = off + [off[-1]] if draw(st.booleans()) or len(off) == 1 else off[:-1]
+    elif kind == "negative_offset":
+        off[0] = -1
+    elif kind == "decreasing":
+        if rl < 2:  # no room between the first and the last offset: the wrong length instead
+            return ids, off + [off[-1] - 1], kind
+        off[-2] = off[-1] + 1  # down at the end; still from 0 to len(ids)
+    elif kind == "first_not_0":
+        off = [o + 1 for o in off]
+        ids = ids + [0]
+    elif kind == "last_not_len":
+        ids = ids + [0]
+    return ids, off, None if kind == "valid" else kind
+
+
+@st.composite
+def _experts(draw, n_tok: int):
+    """(routed experts, bad kind or None)."""
+    kind = draw(st.sampled_from(["none", "valid", "valid", *EXPERTS_BAD]))
+    if kind == "none":
+        return None, None
+    layers, topk = draw(st.integers(1, 3)), draw(st.integers(0, 3))
+    steps = n_tok - 1 + (draw(st.sampled_from([-1, 1])) if kind == "outer_length" else 0)
+    steps = max(steps, 0)
+    ids = st.integers(0, 63)
+    rexp = [[draw(st.lists(ids, min_size=topk, max_size=topk)) for _ in range(layers)] for _ in range(steps)]
+    if kind in ("valid", "outer_length"):
+        if kind == "outer_length" and steps == n_tok - 1:  # n_tok == 1: -1 was clipped
+            steps += 1
+            rexp.append([[0] * topk for _ in range(layers)])
+        if not rexp:  # n_tok == 1: numpy makes [] a 1-D array, which the row checks reject
+            return rexp, "empty_outer"
+        return rexp, kind if kind != "valid" else None
+    if kind == "empty_outer":
+        return [], kind
+    if kind == "no_layers":
+        return [[] for _ in range(max(steps, 1))], kind
+    if kind == "null_lists":
+        return [[None] * layers for _ in range(max(steps, 1))], kind
+    if kind == "null_steps":
+        return [None] * max(steps, 1), kind
+    if not rexp:
+        rexp = [[[0] * topk for _ in range(layers)]]  # n_tok == 1: already the wrong length
+    first = rexp[0][0]
+    if kind in ("negative", "over_int32", "null_id"):
+        rexp[-1][-1] = rexp[-1][-1] + [{"negative": -1, "over_int32": BIG, "null_id": None}[kind]]
+        # keep the row rectangular: only the id is wrong
+        rexp = [[lst + [0] if lst is not rexp[-1][-1] else lst for lst in step] for step in rexp]
+    elif kind == "ragged_inner":
+        if len(rexp) == 1 and len(rexp[0]) == 1:
+            rexp[0].append(list(first))
+        rexp[0][0] = first + [1]
+    elif kind == "ragged_layers":
+        if len(rexp) == 1:
+            rexp.append(list(rexp[0]))
+        rexp[0] = rexp[0] + [[0] * topk]
+    return rexp, kind
+
+
+@st.composite
+def _sample(draw, i: int):
+    rl = draw(st.integers(0, 4))
+    tokens = draw(st.lists(st.integers(0, 100), min_size=max(rl, 1), max_size=rl + 3))
+    ids, off, tp_bad = draw(_top_p(rl))
+    rexp, ex_bad = draw(_experts(len(tokens)))
+    rec = {"index": i, "group_index": i // 2, "tokens": tokens, "response_length": rl,
+           "loss_mask": [1] * rl, "reward": 1.0, "status": "completed",
+           TP_IDS: ids, TP_OFF: off, REXP: rexp}
+    # the first failing check names the field: top-p is checked before routed experts
+    want = TOP_P_BAD[tp_bad] if tp_bad else REXP if ex_bad else None
+    return rec, want
+
+
+@st.composite
+def _samples(draw):
+    n = draw(st.integers(1, 8))
+    return [draw(_sample(i)) for i in range(n)]
+
+
+def _write(path: Path, recs: list[dict], json_text: bool) -> None:
+    t = pa.Table.from_pylist(recs)
+    if json_text:
+        cols = {k: pa.array([orjson.dumps(x).decode() for x in t.column(k).to_pylist()], pa.string())
+                if k in (TP_IDS, TP_OFF, REXP) else t.column(k) for k in t.column_names}
+        t = pa.table(cols)
+    pq.write_table(t, path)
+
+
+def _both(path: Path, recs: list[dict]):
+    """(the columnar result of reading `path`, the row checks' result for the same samples)."""
+    chunks = list(read_parquet(str(path), "1.parquet", chunk_rows=len(recs)))
+    assert len(chunks) == 1 and chunks[0].columns is not None
+    col = normalize_chunk(chunks[0], 0, reward_key=None, keep_text=False)
+    rows = RawChunk("1.parquet", "row", list(range(len(recs))), recs)
+    return col, normalize_chunk(rows, 0, reward_key=None, keep_text=False)
+
+
+def _table(batches):
+    return pa.Table.from_batches(batches, schema=pre_schema(False)).combine_chunks()
+
+
+SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@settings(max_examples=250, **SETTINGS)
+@given(_samples(), st.booleans())
+def test_columnar_top_p_and_experts_match_the_row_checks(drawn, json_text):
+    recs = [r for r, _ in drawn]
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "1.parquet"
+        _write(path, recs, json_text)
+        col, row = _both(path, recs)
+    got = [(i, p.field, p.message, p.location) for i, p in col.problems]
+    assert got == [(i, p.field, p.message, p.location) for i, p in row.problems]
+    # every bad row is rejected, for the reason it was made bad; every other row passes
+    assert [(i, f) for i, f, _, _ in got] == [(i, want) for i, (_, want) in enumerate(drawn) if want]
+    assert col.valid == row.valid == [want is None for _, want in drawn]
+    assert _table(col.batches).equals(_table(row.batches))
+
+
+def _valid(n: int) -> list[dict]:
+    out = []
+    for i in range(n):
+        rl, n_tok = 2 + i % 3, 5 + i % 3
+        out.append({"index": i, "group_index": i // 2, "tokens": list(range(n_tok)), "response_length": rl,
+                    "loss_mask": [1] * rl, "reward": 0.5, "status": "completed",
+                    TP_IDS: list(range(rl * 2)), TP_OFF: list(range(0, 2 * rl + 1, 2)),
+                    REXP: [[[i, j, 2], [3, 4, 5]] for j in range(n_tok - 1)] if i % 4 else None})
+    return out
+
+
+@pytest.mark.parametrize("json_text", [False, True])
+def test_valid_top_p_and_experts_skip_the_row_checks(tmp_path, monkeypatch, json_text):
+    recs = _valid(8)
+    path = tmp_path / "1.parquet"
+    _write(path, recs, json_text)
+    _, want = _both(path, recs)
+    calls = []
+    real = validate._validate
+    monkeypatch.setattr(validate, "_validate", lambda rec, *a, **kw: calls.append(rec) or real(rec, *a, **kw))
+    chunk = next(read_parquet(str(path), "1.parquet"))
+    assert all(isinstance(chunk.columns[k], pa.Array) for k in (TP_IDS, TP_OFF, REXP))
+    got = normalize_chunk(chunk, 0, reward_key=None, keep_text=False)
+    assert calls == []
+    assert got.valid == [True] * 8
+    assert _table(got.batches).equals(_table(want.batches))
+    shape = _table(got.batches).column("rollout_routed_experts_shape").to_pylist()
+    assert shape == [None if i % 4 == 0 else [4 + i % 3, 2, 3] for i in range(8)]
+
+
+def test_only_the_failing_row_is_checked_by_itself(tmp_path, monkeypatch):
+    recs = _valid(6)
+    recs[3][TP_OFF] = recs[3][TP_OFF][::-1]
+    recs[5][REXP][1][0] = [1]  # ragged
+    path = tmp_path / "1.parquet"
+    _write(path, recs, False)
+    calls = []
+    real = validate._validate
+    monkeypatch.setattr(validate, "_validate", lambda rec, *a, **kw: calls.append(rec["index"]) or real(rec, *a, **kw))
+    nc = normalize_chunk(next(read_parquet(str(path), "1.parquet")), 0, reward_key=None, keep_text=False)
+    assert calls == [3, 5]
+    assert [(i, p.field) for i, p in nc.problems] == [(3, TP_OFF), (5, REXP)]
+    assert "ragged" in nc.problems[1][1].message
+
+
+@pytest.mark.parametrize("typ", [
+    pa.list_(pa.list_(pa.list_(pa.uint8()))),
+    pa.large_list(pa.list_(pa.large_list(pa.int32()))),
+    pa.list_(pa.large_list(pa.list_(pa.uint64()))),
+])
+def test_expert_ids_of_any_integer_width(tmp_path, typ):
+    recs = _valid(5)
+    t = pa.Table.from_pylist(recs)
+    t = t.set_column(t.schema.get_field_index(REXP), REXP, t.column(REXP).cast(typ))
+    t = t.set_column(t.schema.get_field_index(TP_IDS), TP_IDS, t.column(TP_IDS).cast(pa.large_list(pa.uint16())))
+    pq.write_table(t, tmp_path / "1.parquet")
+    col, row = _both(tmp_path / "1.parquet", recs)
+    assert col.valid == row.valid == [True] * 5
+    assert _table(col.batches).equals(_table(row.batches))
+
+
+def test_experts_of_floats_are_checked_row_by_row(tmp_path):
+    recs = _valid(3)
+    recs[2][REXP] = [[[0.5] * 3] * 2] * 6
+    pq.write_table(pa.Table.from_pylist(recs), tmp_path / "1.parquet")
+    # the column is float: every row's ids are floats in the file, as the row checks see them
+    col, row = _both(tmp_path / "1.parquet", pq.read_table(tmp_path / "1.parquet").to_pylist())
+    assert [(i, p.field, p.message) for i, p in col.problems] == [(i, p.field, p.message) for i, p in row.problems]
+    assert [i for i, _ in col.problems] == [1, 2]
+    assert "of float64" in col.problems[0][1].message
+    assert _table(col.batches).equals(_table(row.batches))
+
+
+def test_batches_stay_within_the_list_limit(tmp_path, monkeypatch):
+    limit = 80  # two or three rows of routed experts
+    monkeypatch.setattr(validate, "_MAX_BATCH_VALUES", limit)
+    recs = _valid(12)
+    recs[6][TP_IDS] = None  # one slow row among the fast ones
+    _write(tmp_path / "1.parquet", recs, False)
+    col, row = _both(tmp_path / "1.parquet", recs)
+    assert [i for i, _ in col.problems] == [6]
+    assert len(col.batches) > 2
+    for b in col.batches:
+        assert max(len(b.column(k).flatten()) for k in ("tokens", REXP)) <= limit
+    assert _table(col.batches).equals(_table(row.batches))
+    assert _table(col.batches).column("_pos").to_pylist() == [i for i in range(12) if i != 6]
