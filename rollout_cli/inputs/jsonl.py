@@ -103,10 +103,11 @@ def read_jsonl(
     stats: dict | None = None,
     handover: Handover | None = None,
 ) -> Iterator[RawChunk]:
-    """Parse `path` (or its newline-aligned byte range [start, end)) into chunks of records.
+    """Parse `path` (or its newline-aligned byte range [start, end)) into columnar chunks
+    (inputs/columns.py).
 
-    Blank lines are skipped; a line that is not a JSON object becomes a record of None with
-    its problem, so the caller can count and report it. `stats["lines"]` gets the number of
+    Blank lines are skipped; a line that is not a JSON object holds its place with its
+    problem, so the caller can count and report it. `stats["lines"]` gets the number of
     lines consumed. With `handover` (for a plain file), the range may end early where its rest
     was handed over to another reader.
     """
@@ -115,7 +116,8 @@ def read_jsonl(
         stream = open_binary(path)
     except OSError as e:
         raise InvalidInputError(f"{display}: cannot open: {e.strerror or e}") from None
-    from .simd import SampleParser  # numpy: not for the converting process, which only splits files
+    from .columns import columnar  # numpy: not for the converting process, which only splits files
+    from .simd import SampleParser
 
     loads = orjson.loads
     fast = SampleParser().parse
@@ -163,11 +165,11 @@ def read_jsonl(
             records.append(rec)
             held += b - a
             if len(records) >= chunk_records or held >= CHUNK_BYTES:
-                yield RawChunk(display, "line", numbers, records, problems)
+                yield columnar(RawChunk(display, "line", numbers, records, problems))
                 numbers, records, problems = [], [], {}
                 held = 0
         if records:
-            yield RawChunk(display, "line", numbers, records, problems)
+            yield columnar(RawChunk(display, "line", numbers, records, problems))
         if stats is not None:
             stats["lines"] = line_no - first_line + 1
     except (OSError, EOFError, ValueError, zlib.error, _ZstdError) as e:

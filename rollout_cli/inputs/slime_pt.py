@@ -13,6 +13,7 @@ import numpy as np
 
 from ..core.errors import InvalidInputError, Location, Problem
 from .base import RawChunk
+from .columns import columnar
 
 # Samples converted per chunk: each chunk's arrays are new memory while the lists they replace
 # are still held (the unpickled graph is freed only as whole chunks are done)
@@ -75,7 +76,7 @@ def _chunk(display: str, samples: list, first: int) -> RawChunk:
         else:
             problems[i] = Problem(Location(display, "sample", first + i), None, f"expected a sample dict, got {type(s).__name__}")
             records.append(None)
-    return RawChunk(display, "sample", list(range(first, first + len(records))), records, problems)
+    return columnar(RawChunk(display, "sample", list(range(first, first + len(records))), records, problems))
 
 
 def read_pt(path: str, display: str | None = None, trust_pickle: bool = False) -> PtDump:

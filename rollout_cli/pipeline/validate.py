@@ -538,14 +538,10 @@ def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, k
                     step: int | None = None) -> NormChunk:
     """Validate one chunk; `base_pos` is the position of its first record in the unit. With
     `step`, a record's own `step` field must be that step."""
-    if chunk.columns is not None:
-        from .validate_columns import normalize_columns
+    from ..inputs.columns import columnar
+    from .validate_columns import normalize_columns
 
-        return normalize_columns(chunk, base_pos, reward_key=reward_key, keep_text=keep_text, step=step)
-    try:
-        return _normalize(chunk, base_pos, reward_key, keep_text, step, lazy=True)
-    except _Unchecked:  # a lazily kept value is out of range: the exact checks find and word it
-        return _normalize(chunk, base_pos, reward_key, keep_text, step, lazy=False)
+    return normalize_columns(columnar(chunk), base_pos, reward_key=reward_key, keep_text=keep_text, step=step)
 
 
 def _prelude(out: NormChunk, chunk: RawChunk, i: int, rec: dict | None, step: int | None) -> bool:

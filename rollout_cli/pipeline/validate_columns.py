@@ -253,6 +253,8 @@ def _null_lists(m: int, typ) -> pa.Array:
 
 
 def _row_record(chunk: RawChunk, i: int, py: dict) -> dict:
+    if i in chunk.rows:
+        return chunk.rows[i]
     rec = {k: vals[i] for k, vals in py.items()}
     for k, col in chunk.columns.items():
         if k not in rec:
@@ -274,7 +276,7 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
     lm = cols.get("loss_mask")
     if isinstance(lm, pa.Array) and pa.types.is_list(lm.type) and pa.types.is_boolean(lm.type.value_type):
         cols["loss_mask"] = lm.cast(pa.list_(pa.uint8()))  # bool masks are 0/1
-    chunk = RawChunk(chunk.source, chunk.kind, chunk.numbers, None, chunk.problems, cols)
+    chunk = RawChunk(chunk.source, chunk.kind, chunk.numbers, None, chunk.problems, cols, chunk.rows)
     py = {k: (c if isinstance(c, list) else c.to_pylist()) for k, c in cols.items()
           if k not in _VECTOR_LISTS and k not in _ROW_LISTS}
     lists: dict[str, _Lists] = {}
@@ -292,9 +294,13 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
     scalars: list = [None] * n
     rls = np.zeros(n, dtype=np.int64)
     removed = np.zeros(n, bool)
+    own = chunk.rows
     for i in range(n):
-        rec = None if i in chunk.problems else {k: py[k][i] for k in keys}
+        rec = None if i in chunk.problems else own[i] if i in own else {k: py[k][i] for k in keys}
         if not v._prelude(out, chunk, i, rec, step):
+            continue
+        if i in own:  # checked from its own dict
+            slow[i] = True
             continue
         try:
             ids = v._ids(rec)

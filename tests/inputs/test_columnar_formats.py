@@ -237,10 +237,14 @@ def test_reading_reports_what_the_file_says(tmp_path):
     chunks = list(reading)
     assert reading.info.step == 8 and not reading.info.train_dump
     assert [c.numbers for c in chunks] == [[0, 1, 2]]
-    assert all(type(r["tokens"]).__module__ == "numpy" for r in chunks[0].records)
     j = write_jsonl(tmp_path / "1.jsonl", recs)
     reading = read_input(InputFile(str(j), "1.jsonl", "jsonl", 1, "train", "name"))
-    assert sum(len(c) for c in reading) == 3 and reading.info.lines == 3
+    jchunks = list(reading)
+    assert sum(len(c) for c in jchunks) == 3 and reading.info.lines == 3
+    # every reader hands on columns: the numeric lists as one Arrow list array per chunk
+    for c in chunks + jchunks:
+        assert c.records is None and not c.rows
+        assert isinstance(c.columns["tokens"], pa.Array) and c.columns["tokens"].to_pylist() == [r["tokens"] for r in recs]
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 1024])

@@ -25,7 +25,7 @@ def _file(tmp_path, n=60, blank_every=7) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     lines = []
     for i in range(n):
-        lines.append(b'{"i": %d, "pad": "%s"}' % (i, b"x" * (i * 37 % 300)))
+        lines.append(b'{"index": %d, "status": "%s"}' % (i, b"x" * (i * 37 % 300)))
         if blank_every and i % blank_every == 3:
             lines.append(b"   ")
     p.write_bytes(b"\n".join(lines))  # the last line has no newline
@@ -54,7 +54,7 @@ def _records(path, start, end, offer=None, first_line=1):
     recs, numbers = [], []
     for c in read_jsonl(str(path), start=start, end=end, first_line=first_line, chunk_records=4, stats=stats,
                         handover=offer):
-        recs += c.records
+        recs += [c.record(i) for i in range(len(c))]
         numbers += c.numbers
     return recs, numbers, stats["lines"]
 
@@ -71,7 +71,7 @@ def test_the_rest_is_handed_over_at_a_line_start(tmp_path, small_rest):
     assert path.read_bytes()[cut - 1:cut] == b"\n"
     rest, rest_numbers, _ = _records(path, cut, end)
     whole, whole_numbers, whole_lines = _records(path, 0, size)
-    assert [r["i"] for r in first + rest] == [r["i"] for r in whole]  # each line once, in order
+    assert [r["index"] for r in first + rest] == [r["index"] for r in whole]  # each line once, in order
     assert numbers + [n + lines for n in rest_numbers] == whole_numbers
     assert open(stage + ".answer").read() == f"{cut} {end}"
 
