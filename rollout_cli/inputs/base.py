@@ -28,7 +28,9 @@ class RawChunk:
     or None when the record could not be parsed at all.
     Columnar form (`columns`): field name -> a pyarrow Array with one entry per row, or a
     list of Python values per row (fields decoded from JSON text or nested data); a field the
-    file lacks is absent. ``problems`` holds why a record could not be parsed, by position.
+    file lacks is absent. ``rows`` holds, by position, the records that are validated from
+    their own dict instead (their column entries are null; see inputs/columns.py).
+    ``problems`` holds why a record could not be parsed, by position.
     """
 
     source: str
@@ -37,6 +39,7 @@ class RawChunk:
     records: list | None = None
     problems: dict[int, Problem] = field(default_factory=dict)
     columns: dict[str, Any] | None = None
+    rows: dict[int, dict] = field(default_factory=dict)
 
     def location(self, i: int) -> Location:
         return Location(self.source, self.kind, self.numbers[i])
@@ -49,11 +52,11 @@ class RawChunk:
         if self.records is not None:
             return [r.get(name) if isinstance(r, dict) else None for r in self.records]
         col = (self.columns or {}).get(name)
-        if col is None:
-            return [None] * len(self)
-        vals = list(col) if isinstance(col, list) else col.to_pylist()
+        vals = [None] * len(self) if col is None else list(col) if isinstance(col, list) else col.to_pylist()
         for i in self.problems:
             vals[i] = None
+        for i, rec in self.rows.items():
+            vals[i] = rec.get(name)
         return vals
 
 

@@ -1,0 +1,80 @@
+"""Records to the reader contract's columnar form: what the JSONL and `.pt` readers hand on.
+
+Their parsers give one dict per sample, with the long numeric lists already numpy arrays
+(simd.py for JSON, the restricted unpickler or slime_pt._as_arrays for `.pt`). Each list field
+becomes one Arrow list array over the chunk (the arrays concatenated once, offsets from their
+lengths), every other field a list of the records' values. A record whose list field is
+anything else (a Python list the JSON fallback parsed, a nested array, a string) keeps its
+dict in `RawChunk.rows`, and validation checks it on its own, so its problem is worded as
+before; its entries in the columns are null.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .base import SAMPLE_FIELDS, KEPT_TEXT_FIELDS, RawChunk
+
+# list field -> the numpy kinds its arrays may have (anything else: the record's own checks)
+LIST_KINDS = {
+    "tokens": "iu",
+    "loss_mask": "iub",
+    "rollout_log_probs": "fiu",
+    "teacher_log_probs": "fiu",
+    "rollout_top_p_token_ids": "iu",
+    "rollout_top_p_token_offsets": "iu",
+}
+_WANTED = SAMPLE_FIELDS | set(KEPT_TEXT_FIELDS)
+
+
+def _fits(v, kinds: str) -> bool:
+    # uint64 may not fit the int64 column: such a record is checked on its own
+    return (isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in kinds
+            and not (v.dtype.kind == "u" and v.dtype.itemsize == 8))
+
+
+def columnar(chunk: RawChunk) -> RawChunk:
+    """The chunk in columnar form (a chunk already columnar is returned as it is)."""
+    if chunk.records is None:
+        return chunk
+    records = chunk.records
+    n = len(records)
+    own: dict[int, dict] = {}
+    names: dict[str, None] = {}
+    for i, rec in enumerate(records):
+        if rec is None:
+            continue
+        for k in rec:
+            if k in _WANTED:
+                names[k] = None
+        for k, kinds in LIST_KINDS.items():
+            v = rec.get(k)
+            if v is not None and not _fits(v, kinds):
+                own[i] = rec
+                break
+    columns: dict = {}
+    for k in names:
+        kinds = LIST_KINDS.get(k)
+        values = [None if rec is None or i in own else rec.get(k) for i, rec in enumerate(records)]
+        columns[k] = _list_column(values, n) if kinds else values
+    return RawChunk(chunk.source, chunk.kind, chunk.numbers, None, dict(chunk.problems), columns, own)
+
+
+def _list_column(arrays: list, n: int) -> pa.Array:
+    """One Arrow list array of the rows' 1-D arrays (None: a null row), values widened to the
+    common type (np.concatenate's promotion: int64 for integers, float64 once a float is in)."""
+    lens = np.fromiter((0 if a is None else len(a) for a in arrays), dtype=np.int64, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    present = [a for a in arrays if a is not None]
+    if not present:
+        return pa.nulls(n, pa.list_(pa.int64()))
+    values = np.concatenate(present)
+    if values.dtype.kind == "b":
+        values = values.view(np.uint8)
+    elif values.dtype.kind in "iu" and values.dtype != np.int64:
+        values = values.astype(np.int64)
+    mask = None if len(present) == n else pa.array(np.fromiter((a is None for a in arrays), dtype=bool, count=n))
+    if offsets[-1] < 2**31:
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values), mask=mask)
+    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask)
