@@ -160,17 +160,6 @@ def _finite32(fld: str, a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _i64(v: Any) -> bool:
-    """The simdjson reader's integer list (an int64 array): its values are checked later, for a
-    whole batch at once (`_build`)."""
-    return type(v) is np.ndarray and v.dtype == np.int64 and v.ndim == 1
-
-
-def _f64(v: Any) -> bool:
-    """The simdjson reader's number list (a float64 array), checked later like `_i64`'s."""
-    return type(v) is np.ndarray and v.dtype == np.float64 and v.ndim == 1
-
-
 def _json_text(fld: str, v: Any) -> str | None:
     if v is None:
         return None
@@ -228,13 +217,10 @@ def _ids(rec: dict) -> tuple[int | None, int | None]:
     return _opt_int(rec, "index"), _opt_int(rec, "group_index")
 
 
-def _tokens(rec: dict, lazy: bool) -> np.ndarray:
+def _tokens(rec: dict) -> np.ndarray:
     if "tokens" not in rec:
         raise _Bad("tokens", "missing")
-    tokens = rec["tokens"]
-    if not (lazy and _i64(tokens) and len(tokens)):
-        tokens = _int_array("tokens", tokens, 0, INT32_MAX, allow_empty=False)
-    return tokens
+    return _int_array("tokens", rec["tokens"], 0, INT32_MAX, allow_empty=False)
 
 
 def _response_length(rec: dict) -> int:
@@ -249,7 +235,7 @@ def _check_response_length(rl: int, n_tok: int) -> None:
         raise _Bad("response_length", f"expected 0 <= response_length <= len(tokens) = {n_tok}, got {rl}")
 
 
-def _loss_mask(rec: dict, rl: int, lazy: bool) -> np.ndarray:
+def _loss_mask(rec: dict, rl: int) -> np.ndarray:
     """The mask (all ones when null); zeros for a removed sample, whose mask is still checked."""
     lm = rec.get("loss_mask")
     if lm is None:
@@ -259,13 +245,8 @@ def _loss_mask(rec: dict, rl: int, lazy: bool) -> np.ndarray:
             raise _Bad("loss_mask", f"expected a list of 0/1 or null, got {_got(lm)}")
         if len(lm) != rl:
             raise _Bad("loss_mask", f"expected length {rl} (response_length), got {len(lm)}")
-        if lazy and _i64(lm):
-            mask = lm
-        else:
-            mask = _int_array("loss_mask", lm, 0, 1).astype(np.uint8, copy=False) if rl else np.zeros(0, dtype=np.uint8)
+        mask = _int_array("loss_mask", lm, 0, 1).astype(np.uint8, copy=False) if rl else np.zeros(0, dtype=np.uint8)
     if _remove_sample(rec):
-        if mask is lm:  # kept lazily, and about to be replaced: its values are checked now
-            _int_array("loss_mask", lm, 0, 1)
         mask = np.zeros(rl, dtype=np.uint8)
     return mask
 
@@ -310,11 +291,9 @@ def _rewards_and_metadata(rec: dict, reward_key: str | None) -> tuple[float, flo
     return reward_value, raw_reward, round_number, source_name
 
 
-def _log_probs(rec: dict, key: str, rl: int, lazy: bool) -> np.ndarray | None:
+def _log_probs(rec: dict, key: str, rl: int) -> np.ndarray | None:
     lp = rec.get(key)
-    if lp is not None and not (lazy and _f64(lp) and len(lp) == rl):
-        lp = _float_array(key, lp, rl)
-    return lp
+    return None if lp is None else _float_array(key, lp, rl)
 
 
 def _top_p(rec: dict, rl: int) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -365,19 +344,17 @@ def _json_fields(rec: dict, keep_text: bool) -> tuple[str | None, str | None, tu
     return train_metadata, mm, text
 
 
-def _validate(rec: dict, reward_key: str | None, keep_text: bool, lazy: bool = False) -> _Row:
-    """One sample's row, its fields checked in a fixed order (the first problem is reported).
-    With `lazy`, the value ranges of the simdjson reader's long lists are left to `_build`
-    (every other check runs here)."""
+def _validate(rec: dict, reward_key: str | None, keep_text: bool) -> _Row:
+    """One sample's row, its fields checked in a fixed order (the first problem is reported)."""
     sample_index, group_index = _ids(rec)
-    tokens = _tokens(rec, lazy)
+    tokens = _tokens(rec)
     rl = _response_length(rec)
     _check_response_length(rl, len(tokens))
-    mask = _loss_mask(rec, rl, lazy)
+    mask = _loss_mask(rec, rl)
     status = _status(rec)
     reward_value, raw_reward, round_number, source_name = _rewards_and_metadata(rec, reward_key)
-    lp = _log_probs(rec, "rollout_log_probs", rl, lazy)
-    tlp = _log_probs(rec, "teacher_log_probs", rl, lazy)
+    lp = _log_probs(rec, "rollout_log_probs", rl)
+    tlp = _log_probs(rec, "teacher_log_probs", rl)
     tp_ids, tp_off = _top_p(rec, rl)
     rexp = _routed_experts(rec, len(tokens))
     train_metadata, mm, text = _json_fields(rec, keep_text)
@@ -415,38 +392,15 @@ class NormChunk:
     batches: list[pa.RecordBatch] = field(default_factory=list)
 
 
-class _Unchecked(Exception):
-    """A value the lazy checks let through is out of range: the batch is validated again, exactly."""
-
-
-def _in_range(lo: int, hi: int):
-    def check(values: np.ndarray) -> bool:
-        return values.dtype != np.int64 or not len(values) or (int(values.min()) >= lo and int(values.max()) <= hi)
-
-    return check
-
-
-def _float32(values: np.ndarray) -> np.ndarray:
-    if values.dtype != np.float64:
-        return values.astype(np.float32, copy=False)
-    with np.errstate(over="ignore"):  # beyond float32 range becomes inf, which fails the check
-        out = values.astype(np.float32)
-    if not np.isfinite(out).all():
-        raise _Unchecked
-    return out
-
-
-def _list_array(arrays: list, dtype, nullable: bool, check=None) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """A list column of `arrays` (None for a null row), its values cast to `dtype` after `check`
-    passes on them (else _Unchecked); also returns the offsets and the cast values."""
+def _list_array(arrays: list, dtype, nullable: bool) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """A list column of `arrays` (None for a null row; values checked already), cast to
+    `dtype`; also returns the offsets and the cast values."""
     lens = np.fromiter((0 if a is None else len(a) for a in arrays), dtype=np.int64, count=len(arrays))
     offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
     np.cumsum(lens, out=offsets[1:])
     present = [a for a in arrays if a is not None]
     values = np.concatenate(present) if present else np.zeros(0, dtype=dtype)
-    if check is not None and not check(values):
-        raise _Unchecked
-    values = _float32(values) if dtype == np.float32 else values.astype(dtype, copy=False)
+    values = values.astype(dtype, copy=False)
     mask = None
     if nullable and len(present) != len(arrays):
         mask = pa.array(np.fromiter((a is None for a in arrays), dtype=bool, count=len(arrays)))
@@ -494,12 +448,11 @@ def pre_schema(keep_text: bool) -> pa.Schema:
 
 
 def _build(rows: list[_Row], pos: list[int], keep_text: bool) -> pa.RecordBatch:
-    """The rows as a batch; the long lists' lazily kept values are checked here, per column
-    (_Unchecked when one is out of range)."""
+    """The validated rows as a batch."""
     rexp_flat = [None if r.rexp is None else r.rexp.reshape(-1) for r in rows]
     rexp_shape = [None if r.rexp is None else np.asarray(r.rexp.shape, dtype=np.int32) for r in rows]
-    tokens, _, _ = _list_array([r.tokens for r in rows], np.int32, False, _in_range(0, INT32_MAX))
-    mask, mask_offsets, mask_values = _list_array([r.loss_mask for r in rows], np.uint8, False, _in_range(0, 1))
+    tokens, _, _ = _list_array([r.tokens for r in rows], np.int32, False)
+    mask, mask_offsets, mask_values = _list_array([r.loss_mask for r in rows], np.uint8, False)
     cols = [
         pa.array(pos, pa.int64()),
         pa.array([r.sample_index for r in rows], pa.int64()),
@@ -571,8 +524,9 @@ def empty_norm(chunk: RawChunk) -> NormChunk:
     return NormChunk(chunk.source, chunk.kind, chunk.numbers, [ID_MISSING] * n, [None] * n, [None] * n, [False] * n)
 
 
-def _normalize(chunk: RawChunk, base_pos: int, reward_key: str | None, keep_text: bool, step: int | None,
-               lazy: bool) -> NormChunk:
+def normalize_rows(chunk: RawChunk, base_pos: int, reward_key: str | None, keep_text: bool,
+                   step: int | None) -> NormChunk:
+    """Validate a row-form chunk record by record (the columnar path's fallback)."""
     out = empty_norm(chunk)
     rows: list[_Row] = []
     pos: list[int] = []
@@ -580,13 +534,7 @@ def _normalize(chunk: RawChunk, base_pos: int, reward_key: str | None, keep_text
         if not _prelude(out, chunk, i, rec, step):
             continue
         try:
-            try:
-                row = _validate(rec, reward_key, keep_text, lazy)
-            except _Bad:
-                if not lazy:
-                    raise
-                # a lazily kept value may be what the exact checks, in their order, fail first
-                row = _validate(rec, reward_key, keep_text)
+            row = _validate(rec, reward_key, keep_text)
         except _Bad as e:
             out.problems.append((i, Problem(chunk.location(i), e.field, e.message)))
             continue

@@ -265,7 +265,7 @@ def _row_record(chunk: RawChunk, i: int, py: dict) -> dict:
 def _by_rows(chunk: RawChunk, py: dict, base_pos: int, reward_key, keep_text, step) -> v.NormChunk:
     records = [None if i in chunk.problems else _row_record(chunk, i, py) for i in range(len(chunk))]
     rows = RawChunk(chunk.source, chunk.kind, chunk.numbers, records, chunk.problems)
-    return v._normalize(rows, base_pos, reward_key, keep_text, step, lazy=False)
+    return v.normalize_rows(rows, base_pos, reward_key, keep_text, step)
 
 
 def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool,

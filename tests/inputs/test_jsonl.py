@@ -27,8 +27,8 @@ BAD = [  # (overrides, the problem's field and message) as the checks word them 
     ({"loss_mask": [1]}, "loss_mask", "expected length 2 (response_length), got 1"),
     ({"rollout_log_probs": [-0.5]}, "rollout_log_probs", "expected length 2 (response_length), got 1"),
     ({"rollout_log_probs": [-0.5, 1e39]}, "rollout_log_probs", "expected finite numbers, got inf at position 1"),
-    # a range problem the simdjson path's lazy checks pass over, then a later problem: the
-    # exact checks still report the first one
+    # a range problem the columnar checks find, then a later problem: the row's own
+    # checks still report the first one
     ({"tokens": [5, -1, 7, 8], "status": "lost"}, "tokens", "expected values in [0, 2147483647], got -1"),
     ({"loss_mask": [1, 2], "reward": "high"}, "loss_mask", "expected values in [0, 1], got 2"),
     ({"teacher_log_probs": [1e39, 0.0], "train_metadata": 5}, "teacher_log_probs", "expected finite numbers, got inf at position 0"),
