@@ -1,6 +1,8 @@
-"""Stage 2: validate and coerce sample dicts into columnar Arrow batches.
+"""Stage 2: validate and coerce samples into columnar Arrow batches.
 
-Every problem names the file, line/row/position, the field, and expected vs got. A record that
+`normalize_chunk` is the entry: every chunk goes through the columnar checks
+(validate_columns.py); this module holds the rules for one record (`_validate`), which word
+each problem and run only for a record that fails on columns. Every problem names the file, line/row/position, the field, and expected vs got. A record that
 fails keeps a small summary (its explicit rollout id and group) so that ids are assigned over
 all parsed samples and a rejection never shifts a sibling's id.
 """

@@ -1,4 +1,4 @@
-"""Stage 2 on columnar chunks (Parquet): the same rules as validate.py, checked per column.
+"""Stage 2 on columnar chunks (every reader's): the rules of validate.py, checked per column.
 
 The per-row fields (ids, status, reward, metadata, JSON fields) go through validate.py's own
 check functions, one row at a time (they are small); the long numeric lists (tokens, loss
