@@ -202,6 +202,21 @@ def _one_chunk(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=chunked.schema)
 
 
+def _held_table(held: list[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """The held batches as one table, one chunk per column, emptying `held`: each column's
+    batches are let go once it is copied, so the rows are held about once, not twice."""
+    if not held:
+        return schema.empty_table()
+    schema = held[0].schema
+    pieces = [[b.column(k) for b in held] for k in range(len(schema))]
+    held.clear()
+    columns = []
+    for k in range(len(pieces)):
+        columns.append(pa.concat_arrays(pieces[k]))
+        pieces[k] = None
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 def _drop_parts(parts: list[PartResult]) -> None:
     for r in parts:
         if r.stage_path and storage.is_uri(r.stage_path):
@@ -249,8 +264,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
     # the valid rows, in order
     if held is not None:
-        pre = _one_chunk([pa.Table.from_batches(held)] if held else [], pre_schema(opts.keep_text))
-        held.clear()  # the table holds the rows now
+        pre = _held_table(held, pre_schema(opts.keep_text))
     else:
         pre = _read_staged(parts, bases, pre_schema(opts.keep_text))
     sf = compute_step(

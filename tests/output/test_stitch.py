@@ -13,10 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rollout_cli.output.stitch import (
+from rollout_cli.core.thrift import (
     BINARY, BOOL, BYTE, DOUBLE, I16, I32, I64, LIST, MAP, SET, STRUCT, TList, TMap, TStruct,
-    Stitcher, decode_struct, encode_struct, read_footer,
+    decode_struct, encode_struct, read_footer,
 )
+from rollout_cli.output.stitch import Stitcher
 from rollout_cli.core.schema import DICTIONARY_COLUMNS, LIST_COLUMNS, SCHEMA_VERSION, train_schema
 
 def stitch(template, pieces: Sequence, row_groups: Sequence[Sequence[tuple[int, int]]]) -> Iterator[memoryview | bytes]:
