@@ -68,7 +68,11 @@ class _NoPandas:
 def _lean_allocator() -> None:
     """Workers allocate and free large Arrow buffers (parsed batches, encoder scratch, pieces);
     jemalloc, told to return freed pages at once, keeps a worker's peak memory lowest (pyarrow's
-    default mimalloc keeps freed pages). ARROW_DEFAULT_MEMORY_POOL, when set, decides instead."""
+    default mimalloc keeps freed pages). ARROW_DEFAULT_MEMORY_POOL, when set, decides instead.
+    numpy's buffers come from the C library's malloc, which after the first large free serves
+    blocks of up to 32 MB from its heap and keeps them when freed: a fixed threshold of 1 MiB
+    gives each large buffer its own mapping, returned to the system when it is freed."""
+    _malloc_threshold(1 << 20)
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         return
     import pyarrow as pa
@@ -78,6 +82,18 @@ def _lean_allocator() -> None:
         pa.jemalloc_set_decay_ms(0)
     except NotImplementedError:  # a pyarrow built without jemalloc keeps its default
         pass
+
+
+def _malloc_threshold(nbytes: int) -> None:
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if sys.platform.startswith("linux") and name:
+        try:
+            ctypes.CDLL(name).mallopt(-3, nbytes)  # M_MMAP_THRESHOLD (glibc)
+        except (OSError, AttributeError):  # another C library: its own policy stays
+            pass
 
 
 def _worker_init(parent: int, environ: dict | None = None) -> None:
