@@ -158,3 +158,19 @@ def shard_bytes(out) -> dict[str, bytes]:
         if p.is_file() and p.suffix in (".parquet", ".arrow") and ".staging" not in p.parts:
             res[str(p.relative_to(root))] = p.read_bytes()
     return res
+
+
+def chunk_record(chunk, i: int) -> dict | None:
+    """Record i of a reader's chunk as a dict of its non-null fields (None when unparseable)."""
+    if i in chunk.problems:
+        return None
+    if chunk.records is not None:
+        return chunk.records[i]
+    if i in chunk.rows:
+        return chunk.rows[i]
+    out = {}
+    for name, col in (chunk.columns or {}).items():
+        v = col[i] if isinstance(col, list) else col[i].as_py()
+        if v is not None:
+            out[name] = v
+    return out

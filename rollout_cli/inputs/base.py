@@ -47,21 +47,6 @@ class RawChunk:
     def __len__(self) -> int:
         return len(self.numbers)
 
-    def record(self, i: int) -> dict | None:
-        """Record i as a dict of its non-null fields (None when it could not be parsed)."""
-        if i in self.problems:
-            return None
-        if self.records is not None:
-            return self.records[i]
-        if i in self.rows:
-            return self.rows[i]
-        out = {}
-        for name, col in (self.columns or {}).items():
-            v = col[i] if isinstance(col, list) else col[i].as_py()
-            if v is not None:
-                out[name] = v
-        return out
-
     def values(self, name: str) -> list:
         """One field's value per record, in either form (None where absent or unparseable)."""
         if self.records is not None:

@@ -38,7 +38,6 @@ def columnar(chunk: RawChunk) -> RawChunk:
     if chunk.records is None:
         return chunk
     records = chunk.records
-    n = len(records)
     own: dict[int, dict] = {}
     names: dict[str, None] = {}
     for i, rec in enumerate(records):
@@ -56,25 +55,28 @@ def columnar(chunk: RawChunk) -> RawChunk:
     for k in names:
         kinds = LIST_KINDS.get(k)
         values = [None if rec is None or i in own else rec.get(k) for i, rec in enumerate(records)]
-        columns[k] = _list_column(values, n) if kinds else values
+        columns[k] = list_array(values)[0] if kinds else values
     return RawChunk(chunk.source, chunk.kind, chunk.numbers, None, dict(chunk.problems), columns, own)
 
 
-def _list_column(arrays: list, n: int) -> pa.Array:
-    """One Arrow list array of the rows' 1-D arrays (None: a null row), values widened to the
-    common type (np.concatenate's promotion: int64 for integers, float64 once a float is in)."""
+def list_array(arrays: list, dtype=None) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """One Arrow list array of the rows' 1-D arrays (None: a null row), with its offsets and
+    values. Values are cast to `dtype`, or by default widened to their common type
+    (np.concatenate's promotion; integers as int64, bools as uint8)."""
+    n = len(arrays)
     lens = np.fromiter((0 if a is None else len(a) for a in arrays), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
     present = [a for a in arrays if a is not None]
-    if not present:
-        return pa.nulls(n, pa.list_(pa.int64()))
-    values = np.concatenate(present)
-    if values.dtype.kind == "b":
+    values = np.concatenate(present) if present else np.zeros(0, dtype=dtype or np.int64)
+    if dtype is not None:
+        values = values.astype(dtype, copy=False)
+    elif values.dtype.kind == "b":
         values = values.view(np.uint8)
     elif values.dtype.kind in "iu" and values.dtype != np.int64:
         values = values.astype(np.int64)
     mask = None if len(present) == n else pa.array(np.fromiter((a is None for a in arrays), dtype=bool, count=n))
     if offsets[-1] < 2**31:
-        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values), mask=mask)
-    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask)
+        offsets = offsets.astype(np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask), offsets, values
+    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask), offsets, values

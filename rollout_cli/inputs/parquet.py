@@ -128,44 +128,17 @@ def _columns(batch: pa.RecordBatch, json_cols: set[str], display: str, row: int)
     return cols, problems
 
 
-def _ahead(batches: Iterator[pa.RecordBatch], depth: int = 2) -> Iterator[pa.RecordBatch]:
-    """The batches, decoded on a thread of their own up to `depth` ahead of the consumer (the
-    decoder releases the GIL, so decoding the next batches overlaps checking this one)."""
-    import queue
-    import threading
+def _ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The batches, each decoded on a thread while the consumer checks the one before (the
+    decoder releases the GIL)."""
+    import concurrent.futures as cf
 
-    q: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
     end = object()
-
-    def produce() -> None:
-        try:
-            for b in batches:
-                while not stop.is_set():
-                    try:
-                        q.put(b, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put(end)
-        except BaseException as e:  # handed to the consumer, raised where it reads
-            q.put(e)
-
-    t = threading.Thread(target=produce, name="rollout-cli-parquet-read", daemon=True)
-    t.start()
-    try:
-        while True:
-            b = q.get()
-            if b is end:
-                return
-            if isinstance(b, BaseException):
-                raise b
+    with cf.ThreadPoolExecutor(1, thread_name_prefix="rollout-cli-parquet-read") as pool:
+        nxt = pool.submit(next, batches, end)
+        while (b := nxt.result()) is not end:
+            nxt = pool.submit(next, batches, end)
             yield b
-    finally:
-        stop.set()
-        t.join()
 
 
 def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_ROWS, *, part: int = 0,

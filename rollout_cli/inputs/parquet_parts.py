@@ -6,6 +6,9 @@ is read whole, its columns decoded on the spare cores (inputs/parquet.py). The c
 process reads only the footer here (core/thrift.py; it imports no pyarrow for a local file)."""
 from __future__ import annotations
 
+import functools
+import os
+
 from ..core import storage
 
 MIN_PART_BYTES = 32 << 20
@@ -22,11 +25,21 @@ def split(inp, parts: int, min_bytes: int | None = None) -> list[tuple[int, int 
 
 def footer(path: str) -> tuple[list[str], int] | None:
     """A local Parquet file's top-level column names and row-group count, read from its footer
-    without pyarrow (None for a URI, or when the footer cannot be read: the reader reports why)."""
-    from ..core.thrift import MAGIC, decode_struct
-
+    without pyarrow (None for a URI, or when the footer cannot be read: the reader reports why).
+    Discovery and part planning both ask: the footer is decoded once per file version."""
     if storage.is_uri(path):
         return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _footer(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _footer(path: str, size: int, mtime_ns: int) -> tuple[list[str], int] | None:
+    from ..core.thrift import MAGIC, decode_struct
+
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)

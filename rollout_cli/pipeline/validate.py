@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..core.errors import Problem
 from ..inputs.base import RawChunk
+from ..inputs.columns import list_array
 from ..core.schema import INT32_MAX, STATUSES
 
 # id_state values
@@ -394,21 +395,6 @@ class NormChunk:
     batches: list[pa.RecordBatch] = field(default_factory=list)
 
 
-def _list_array(arrays: list, dtype, nullable: bool) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """A list column of `arrays` (None for a null row; values checked already), cast to
-    `dtype`; also returns the offsets and the cast values."""
-    lens = np.fromiter((0 if a is None else len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
-    np.cumsum(lens, out=offsets[1:])
-    present = [a for a in arrays if a is not None]
-    values = np.concatenate(present) if present else np.zeros(0, dtype=dtype)
-    values = values.astype(dtype, copy=False)
-    mask = None
-    if nullable and len(present) != len(arrays):
-        mask = pa.array(np.fromiter((a is None for a in arrays), dtype=bool, count=len(arrays)))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask), offsets, values
-
-
 def _row_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Each row's sum of its list's values (0 for an empty list)."""
     out = np.zeros(len(offsets) - 1, dtype=np.int64)
@@ -453,8 +439,8 @@ def _build(rows: list[_Row], pos: list[int], keep_text: bool) -> pa.RecordBatch:
     """The validated rows as a batch."""
     rexp_flat = [None if r.rexp is None else r.rexp.reshape(-1) for r in rows]
     rexp_shape = [None if r.rexp is None else np.asarray(r.rexp.shape, dtype=np.int32) for r in rows]
-    tokens, _, _ = _list_array([r.tokens for r in rows], np.int32, False)
-    mask, mask_offsets, mask_values = _list_array([r.loss_mask for r in rows], np.uint8, False)
+    tokens, _, _ = list_array([r.tokens for r in rows], np.int32)
+    mask, mask_offsets, mask_values = list_array([r.loss_mask for r in rows], np.uint8)
     cols = [
         pa.array(pos, pa.int64()),
         pa.array([r.sample_index for r in rows], pa.int64()),
@@ -468,12 +454,12 @@ def _build(rows: list[_Row], pos: list[int], keep_text: bool) -> pa.RecordBatch:
         pa.array([r.status == "truncated" for r in rows], pa.bool_()),
         pa.array([r.status for r in rows], pa.string()),
         pa.array(_row_sums(mask_values, mask_offsets), pa.int64()),
-        _list_array([r.lp for r in rows], np.float32, True)[0],
-        _list_array([r.tlp for r in rows], np.float32, True)[0],
-        _list_array([r.tp_ids for r in rows], np.int32, True)[0],
-        _list_array([r.tp_off for r in rows], np.int32, True)[0],
-        _list_array(rexp_flat, np.int32, True)[0],
-        _list_array(rexp_shape, np.int32, True)[0],
+        list_array([r.lp for r in rows], np.float32)[0],
+        list_array([r.tlp for r in rows], np.float32)[0],
+        list_array([r.tp_ids for r in rows], np.int32)[0],
+        list_array([r.tp_off for r in rows], np.int32)[0],
+        list_array(rexp_flat, np.int32)[0],
+        list_array(rexp_shape, np.int32)[0],
         pa.array([r.round_number for r in rows], pa.int64()),
         pa.array([r.source_name for r in rows], pa.string()),
         pa.array([r.train_metadata for r in rows], pa.string()),

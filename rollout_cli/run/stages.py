@@ -193,27 +193,24 @@ def _read_staged(parts: list[PartResult], bases: np.ndarray, schema: pa.Schema) 
     return _one_chunk(tables, schema)
 
 
-def _one_chunk(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    if not tables:
+def _one_chunk(parts: list, schema: pa.Schema) -> pa.Table:
+    """Tables or batches of the same schema as one table, one chunk per column, emptying
+    `parts`: each column's pieces are let go once it is copied, so rows held in memory are
+    held about once, not twice."""
+    if not parts:
         return schema.empty_table()
-    chunked = pa.concat_tables(tables)
-    with cf.ThreadPoolExecutor(usable_cores(), thread_name_prefix="rollout-cli-combine") as pool:
-        columns = list(pool.map(lambda col: pa.concat_arrays(col.chunks), chunked.columns))
-    return pa.Table.from_arrays(columns, schema=chunked.schema)
+    schema = parts[0].schema
+    pieces = [[c for p in parts for c in (p.column(k).chunks if isinstance(p, pa.Table) else [p.column(k)])]
+              for k in range(len(schema))]
+    parts.clear()
 
-
-def _held_table(held: list[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
-    """The held batches as one table, one chunk per column, emptying `held`: each column's
-    batches are let go once it is copied, so the rows are held about once, not twice."""
-    if not held:
-        return schema.empty_table()
-    schema = held[0].schema
-    pieces = [[b.column(k) for b in held] for k in range(len(schema))]
-    held.clear()
-    columns = []
-    for k in range(len(pieces)):
-        columns.append(pa.concat_arrays(pieces[k]))
+    def combine(k: int) -> pa.Array:
+        col = pa.concat_arrays(pieces[k])
         pieces[k] = None
+        return col
+
+    with cf.ThreadPoolExecutor(usable_cores(), thread_name_prefix="rollout-cli-combine") as pool:
+        columns = list(pool.map(combine, range(len(pieces))))
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -264,7 +261,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
     # the valid rows, in order
     if held is not None:
-        pre = _held_table(held, pre_schema(opts.keep_text))
+        pre = _one_chunk(held, pre_schema(opts.keep_text))
     else:
         pre = _read_staged(parts, bases, pre_schema(opts.keep_text))
     sf = compute_step(

@@ -210,17 +210,10 @@ def test_threaded_read_of_a_truncated_file_names_it(tmp_path):
     assert got and got == list(range(len(got))) and len(got) <= 150
 
 
-def test_one_row_group_on_several_workers_gives_the_same_shards(tmp_path, monkeypatch):
+@pytest.mark.parametrize("group", [40, 6], ids=["one row group", "seven row groups"])
+def test_parquet_on_several_workers_gives_the_same_shards(tmp_path, monkeypatch, group):
     path = tmp_path / "in" / "3.parquet"
-    _parquet_in_groups(path, 40, 40)
-    whole = _shards(path, tmp_path / "o1")
-    monkeypatch.setattr(parquet_parts, "MIN_PART_BYTES", 1)
-    assert _shards(path, tmp_path / "o3", workers=3) == whole
-
-
-def test_parquet_parts_on_several_workers_give_the_same_shards(tmp_path, monkeypatch):
-    path = tmp_path / "in" / "3.parquet"
-    _parquet_in_groups(path, 40, 6)
+    _parquet_in_groups(path, 40, group)
     whole = _shards(path, tmp_path / "o1")
     monkeypatch.setattr(parquet_parts, "MIN_PART_BYTES", 1)
     assert _shards(path, tmp_path / "o3", workers=3) == whole

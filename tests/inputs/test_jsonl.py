@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
+from conftest import chunk_record
 from rollout_cli.pipeline.validate import normalize_chunk
 from rollout_cli.inputs import jsonl, simd
 
@@ -43,7 +44,7 @@ def _write(tmp_path, lines: list[bytes]):
 
 def _read(path: str, **kw):
     chunks = list(jsonl.read_jsonl(path, "step_1.jsonl", **kw))
-    return [n for c in chunks for n in c.numbers], [c.record(i) for c in chunks for i in range(len(c))], \
+    return [n for c in chunks for n in c.numbers], [chunk_record(c, i) for c in chunks for i in range(len(c))], \
         {c.numbers[i]: p for c in chunks for i, p in c.problems.items()}, chunks
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_sample, write_jsonl
+from conftest import chunk_record, make_sample, write_jsonl
 from rollout_cli.run import handover
 from rollout_cli.run.handover import Offer, take_over
 from rollout_cli.inputs.discover import discover
@@ -54,7 +54,7 @@ def _records(path, start, end, offer=None, first_line=1):
     recs, numbers = [], []
     for c in read_jsonl(str(path), start=start, end=end, first_line=first_line, chunk_records=4, stats=stats,
                         handover=offer):
-        recs += [c.record(i) for i in range(len(c))]
+        recs += [chunk_record(c, i) for i in range(len(c))]
         numbers += c.numbers
     return recs, numbers, stats["lines"]
 
