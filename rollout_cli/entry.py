@@ -1,7 +1,8 @@
 """The `rollout-cli` executable. Before the command line is parsed (typer and rich take a
 while to import), a `convert` that will use the local process pool starts the pool's fork
 server, so that it imports the pipeline on another core meanwhile. The guess is only an
-early start: `convert` itself starts the fork server when it is not running."""
+early start: `convert` itself starts the fork server when it is not running. OpenBLAS is
+kept to one thread (OPENBLAS_NUM_THREADS, unless set): nothing here uses it."""
 from __future__ import annotations
 
 import os
@@ -28,6 +29,9 @@ def _pool_convert(argv: list[str]) -> bool:
 
 
 def main() -> None:
+    # numpy's OpenBLAS starts a thread per core at import that spins for a while, on the core
+    # the fork server's imports need; no command does linear algebra
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if _pool_convert(sys.argv[1:]):
         from .run.preload import start_pool_early
 

@@ -54,3 +54,19 @@ def test_exit_keeps_codes_and_flushes_piped_output(tmp_path):
     invalid = _run("convert", str(bad), str(tmp_path / "o3"))
     assert invalid.returncode == 3 and "step_1.jsonl:line 1" in invalid.stderr
     assert not (tmp_path / "o3").exists()
+
+
+@pytest.mark.parametrize("preset, seen", [(None, "1"), ("4", "4")])
+def test_openblas_is_kept_to_one_thread_unless_set(monkeypatch, preset, seen):
+    import rollout_cli.cli.app as app
+    from rollout_cli import entry
+
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", preset or "x")
+    if preset is None:
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    got = {}
+    monkeypatch.setattr(sys, "argv", ["rollout-cli", "inspect", "out"])
+    monkeypatch.setattr(app, "main", lambda: got.setdefault("v", os.environ.get("OPENBLAS_NUM_THREADS")))
+    monkeypatch.setattr(entry, "_leave", lambda code: got.setdefault("code", code))
+    entry.main()
+    assert got == {"v": seen, "code": 0}

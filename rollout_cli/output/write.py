@@ -17,23 +17,33 @@ from .stitch import Stitcher
 from ..core.schema import DICTIONARY_COLUMNS, LIST_COLUMNS
 
 ENCODE_BATCH_BYTES = 4 << 20
+# a local shard's bytes are handed to the disk every this many bytes as they are written
+WRITEBACK_BYTES = 8 << 20
 
 
 class _HashingFile:
-    """A write-only file object that hashes what passes through."""
+    """A write-only file object that hashes what passes through. A local file's bytes start
+    for the disk as they are written (storage.start_writeback), so that the fsync at close,
+    which makes the shard durable before it is committed, waits for its tail only."""
 
     def __init__(self, path: str):
         self._remote = storage.is_uri(path)
         self._f = storage.open_write(path) if self._remote else open(path, "wb")
         self.hasher = hashing.new()
         self.size = 0
+        self._handed = 0  # bytes handed to the disk so far
         self.closed = False
 
     def write(self, data) -> int:
         mv = memoryview(data)
         self.hasher.update(mv)
         self.size += mv.nbytes
-        return self._f.write(mv)
+        n = self._f.write(mv)
+        if not self._remote and self.size - self._handed >= WRITEBACK_BYTES:
+            self._f.flush()
+            storage.start_writeback(self._f.fileno(), self._handed, self.size - self._handed)
+            self._handed = self.size
+        return n
 
     def tell(self) -> int:
         return self.size

@@ -147,3 +147,19 @@ def test_property_stitched_equals_direct(tmp_path_factory, n, seed, rgb, threads
     path = tmp_path_factory.mktemp("w") / "p.parquet"
     write.write_parquet(t, str(path), row_group_bytes=rgb, threads=threads)
     assert path.read_bytes() == direct(t, write.row_group_bounds(t, rgb))
+
+
+def test_a_local_shard_is_handed_to_the_disk_in_ranges_as_it_is_written(tmp_path, monkeypatch):
+    handed = []
+    real = write.storage.start_writeback
+    monkeypatch.setattr(write.storage, "start_writeback", lambda fd, a, n: (handed.append((a, n)), real(fd, a, n)))
+    n = 3 * write.WRITEBACK_BYTES // 16 + 5  # each column's buffer is 1.5 times the range size
+    table = pa.table({k: pa.array(np.arange(n, dtype=np.int64) * i) for i, k in enumerate("abc")})
+    wf = write.write_ipc(table, str(tmp_path / "x.arrow"))
+    data = (tmp_path / "x.arrow").read_bytes()
+    assert wf.bytes == len(data) and wf.digest == hashing.bytes_digest(data)
+    assert pa.ipc.open_file(pa.py_buffer(data)).read_all().equals(table)
+    # contiguous ranges from the start, each at least the set size, none past the end
+    assert len(handed) == 3 and handed[0][0] == 0  # one range per column buffer written
+    assert all(a + n == b for (a, n), (b, _) in zip(handed, handed[1:]))
+    assert all(n >= write.WRITEBACK_BYTES for _, n in handed) and sum(n for _, n in handed) <= len(data)

@@ -112,3 +112,24 @@ def test_one_slot_uses_the_early_fork_server_unless_told_to_run_inline(monkeypat
     finally:
         engine.shutdown()
     assert isinstance(make_engine("local", 1, inline=True), local.InlineEngine)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the fork server's /proc environ")
+def test_fork_server_keeps_openblas_to_one_thread_and_workers_get_the_callers_environment():
+    import subprocess
+
+    code = (
+        "import os\n"
+        "from multiprocessing import forkserver\n"
+        "from rollout_cli.run.engines.local import PoolEngine\n"
+        "e = PoolEngine(1)\n"
+        "pid = forkserver._forkserver._forkserver_pid\n"
+        "env = dict(kv.split('=', 1) for kv in open(f'/proc/{pid}/environ').read().split(chr(0)) if '=' in kv)\n"
+        "print(env.get('OPENBLAS_NUM_THREADS'), os.environ.get('OPENBLAS_NUM_THREADS'),"
+        " e.result(e.submit(os.getenv, 'OPENBLAS_NUM_THREADS')))\n"
+        "e.shutdown()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "None", "None"]

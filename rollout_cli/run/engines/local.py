@@ -144,6 +144,22 @@ def _main_not_rerun() -> Iterator[None]:
             main.__spec__ = old
 
 
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """While the fork server starts, OPENBLAS_NUM_THREADS=1 unless set: it imports numpy, whose
+    OpenBLAS would start a thread per core that spins for a while (a fifth of a CPU-second per
+    conversion on two cores), and no stage does linear algebra. The workers it forks take the
+    caller's own environment back (_worker_init)."""
+    if "OPENBLAS_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+
 _started_early = False
 
 
@@ -156,7 +172,7 @@ def start_early(preload: Sequence[str]) -> None:
     ctx.set_forkserver_preload(list(preload))
     from multiprocessing import forkserver
 
-    with _main_not_rerun():  # the server would import the caller's __main__ too
+    with _main_not_rerun(), _one_blas_thread():  # the server would import the caller's __main__ too
         forkserver.ensure_running()
     _started_early = True
 
@@ -180,6 +196,10 @@ class PoolEngine:
         self._main.__enter__()
         self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                            initargs=(os.getpid(), dict(os.environ)), max_tasks_per_child=1)
+        from multiprocessing import forkserver
+
+        with _one_blas_thread():  # started here rather than at the first task
+            forkserver.ensure_running()
 
     def slots(self) -> int:
         return self.workers
