@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import sys
 import tempfile
 from functools import lru_cache
 
@@ -109,16 +108,13 @@ _SYNC_FILE_RANGE_WRITE = 2
 
 @lru_cache(maxsize=1)
 def _sync_file_range():
-    if not sys.platform.startswith("linux"):
-        return None
     import ctypes
-    import ctypes.util
 
-    try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    from .libc import libc
+
+    fn = getattr(libc(), "sync_file_range", None)
+    if fn is not None:
+        fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     return fn
 
 

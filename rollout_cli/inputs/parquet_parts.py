@@ -41,11 +41,9 @@ def _footer(path: str, size: int, mtime_ns: int) -> tuple[list[str], int] | None
     from ..core.thrift import MAGIC, decode_struct
 
     try:
+        if size < 12:
+            return None
         with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            if size < 12:
-                return None
             f.seek(size - 8)
             tail = f.read(8)
             n = int.from_bytes(tail[:4], "little")

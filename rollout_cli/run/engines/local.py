@@ -85,15 +85,11 @@ def _lean_allocator() -> None:
 
 
 def _malloc_threshold(nbytes: int) -> None:
-    import ctypes
-    import ctypes.util
+    from ...core.libc import libc
 
-    name = ctypes.util.find_library("c")
-    if sys.platform.startswith("linux") and name:
-        try:
-            ctypes.CDLL(name).mallopt(-3, nbytes)  # M_MMAP_THRESHOLD (glibc)
-        except (OSError, AttributeError):  # another C library: its own policy stays
-            pass
+    mallopt = getattr(libc(), "mallopt", None)
+    if mallopt is not None:  # glibc's; another C library keeps its own policy
+        mallopt(-3, nbytes)  # M_MMAP_THRESHOLD
 
 
 def _worker_init(parent: int, environ: dict | None = None) -> None:
