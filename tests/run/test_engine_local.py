@@ -123,10 +123,11 @@ def test_fork_server_keeps_openblas_to_one_thread_and_workers_get_the_callers_en
         "from multiprocessing import forkserver\n"
         "from rollout_cli.run.engines.local import PoolEngine\n"
         "e = PoolEngine(1)\n"
+        # a task first: until the server has exec'd, /proc shows the caller's initial environment
+        "worker = e.result(e.submit(os.getenv, 'OPENBLAS_NUM_THREADS'))\n"
         "pid = forkserver._forkserver._forkserver_pid\n"
         "env = dict(kv.split('=', 1) for kv in open(f'/proc/{pid}/environ').read().split(chr(0)) if '=' in kv)\n"
-        "print(env.get('OPENBLAS_NUM_THREADS'), os.environ.get('OPENBLAS_NUM_THREADS'),"
-        " e.result(e.submit(os.getenv, 'OPENBLAS_NUM_THREADS')))\n"
+        "print(env.get('OPENBLAS_NUM_THREADS'), os.environ.get('OPENBLAS_NUM_THREADS'), worker)\n"
         "e.shutdown()\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
