@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..core.errors import Problem
 from ..core.schema import INT32_MAX
@@ -63,6 +62,28 @@ def _numpy(a: pa.Array) -> np.ndarray:
 _bools = _numpy
 
 
+def _nulls(a: pa.Array) -> np.ndarray:
+    """Per item: null, from the validity bitmap (Array.is_null would import pyarrow.compute,
+    50 ms of a worker's start that nothing else on the common path needs)."""
+    n = len(a)
+    if not a.null_count:
+        return np.zeros(n, bool)
+    bitmap = a.buffers()[0]
+    if bitmap is None:  # the null type (or a union): every item null
+        return np.ones(n, bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little", count=a.offset + n)
+    return bits[a.offset:] == 0
+
+
+def _filled(a: pa.Array) -> np.ndarray:
+    """A numeric or bool array as numpy, its nulls as 0 (False)."""
+    out = _numpy(a)
+    if a.null_count:
+        out = out.copy()
+        out[_nulls(a)] = 0
+    return out
+
+
 def _rows_of(offsets: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return np.searchsorted(offsets, positions, side="right") - 1
 
@@ -79,18 +100,15 @@ def _lists(arr: pa.Array, n: int) -> _Lists | None:
     if not (pa.types.is_integer(vt) or pa.types.is_floating(vt) or pa.types.is_boolean(vt)):
         return None
     offsets = _numpy(arr.offsets).astype(np.int64, copy=False)
-    present = ~_bools(arr.is_null()) if arr.null_count else np.ones(n, bool)
+    present = ~_nulls(arr)
     if arr.null_count and (np.diff(offsets)[~present] != 0).any():
         return None  # a null list spanning values (legal, but no writer does it): row by row
     values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     offsets = offsets - offsets[0]
     clean = np.ones(n, bool)
     if values.null_count:
-        nulls = np.flatnonzero(_bools(values.is_null()))
-        clean[_rows_of(offsets, nulls)] = False
-        values = pc.fill_null(values, pa.scalar(0, vt) if not pa.types.is_boolean(vt) else False)
-    np_values = _numpy(values)  # bool stays bool: no integer list
-    return _Lists(offsets, np_values, present, clean)
+        clean[_rows_of(offsets, np.flatnonzero(_nulls(values)))] = False
+    return _Lists(offsets, _filled(values), present, clean)  # bool stays bool: no integer list
 
 
 def _bad_rows(lst: _Lists, bad_values: np.ndarray) -> np.ndarray:
@@ -151,7 +169,7 @@ def _held(col, n: int) -> np.ndarray:
         return np.zeros(n, bool)
     if isinstance(col, list):
         return np.fromiter((x is not None for x in col), bool, n)
-    return ~_bools(col.is_null()) if col.null_count else np.ones(n, bool)
+    return ~_nulls(col)
 
 
 def _top_p(cols: dict, n: int, rls: np.ndarray) -> tuple[np.ndarray, dict[str, _Lists]]:
@@ -190,7 +208,18 @@ def _nested_ints(t: pa.DataType) -> bool:
 
 def _lengths(a: pa.Array) -> np.ndarray:
     """Each list's length, -1 for a null list."""
-    return _numpy(pc.fill_null(pc.list_value_length(a), -1)).astype(np.int64, copy=False)
+    lens = np.diff(_numpy(a.offsets).astype(np.int64))
+    lens[_nulls(a)] = -1
+    return lens
+
+
+def _flat(a: pa.Array) -> pa.Array:
+    """The values of a list array's non-null lists, in order, as ListArray.flatten gives
+    them, sliced from its values (flatten imports pyarrow.compute, see _nulls)."""
+    offsets = _numpy(a.offsets).astype(np.int64)
+    if a.null_count and (np.diff(offsets)[_nulls(a)] != 0).any():
+        return a.flatten()  # a null list spanning values: legal, but no writer does it
+    return a.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
 
 def _starts(lens: np.ndarray) -> np.ndarray:
@@ -221,11 +250,11 @@ def _experts(col, n: int, ntok: np.ndarray) -> tuple[np.ndarray, _Lists | None, 
     if isinstance(col, list) or not _nested_ints(col.type):
         return ~held, None, None
     steps = len0 = _lengths(col)
-    mid = col.flatten()  # flatten leaves out what null lists span
+    mid = _flat(col)  # flatten leaves out what null lists span
     len1 = _lengths(mid)
-    inner = mid.flatten()
+    inner = _flat(mid)
     len2 = _lengths(inner)
-    leaf = inner.flatten()
+    leaf = _flat(inner)
     if pa.types.is_null(leaf.type):
         leaf = leaf.cast(pa.int64())
     o0 = _starts(len0)
@@ -236,16 +265,19 @@ def _experts(col, n: int, ntok: np.ndarray) -> tuple[np.ndarray, _Lists | None, 
     ok = ~held | ((steps >= 1) & (steps == ntok - 1) & (lmin == lmax) & (lmin >= 1) & (kmin == kmax) & (kmin >= 0))
     clean = np.ones(n, bool)
     if leaf.null_count:
-        clean[_rows_of(o2, np.flatnonzero(_bools(leaf.is_null())))] = False
-        leaf = pc.fill_null(leaf, 0)
-    values = _Lists(o2, _numpy(leaf), held, clean)
+        clean[_rows_of(o2, np.flatnonzero(_nulls(leaf)))] = False
+    values = _Lists(o2, _filled(leaf), held, clean)
     ok &= _int_ok(values, 0, INT32_MAX)
     return ok, values, np.stack([steps, lmin, kmin], axis=1)
 
 
 def _list_array(offsets: np.ndarray, values: np.ndarray, typ, nulls: np.ndarray | None = None) -> pa.Array:
-    mask = pa.array(nulls) if nulls is not None and nulls.any() else None
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, typ), mask=mask)
+    # from buffers: ListArray.from_arrays with a mask would import pyarrow.compute (see _nulls)
+    validity, null_count = None, 0
+    if nulls is not None and nulls.any():
+        validity, null_count = pa.py_buffer(np.packbits(~nulls, bitorder="little")), int(nulls.sum())
+    return pa.Array.from_buffers(pa.list_(typ), len(offsets) - 1, [validity, pa.py_buffer(offsets.astype(np.int32))],
+                                 null_count, children=[pa.array(values, typ)])
 
 
 def _null_lists(m: int, typ) -> pa.Array:

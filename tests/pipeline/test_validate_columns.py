@@ -255,3 +255,62 @@ def test_batches_stay_within_the_list_limit(tmp_path, monkeypatch):
         assert max(len(b.column(k).flatten()) for k in ("tokens", REXP)) <= limit
     assert _table(col.batches).equals(_table(row.batches))
     assert _table(col.batches).column("_pos").to_pylist() == [i for i in range(12) if i != 6]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(-5, 5)), max_size=4)), max_size=12),
+       st.integers(0, 3), st.integers(0, 3))
+def test_buffer_readers_agree_with_pyarrow_compute(rows, lo, hi):
+    """_nulls, _filled, _lengths and _flat read validity and offsets by hand; on sliced arrays with
+    nulls at both levels they give what pyarrow.compute gives."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from rollout_cli.pipeline import validate_columns as vc
+
+    arr = pa.array(rows, pa.list_(pa.int16()))
+    arr = arr.slice(min(lo, len(arr)), max(0, len(arr) - lo - hi))
+    assert vc._nulls(arr).tolist() == arr.is_null().to_pylist()
+    assert vc._lengths(arr).tolist() == pc.fill_null(pc.list_value_length(arr), -1).to_pylist()
+    flat = arr.flatten()
+    assert vc._flat(arr).to_pylist() == flat.to_pylist()
+    assert vc._filled(flat).tolist() == pc.fill_null(flat, 0).to_pylist()
+    assert vc._nulls(pa.nulls(len(flat))).all()
+    nulls = np.array([r is None for r in rows], bool)
+    offsets = np.concatenate([[0], np.cumsum([len(r or []) for r in rows])])
+    values = np.array([x or 0 for r in rows for x in (r or [])], np.int64)
+    built = vc._list_array(offsets, values, pa.int32(), nulls)
+    built.validate(full=True)
+    assert built.to_pylist() == [None if r is None else [x or 0 for x in r] for r in rows]
+
+
+def test_columnar_validation_does_not_import_pyarrow_compute(tmp_path):
+    """A pool worker's common path (null and present lists, an all-null column, routed
+    experts) never imports pyarrow.compute: its import is 50 ms of each task."""
+    import subprocess
+    import sys
+
+    rows = [
+        {"tokens": [1, 2, 3], "response_length": 2, "loss_mask": [1, 1], "reward": 1.0,
+         "rollout_log_probs": [-0.1, -0.3], "teacher_log_probs": None,
+         REXP: [[[1, 2]], [[3, 4]]], "index": 0, "group_index": 0, "status": "completed"},
+        {"tokens": [4, 5], "response_length": 1, "loss_mask": None, "reward": 0.0,
+         "rollout_log_probs": [-0.2], "teacher_log_probs": None, REXP: None, "index": 1, "group_index": 0,
+         "status": "completed"},
+    ]
+    path = tmp_path / "step_000001.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    code = (
+        "import sys\n"
+        "from rollout_cli.run.engines.local import _NoPandas\n"
+        "sys.meta_path.insert(0, _NoPandas())\n"  # as in a pool worker (pandas imports it too)
+        "from rollout_cli.inputs.parquet import read_parquet\n"
+        "from rollout_cli.pipeline.validate import normalize_chunk\n"
+        f"chunks = list(read_parquet({str(path)!r}))\n"
+        "out = [normalize_chunk(c, 0, reward_key=None, keep_text=False) for c in chunks]\n"
+        "print(sum(len(b) for o in out for b in o.batches), sum(len(o.problems) for o in out),"
+        " 'pyarrow.compute' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "0", "False"]
