@@ -453,10 +453,14 @@ def _fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, 
     # the loss mask: the row's own, all ones where null, all zeros for a removed sample
     m_off = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(rl, out=m_off[1:])
+    m_sum = None
     mask = lists.get("loss_mask")
     own = (mask.present[rows] if mask is not None else np.zeros(m, bool)) & ~removed[rows]
     if own.all():
-        m_val = _gather(mask.offsets, mask.values, sel)[1].astype(np.uint8, copy=False)
+        src = _gather(mask.offsets, mask.values, sel)[1]
+        m_val = src.astype(np.uint8, copy=False)
+        if src.dtype == np.int64:  # summed as they came (0 or 1): reduceat would widen the bytes again
+            m_sum = src
     else:
         m_val = np.repeat((~own & ~removed[rows]).astype(np.uint8), rl)
         if own.any():
@@ -465,7 +469,7 @@ def _fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, 
             dst_off = m_off[:-1][src]
             idx = np.repeat(dst_off - np.concatenate([[0], np.cumsum(rl[src])[:-1]]), rl[src]) + np.arange(len(vals))
             m_val[idx] = vals
-    mask_total = v._row_sums(m_val, m_off)
+    mask_total = v._row_sums(m_sum if m_sum is not None else m_val, m_off)
     sc = [scalars[i] for i in rows.tolist()]
     cols = [
         pa.array(rows + base_pos, pa.int64()),
