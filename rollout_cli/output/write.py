@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core import hashing, storage
+from ..core import arrays, hashing, storage
 from ..core.cores import usable_cores
 from ..core.options import DEFAULT_ROW_GROUP_BYTES
 from .stitch import Stitcher
@@ -80,17 +80,8 @@ class WrittenFile:
 
 
 def list_lengths(col: pa.ChunkedArray) -> np.ndarray:
-    """Each row's list length (0 for a null row), read from the offsets and validity buffers:
-    pyarrow.compute would do it, but importing it costs the pool's fork server 50 ms before the
-    first parse, and the workers need nothing else from it."""
-    out = []
-    for ch in col.chunks:
-        n = len(ch)
-        lens = np.diff(np.frombuffer(ch.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * ch.offset)).astype(np.int64)
-        if ch.null_count:
-            bits = np.unpackbits(np.frombuffer(ch.buffers()[0], dtype=np.uint8), bitorder="little")
-            lens[bits[ch.offset : ch.offset + n] == 0] = 0
-        out.append(lens)
+    """Each row's list length (0 for a null row), read from the buffers (core.arrays)."""
+    out = [arrays.list_lengths(ch) for ch in col.chunks]
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 

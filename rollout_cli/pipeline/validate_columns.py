@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..core.arrays import list_lengths, null_mask
 from ..core.errors import Problem
 from ..core.schema import INT32_MAX
 from ..inputs.base import RawChunk
@@ -62,25 +63,13 @@ def _numpy(a: pa.Array) -> np.ndarray:
 _bools = _numpy
 
 
-def _nulls(a: pa.Array) -> np.ndarray:
-    """Per item: null, from the validity bitmap (Array.is_null would import pyarrow.compute,
-    50 ms of a worker's start that nothing else on the common path needs)."""
-    n = len(a)
-    if not a.null_count:
-        return np.zeros(n, bool)
-    bitmap = a.buffers()[0]
-    if bitmap is None:  # the null type (or a union): every item null
-        return np.ones(n, bool)
-    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little", count=a.offset + n)
-    return bits[a.offset:] == 0
-
-
 def _filled(a: pa.Array) -> np.ndarray:
-    """A numeric or bool array as numpy, its nulls as 0 (False)."""
+    """A numeric or bool array as numpy, its nulls as 0 (False); read from the buffers, as
+    everything here (see core.arrays)."""
     out = _numpy(a)
     if a.null_count:
         out = out.copy()
-        out[_nulls(a)] = 0
+        out[null_mask(a)] = 0
     return out
 
 
@@ -100,14 +89,14 @@ def _lists(arr: pa.Array, n: int) -> _Lists | None:
     if not (pa.types.is_integer(vt) or pa.types.is_floating(vt) or pa.types.is_boolean(vt)):
         return None
     offsets = _numpy(arr.offsets).astype(np.int64, copy=False)
-    present = ~_nulls(arr)
+    present = ~null_mask(arr)
     if arr.null_count and (np.diff(offsets)[~present] != 0).any():
         return None  # a null list spanning values (legal, but no writer does it): row by row
     values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     offsets = offsets - offsets[0]
     clean = np.ones(n, bool)
     if values.null_count:
-        clean[_rows_of(offsets, np.flatnonzero(_nulls(values)))] = False
+        clean[_rows_of(offsets, np.flatnonzero(null_mask(values)))] = False
     return _Lists(offsets, _filled(values), present, clean)  # bool stays bool: no integer list
 
 
@@ -169,7 +158,7 @@ def _held(col, n: int) -> np.ndarray:
         return np.zeros(n, bool)
     if isinstance(col, list):
         return np.fromiter((x is not None for x in col), bool, n)
-    return ~_nulls(col)
+    return ~null_mask(col)
 
 
 def _top_p(cols: dict, n: int, rls: np.ndarray) -> tuple[np.ndarray, dict[str, _Lists]]:
@@ -206,18 +195,11 @@ def _nested_ints(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_null(t)
 
 
-def _lengths(a: pa.Array) -> np.ndarray:
-    """Each list's length, -1 for a null list."""
-    lens = np.diff(_numpy(a.offsets).astype(np.int64))
-    lens[_nulls(a)] = -1
-    return lens
-
-
 def _flat(a: pa.Array) -> pa.Array:
     """The values of a list array's non-null lists, in order, as ListArray.flatten gives
-    them, sliced from its values (flatten imports pyarrow.compute, see _nulls)."""
+    them, sliced from its values (flatten imports pyarrow.compute, see core.arrays)."""
     offsets = _numpy(a.offsets).astype(np.int64)
-    if a.null_count and (np.diff(offsets)[_nulls(a)] != 0).any():
+    if a.null_count and (np.diff(offsets)[null_mask(a)] != 0).any():
         return a.flatten()  # a null list spanning values: legal, but no writer does it
     return a.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
@@ -249,11 +231,11 @@ def _experts(col, n: int, ntok: np.ndarray) -> tuple[np.ndarray, _Lists | None, 
         return np.ones(n, bool), None, None
     if isinstance(col, list) or not _nested_ints(col.type):
         return ~held, None, None
-    steps = len0 = _lengths(col)
+    steps = len0 = list_lengths(col, null=-1)
     mid = _flat(col)  # flatten leaves out what null lists span
-    len1 = _lengths(mid)
+    len1 = list_lengths(mid, null=-1)
     inner = _flat(mid)
-    len2 = _lengths(inner)
+    len2 = list_lengths(inner, null=-1)
     leaf = _flat(inner)
     if pa.types.is_null(leaf.type):
         leaf = leaf.cast(pa.int64())
@@ -265,14 +247,14 @@ def _experts(col, n: int, ntok: np.ndarray) -> tuple[np.ndarray, _Lists | None, 
     ok = ~held | ((steps >= 1) & (steps == ntok - 1) & (lmin == lmax) & (lmin >= 1) & (kmin == kmax) & (kmin >= 0))
     clean = np.ones(n, bool)
     if leaf.null_count:
-        clean[_rows_of(o2, np.flatnonzero(_nulls(leaf)))] = False
+        clean[_rows_of(o2, np.flatnonzero(null_mask(leaf)))] = False
     values = _Lists(o2, _filled(leaf), held, clean)
     ok &= _int_ok(values, 0, INT32_MAX)
     return ok, values, np.stack([steps, lmin, kmin], axis=1)
 
 
 def _list_array(offsets: np.ndarray, values: np.ndarray, typ, nulls: np.ndarray | None = None) -> pa.Array:
-    # from buffers: ListArray.from_arrays with a mask would import pyarrow.compute (see _nulls)
+    # from buffers: ListArray.from_arrays with a mask would import pyarrow.compute (see core.arrays)
     validity, null_count = None, 0
     if nulls is not None and nulls.any():
         validity, null_count = pa.py_buffer(np.packbits(~nulls, bitorder="little")), int(nulls.sum())
@@ -453,14 +435,12 @@ def _fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, 
     # the loss mask: the row's own, all ones where null, all zeros for a removed sample
     m_off = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(rl, out=m_off[1:])
-    m_sum = None
     mask = lists.get("loss_mask")
     own = (mask.present[rows] if mask is not None else np.zeros(m, bool)) & ~removed[rows]
     if own.all():
         src = _gather(mask.offsets, mask.values, sel)[1]
         m_val = src.astype(np.uint8, copy=False)
-        if src.dtype == np.int64:  # summed as they came (0 or 1): reduceat would widen the bytes again
-            m_sum = src
+        m_sum = src  # summed as they came (0 or 1): reduceat would widen the bytes again
     else:
         m_val = np.repeat((~own & ~removed[rows]).astype(np.uint8), rl)
         if own.any():
@@ -469,7 +449,8 @@ def _fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, 
             dst_off = m_off[:-1][src]
             idx = np.repeat(dst_off - np.concatenate([[0], np.cumsum(rl[src])[:-1]]), rl[src]) + np.arange(len(vals))
             m_val[idx] = vals
-    mask_total = v._row_sums(m_sum if m_sum is not None else m_val, m_off)
+        m_sum = m_val
+    mask_total = v._row_sums(m_sum, m_off)
     sc = [scalars[i] for i in rows.tolist()]
     cols = [
         pa.array(rows + base_pos, pa.int64()),

@@ -261,21 +261,22 @@ def test_batches_stay_within_the_list_limit(tmp_path, monkeypatch):
 @given(st.lists(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(-5, 5)), max_size=4)), max_size=12),
        st.integers(0, 3), st.integers(0, 3))
 def test_buffer_readers_agree_with_pyarrow_compute(rows, lo, hi):
-    """_nulls, _filled, _lengths and _flat read validity and offsets by hand; on sliced arrays with
-    nulls at both levels they give what pyarrow.compute gives."""
+    """null_mask, list_lengths, _filled and _flat read validity and offsets by hand; on
+    sliced arrays with nulls at both levels they give what pyarrow.compute gives."""
     import numpy as np
     import pyarrow.compute as pc
 
+    from rollout_cli.core.arrays import list_lengths, null_mask
     from rollout_cli.pipeline import validate_columns as vc
 
     arr = pa.array(rows, pa.list_(pa.int16()))
     arr = arr.slice(min(lo, len(arr)), max(0, len(arr) - lo - hi))
-    assert vc._nulls(arr).tolist() == arr.is_null().to_pylist()
-    assert vc._lengths(arr).tolist() == pc.fill_null(pc.list_value_length(arr), -1).to_pylist()
+    assert null_mask(arr).tolist() == arr.is_null().to_pylist()
+    assert list_lengths(arr, null=-1).tolist() == pc.fill_null(pc.list_value_length(arr), -1).to_pylist()
     flat = arr.flatten()
     assert vc._flat(arr).to_pylist() == flat.to_pylist()
     assert vc._filled(flat).tolist() == pc.fill_null(flat, 0).to_pylist()
-    assert vc._nulls(pa.nulls(len(flat))).all()
+    assert null_mask(pa.nulls(len(flat))).all()
     nulls = np.array([r is None for r in rows], bool)
     offsets = np.concatenate([[0], np.cumsum([len(r or []) for r in rows])])
     values = np.array([x or 0 for r in rows for x in (r or [])], np.int64)

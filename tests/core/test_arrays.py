@@ -1,0 +1,23 @@
+"""Null masks and list lengths read from Arrow buffers, against pyarrow.compute."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from rollout_cli.core.arrays import list_lengths, null_mask
+
+
+@pytest.mark.parametrize("typ", [pa.list_(pa.int32()), pa.large_list(pa.float32())])
+def test_sliced_lists_with_nulls(typ):
+    arr = pa.array([[1], None, [], [2, 3, 4], None, [5, 6]], typ).slice(1, 4)
+    assert null_mask(arr).tolist() == arr.is_null().to_pylist()
+    assert list_lengths(arr).tolist() == pc.fill_null(pc.list_value_length(arr), 0).to_pylist()
+    assert list_lengths(arr, null=-1).tolist() == [-1, 0, 3, -1]
+
+
+def test_all_null_and_empty_arrays():
+    assert null_mask(pa.nulls(3)).tolist() == [True] * 3
+    assert list_lengths(pa.nulls(3, pa.list_(pa.int32())), null=-1).tolist() == [-1] * 3
+    assert list_lengths(pa.array([], pa.list_(pa.int32()))).tolist() == []
+    assert not null_mask(pa.array([1, 2])).any()
