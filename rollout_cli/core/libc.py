@@ -12,9 +12,10 @@ def libc():
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
-    import ctypes.util
 
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # the process's own symbols, where the C library is always loaded (ctypes.util's
+        # find_library would run `ldconfig -p` in a child process: a fork of a large worker)
+        return ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None

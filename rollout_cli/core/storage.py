@@ -3,6 +3,8 @@
 take their endpoint from AWS_ENDPOINT_URL. Local paths keep using the os module directly."""
 from __future__ import annotations
 
+import errno
+import mmap
 import os
 import re
 import shutil
@@ -125,6 +127,107 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
     fn = _sync_file_range()
     if fn is not None:
         fn(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
+
+
+# O_DIRECT wants the buffer's address, each write's length and the file offset to be multiples
+# of the device's logical block size; a page is a multiple of every common one
+DIRECT_ALIGN = 4096
+WRITE_CHUNK_BYTES = 2 << 20
+
+
+class LocalWriter:
+    """A new local file that is durable once closed (fsynced), written in 2 MiB chunks gathered
+    in one reused, page-aligned buffer.
+
+    Where the file system takes it, the file is opened with O_DIRECT and each chunk goes
+    from that buffer to the device without passing through the page cache. A shard is written
+    once and not read back by the converting process, and through the page cache every byte is
+    first copied into page-cache pages allocated for it: on a virtual machine whose freed memory
+    goes back to the host, that copy cost 1.2 CPU-seconds for a 577 MB shard and Arrow copy (the
+    kernel's copy_folio_from_iter), against 0.01 s written directly. Elsewhere (tmpfs, or a
+    file system that refuses an aligned direct write) the chunks go through the page cache and
+    each is handed to the disk as it is written (start_writeback), so the fsync at close waits
+    for the last one only. `direct=False` asks for that path."""
+
+    def __init__(self, path: str, direct: bool = True):
+        self.path = path
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+        o_direct = getattr(os, "O_DIRECT", 0) if direct else 0
+        self.direct = False
+        self._fd = -1
+        if o_direct:
+            try:
+                self._fd = os.open(path, flags | o_direct, 0o666)
+                self.direct = True
+            except OSError as e:  # tmpfs and some others refuse O_DIRECT at open
+                if e.errno != errno.EINVAL:
+                    raise
+        if self._fd < 0:
+            self._fd = os.open(path, flags, 0o666)
+        self._buf = mmap.mmap(-1, WRITE_CHUNK_BYTES)  # page-aligned, reused for every chunk
+        self._view = memoryview(self._buf)
+        self._fill = 0  # bytes gathered in the buffer
+        self._offset = 0  # bytes written to the file
+        self.closed = False
+
+    def write(self, data) -> int:
+        src = memoryview(data).cast("B")
+        n = src.nbytes
+        done = 0
+        while done < n:
+            k = min(n - done, WRITE_CHUNK_BYTES - self._fill)
+            self._view[self._fill:self._fill + k] = src[done:done + k]
+            self._fill += k
+            done += k
+            if self._fill == WRITE_CHUNK_BYTES:
+                self._write_buffer(WRITE_CHUNK_BYTES)
+        return n
+
+    def _write_buffer(self, nbytes: int) -> None:
+        chunk = self._view[:nbytes]
+        written = 0
+        while written < nbytes:
+            try:
+                written += os.write(self._fd, chunk[written:])
+            except OSError as e:
+                if not (self.direct and e.errno == errno.EINVAL):
+                    raise
+                self._stop_direct()  # the device wants a coarser alignment: go through the cache
+        if not self.direct:
+            start_writeback(self._fd, self._offset, nbytes)
+        self._offset += nbytes
+        self._fill = 0
+
+    def _stop_direct(self) -> None:
+        import fcntl
+
+        fl = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+        fcntl.fcntl(self._fd, fcntl.F_SETFL, fl & ~os.O_DIRECT)
+        self.direct = False
+
+    def close(self) -> None:
+        """Write what is gathered, make the file durable and close it."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            size = self._offset + self._fill
+            if self._fill:
+                if self.direct:  # a direct write is whole blocks: pad, then cut the file back
+                    padded = -(-self._fill // DIRECT_ALIGN) * DIRECT_ALIGN
+                    self._view[self._fill:padded] = bytes(padded - self._fill)
+                    self._write_buffer(padded)
+                    os.ftruncate(self._fd, size)
+                else:
+                    self._write_buffer(self._fill)
+            os.fsync(self._fd)
+        finally:
+            os.close(self._fd)
+            self._view.release()
+            try:
+                self._buf.close()
+            except BufferError:  # a failed write's traceback still holds a view: freed with it
+                pass
 
 
 def write_durable(path: str, data: bytes) -> None:

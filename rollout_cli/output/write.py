@@ -20,39 +20,30 @@ from ..core.schema import DICTIONARY_COLUMNS, LIST_COLUMNS
 # pyarrow's list-column encoder holds several times the values it is given in scratch memory
 # (levels, widened integers, pages), so it is given batches of about this many bytes
 ENCODE_BATCH_BYTES = 1 << 20
-# a local shard's bytes are handed to the disk every this many bytes as they are written
-WRITEBACK_BYTES = 8 << 20
 
 
 class _HashingFile:
-    """A write-only file object that hashes what passes through. A local file's bytes start
-    for the disk as they are written (storage.start_writeback), so that the fsync at close,
-    which makes the shard durable before it is committed, waits for its tail only."""
+    """A write-only file object that hashes what passes through; a local file is written by
+    storage.LocalWriter (straight to the device where it can, durable at close)."""
 
     def __init__(self, path: str):
-        self._remote = storage.is_uri(path)
-        self._f = storage.open_write(path) if self._remote else open(path, "wb")
+        self._f = storage.open_write(path) if storage.is_uri(path) else storage.LocalWriter(path)
         self.hasher = hashing.new()
         self.size = 0
-        self._handed = 0  # bytes handed to the disk so far
         self.closed = False
 
     def write(self, data) -> int:
         mv = memoryview(data)
         self.hasher.update(mv)
         self.size += mv.nbytes
-        n = self._f.write(mv)
-        if not self._remote and self.size - self._handed >= WRITEBACK_BYTES:
-            self._f.flush()
-            storage.start_writeback(self._f.fileno(), self._handed, self.size - self._handed)
-            self._handed = self.size
-        return n
+        self._f.write(mv)
+        return mv.nbytes
 
     def tell(self) -> int:
         return self.size
 
     def flush(self) -> None:
-        self._f.flush()
+        pass  # a local file is written in whole chunks, and all of it at close
 
     def writable(self) -> bool:
         return True
@@ -65,11 +56,8 @@ class _HashingFile:
 
     def close(self) -> None:
         if not self.closed:
-            self._f.flush()
-            if not self._remote:
-                os.fsync(self._f.fileno())
-            self._f.close()
             self.closed = True
+            self._f.close()
 
 
 @dataclass

@@ -1,8 +1,11 @@
 """Inputs and OUT as pyarrow filesystem URIs, against a local S3-compatible server (moto)."""
 from __future__ import annotations
 
+import errno
 import os
 import socket
+
+import numpy as np
 
 import pytest
 from typer.testing import CliRunner
@@ -130,3 +133,99 @@ def test_ray_engine_reads_and_writes_s3(s3, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     _download(s3, "bkt/out-ray", tmp_path / "remote")
     assert _shards(tmp_path / "remote") == _shards(local)
+
+
+# --- local files: storage.LocalWriter ------------------------------------------------------
+
+_CHUNK = storage.WRITE_CHUNK_BYTES
+
+
+def _direct_accepted(folder) -> bool:
+    """Whether this folder's file system opens a file with O_DIRECT."""
+    try:
+        fd = os.open(os.path.join(folder, "probe"), os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("pieces", [[], [1], [4095], [4096], [_CHUNK - 1], [_CHUNK], [_CHUNK + 1],
+                                    [3, _CHUNK - 3, 5000], [7] * 1000 + [2 * _CHUNK + 17]])
+def test_local_writer_writes_exactly_the_bytes_given(tmp_path, direct, pieces):
+    rng = np.random.default_rng(len(pieces))
+    data = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in pieces]
+    path = tmp_path / "f.bin"
+    w = storage.LocalWriter(str(path), direct=direct)
+    assert w.direct == (direct and _direct_accepted(tmp_path))
+    for d in data:
+        assert w.write(d) == len(d)
+    w.close()
+    w.close()  # a second close does nothing
+    assert path.read_bytes() == b"".join(data)
+
+
+def test_local_writer_takes_any_buffer(tmp_path):
+    arr = np.arange(3000, dtype=np.int32)
+    w = storage.LocalWriter(str(tmp_path / "f.bin"))
+    w.write(arr)  # 4-byte items, not bytes
+    w.write(memoryview(b"xyz"))
+    w.close()
+    assert (tmp_path / "f.bin").read_bytes() == arr.tobytes() + b"xyz"
+
+
+def test_local_writer_goes_through_the_cache_where_direct_is_refused_at_open(tmp_path, monkeypatch):
+    real = os.open
+
+    def no_direct(path, flags, *a):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(path, flags, *a)
+
+    monkeypatch.setattr(storage.os, "open", no_direct)
+    handed = []
+    monkeypatch.setattr(storage, "start_writeback", lambda fd, a, n: handed.append((a, n)))
+    w = storage.LocalWriter(str(tmp_path / "f.bin"))
+    assert not w.direct
+    data = bytes(range(256)) * (2 * _CHUNK // 256 + 3)
+    w.write(data)
+    w.close()
+    assert (tmp_path / "f.bin").read_bytes() == data
+    # every chunk is handed to the disk as it is written, in order, the tail last
+    assert handed == [(0, _CHUNK), (_CHUNK, _CHUNK), (2 * _CHUNK, len(data) - 2 * _CHUNK)]
+
+
+def test_local_writer_leaves_direct_io_when_a_direct_write_is_refused(tmp_path, monkeypatch):
+    if not _direct_accepted(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT at open; the test above covers it")
+    real = os.write
+    refused = []
+
+    def picky(fd, data):
+        if not refused:  # the device wants a coarser alignment than a page
+            refused.append(fd)
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(fd, data)
+
+    monkeypatch.setattr(storage.os, "write", picky)
+    w = storage.LocalWriter(str(tmp_path / "f.bin"))
+    assert w.direct
+    data = b"abc" * (_CHUNK // 2)
+    w.write(data)
+    assert not w.direct and refused
+    w.close()
+    assert (tmp_path / "f.bin").read_bytes() == data
+
+
+def test_local_writer_reports_a_full_disk(tmp_path, monkeypatch):
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    w = storage.LocalWriter(str(tmp_path / "f.bin"))
+    monkeypatch.setattr(storage.os, "write", full)
+    with pytest.raises(OSError, match="No space left"):
+        w.write(b"x" * _CHUNK)
+    with pytest.raises(OSError, match="No space left"):
+        w.close()  # the tail, too; the file is still closed
+    assert w.closed

@@ -2,6 +2,8 @@
 its bytes are those of pyarrow writing the same row groups in one go, whatever the thread count."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -172,17 +174,20 @@ def test_property_stitched_equals_direct(tmp_path_factory, n, seed, rgb, threads
     assert path.read_bytes() == direct(t, write.row_group_bounds(t, rgb))
 
 
-def test_a_local_shard_is_handed_to_the_disk_in_ranges_as_it_is_written(tmp_path, monkeypatch):
-    handed = []
-    real = write.storage.start_writeback
-    monkeypatch.setattr(write.storage, "start_writeback", lambda fd, a, n: (handed.append((a, n)), real(fd, a, n)))
-    n = 3 * write.WRITEBACK_BYTES // 16 + 5  # each column's buffer is 1.5 times the range size
+@pytest.mark.parametrize("o_direct", [True, False])
+def test_a_local_shard_spanning_several_write_chunks_is_whole_and_hashed(tmp_path, monkeypatch, o_direct):
+    """Written straight to the device or through the page cache, the files hold the same bytes
+    and the digests are of what is on disk."""
+    monkeypatch.setattr(write.storage, "LocalWriter", functools.partial(write.storage.LocalWriter, direct=o_direct))
+    n = 3 * write.storage.WRITE_CHUNK_BYTES // 16 + 5  # each column's buffer is 1.5 chunks
     table = pa.table({k: pa.array(np.arange(n, dtype=np.int64) * i) for i, k in enumerate("abc")})
     wf = write.write_ipc(table, str(tmp_path / "x.arrow"))
     data = (tmp_path / "x.arrow").read_bytes()
     assert wf.bytes == len(data) and wf.digest == hashing.bytes_digest(data)
     assert pa.ipc.open_file(pa.py_buffer(data)).read_all().equals(table)
-    # contiguous ranges from the start, each at least the set size, none past the end
-    assert len(handed) == 3 and handed[0][0] == 0  # one range per column buffer written
-    assert all(a + n == b for (a, n), (b, _) in zip(handed, handed[1:]))
-    assert all(n >= write.WRITEBACK_BYTES for _, n in handed) and sum(n for _, n in handed) <= len(data)
+    t = train_table(300, seed=5, max_len=20000)
+    wp = write.write_parquet(t, str(tmp_path / "x.parquet"), row_group_bytes=1 << 20)
+    pdata = (tmp_path / "x.parquet").read_bytes()
+    assert len(pdata) > write.storage.WRITE_CHUNK_BYTES
+    assert wp.bytes == len(pdata) and wp.digest == hashing.bytes_digest(pdata)
+    assert pdata == direct(t, write.row_group_bounds(t, 1 << 20))
