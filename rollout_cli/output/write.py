@@ -3,7 +3,6 @@ bytes as they are written, fsynced, into the staging area."""
 from __future__ import annotations
 
 import concurrent.futures as cf
-import functools
 import os
 from dataclasses import dataclass
 
@@ -118,27 +117,11 @@ def column_groups(table: pa.Table) -> list[list[str]]:
     return [[c] for c in heavy] + ([rest] if rest else [])
 
 
-@functools.lru_cache(maxsize=None)
-def _encoder_pool() -> dict:
-    """The memory pool the encoder's scratch comes from. It frees and allocates the same
-    scratch for every batch; a worker's default pool returns freed pages to the system at
-    once (engines.local._lean_allocator, for the lowest peak), so every batch would fault
-    fresh pages in: 220k faults, ~1 s of system time, for a 1 GB dump's shard. mimalloc keeps
-    a thread's freed pages for its next batch: a few MB per encoder thread at this batch size.
-    A pool chosen by ARROW_DEFAULT_MEMORY_POOL is used as it is."""
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        return {}
-    try:
-        return {"memory_pool": pa.mimalloc_memory_pool()}
-    except NotImplementedError:  # a pyarrow built without mimalloc
-        return {}
-
-
 def _encode(table: pa.Table, options: dict) -> pa.Buffer:
     # bounded batches (ENCODE_BATCH_BYTES); the cut depends on the data only
     cuts = row_group_bounds(table, ENCODE_BATCH_BYTES)
     table = pa.Table.from_batches([b for s, e in cuts for b in table.slice(s, e - s).to_batches()], schema=table.schema)
-    kw = dict(row_group_size=max(table.num_rows, 1), **_writer_options(table.column_names, **options), **_encoder_pool())
+    kw = dict(row_group_size=max(table.num_rows, 1), **_writer_options(table.column_names, **options))
     try:
         # a buffer as large as the encoding can get, written once: a growing one is reallocated
         # and copied as it doubles; pages never written are never touched, so they cost no memory

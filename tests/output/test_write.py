@@ -103,27 +103,22 @@ def test_bytes_do_not_depend_on_threads_or_chunking(tmp_path):
     assert len(outs) == 1
 
 
-def test_the_encoder_scratch_pool_changes_no_byte(tmp_path, monkeypatch):
-    """The encoder's scratch comes from mimalloc (its freed pages are reused, batch after
-    batch) unless ARROW_DEFAULT_MEMORY_POOL names the pool; the bytes are the same either way."""
+@pytest.mark.parametrize("backend", pa.supported_memory_backends())
+def test_the_memory_pool_changes_no_byte(tmp_path, backend):
+    """Workers encode from jemalloc (engines.local); the bytes are the same from any pool."""
     t = train_table(300, seed=4, max_len=3000)
     assert len(write.row_group_bounds(t, write.ENCODE_BATCH_BYTES)) > 2  # several batches
-    assert write._encoder_pool()["memory_pool"].backend_name == "mimalloc"
-    write.write_parquet(t, str(tmp_path / "mi.parquet"), threads=1)
-    counted = pa.proxy_memory_pool(write._encoder_pool()["memory_pool"])
-    monkeypatch.setattr(write, "_encoder_pool", lambda: {"memory_pool": counted})
-    write.write_parquet(t, str(tmp_path / "counted.parquet"), threads=1)
-    assert counted.max_memory() > 0  # the encoder did allocate from it
-    monkeypatch.undo()
-    write._encoder_pool.cache_clear()
-    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+    write.write_parquet(t, str(tmp_path / "default.parquet"), threads=1)
+    pool = getattr(pa, f"{backend}_memory_pool")()
+    counted = pa.proxy_memory_pool(pool)
+    old = pa.default_memory_pool()
+    pa.set_memory_pool(counted)
     try:
-        assert write._encoder_pool() == {}
-        write.write_parquet(t, str(tmp_path / "default.parquet"), threads=1)
+        write.write_parquet(t, str(tmp_path / "other.parquet"), threads=2)
     finally:
-        write._encoder_pool.cache_clear()
-    outs = {(tmp_path / f"{k}.parquet").read_bytes() for k in ("mi", "counted", "default")}
-    assert len(outs) == 1
+        pa.set_memory_pool(old)
+    assert counted.max_memory() > 0  # the encoder did allocate from it
+    assert (tmp_path / "default.parquet").read_bytes() == (tmp_path / "other.parquet").read_bytes()
 
 
 def test_an_encoding_larger_than_the_bound_is_redone(tmp_path, monkeypatch):

@@ -114,23 +114,63 @@ def test_one_slot_uses_the_early_fork_server_unless_told_to_run_inline(monkeypat
     assert isinstance(make_engine("local", 1, inline=True), local.InlineEngine)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the fork server's /proc environ")
-def test_fork_server_keeps_openblas_to_one_thread_and_workers_get_the_callers_environment():
+_SERVER_ENV_CODE = (
+    "import os, sys\n"
+    "from multiprocessing import forkserver\n"
+    "from rollout_cli.run.engines.local import PoolEngine\n"
+    "name = sys.argv[1]\n"
+    "e = PoolEngine(1)\n"
+    # a task first: until the server has exec'd, /proc shows the caller's initial environment
+    "worker = e.result(e.submit(os.getenv, name))\n"
+    "pid = forkserver._forkserver._forkserver_pid\n"
+    "env = dict(kv.split('=', 1) for kv in open(f'/proc/{pid}/environ').read().split(chr(0)) if '=' in kv)\n"
+    "print(env.get(name), os.environ.get(name), worker)\n"
+    "e.shutdown()\n"
+)
+
+
+def _server_and_worker_env(name: str, caller: str | None) -> list[str]:
     import subprocess
 
-    code = (
-        "import os\n"
-        "from multiprocessing import forkserver\n"
-        "from rollout_cli.run.engines.local import PoolEngine\n"
-        "e = PoolEngine(1)\n"
-        # a task first: until the server has exec'd, /proc shows the caller's initial environment
-        "worker = e.result(e.submit(os.getenv, 'OPENBLAS_NUM_THREADS'))\n"
-        "pid = forkserver._forkserver._forkserver_pid\n"
-        "env = dict(kv.split('=', 1) for kv in open(f'/proc/{pid}/environ').read().split(chr(0)) if '=' in kv)\n"
-        "print(env.get('OPENBLAS_NUM_THREADS'), os.environ.get('OPENBLAS_NUM_THREADS'), worker)\n"
-        "e.shutdown()\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != name}
+    if caller is not None:
+        env[name] = caller
+    out = subprocess.run([sys.executable, "-c", _SERVER_ENV_CODE, name], capture_output=True, text=True, env=env,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1", "None", "None"]
+    return out.stdout.split()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the fork server's /proc environ")
+def test_fork_server_keeps_openblas_to_one_thread_and_workers_get_the_callers_environment():
+    assert _server_and_worker_env("OPENBLAS_NUM_THREADS", None) == ["1", "None", "None"]
+    assert _server_and_worker_env("OPENBLAS_NUM_THREADS", "3") == ["3", "3", "3"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the fork server's /proc environ")
+def test_fork_server_makes_jemalloc_arrows_default_pool_unless_the_caller_chose_one():
+    import pyarrow as pa
+
+    from rollout_cli.run.engines.local import _arrow_has_jemalloc
+
+    has = "jemalloc" in pa.supported_memory_backends()
+    assert _arrow_has_jemalloc() == has  # read from the build's config header, without pyarrow
+    assert _server_and_worker_env("ARROW_DEFAULT_MEMORY_POOL", None) == ["jemalloc" if has else "None", "None", "None"]
+    assert _server_and_worker_env("ARROW_DEFAULT_MEMORY_POOL", "system") == ["system"] * 3
+
+
+def test_pool_workers_allocate_from_jemalloc(monkeypatch):
+    import pyarrow as pa
+
+    engine = PoolEngine(1, preload=WORKER_MODULES)
+    try:
+        got = engine.result(engine.submit(_pool_backend))
+    finally:
+        engine.shutdown()
+    assert got == ("jemalloc" if "jemalloc" in pa.supported_memory_backends() else pa.default_memory_pool().backend_name)
+
+
+def _pool_backend() -> str:
+    import pyarrow as pa
+
+    return pa.default_memory_pool().backend_name
