@@ -282,32 +282,180 @@ def _by_rows(chunk: RawChunk, py: dict, base_pos: int, reward_key, keep_text, st
     return v.normalize_rows(rows, base_pos, reward_key, keep_text, step)
 
 
-def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool,
-                      step: int | None = None) -> v.NormChunk:
-    """validate.normalize_chunk for a columnar chunk: the same rows, problems and batches."""
-    n = len(chunk)
-    cols = dict(chunk.columns)
-    lm = cols.get("loss_mask")
-    if isinstance(lm, pa.Array) and pa.types.is_list(lm.type) and pa.types.is_boolean(lm.type.value_type):
-        cols["loss_mask"] = lm.cast(pa.list_(pa.uint8()))  # bool masks are 0/1
-    chunk = RawChunk(chunk.source, chunk.kind, chunk.numbers, None, chunk.problems, cols, chunk.rows)
-    py = {k: (c if isinstance(c, list) else c.to_pylist()) for k, c in cols.items()
-          if k not in _VECTOR_LISTS and k not in _ROW_LISTS}
-    lists: dict[str, _Lists] = {}
-    for k in _VECTOR_LISTS:
-        if k in cols:
-            lst = _lists(cols[k], n) if isinstance(cols[k], pa.Array) else None
-            if lst is None:
-                return _by_rows(chunk, py, base_pos, reward_key, keep_text, step)
-            lists[k] = lst
-    out = v.empty_norm(chunk)
+_INT64_MAX = 2**63 - 1
+# the record keys the per-row rules read besides the long lists; a chunk with another column
+# among them that is not of a type handled below is checked row by row
+_SCALAR_KEYS = ("rollout_id", "step", "index", "group_index", "response_length", "remove_sample", "status",
+                "reward", "metadata", "source", "train_metadata", "multimodal_train_inputs")
+
+
+@dataclass
+class _Scalars:
+    """A chunk's per-row fields as columns, one entry per row of the chunk: what the per-row
+    rules (validate._ids ... _json_fields) give each row."""
+
+    sample_index: pa.Array  # int64
+    group_index: pa.Array  # int64
+    reward: pa.Array  # float64
+    raw_reward: pa.Array  # float64
+    status: pa.Array  # string
+    truncated: pa.Array  # bool
+    round_number: pa.Array  # int64
+    source_name: pa.Array  # string
+    train_metadata: pa.Array  # string
+    mm: pa.Array  # string
+    text: list[pa.Array]  # prompt, response, label (string), with --keep-text
+
+    def take(self, rows: np.ndarray | None) -> "_Scalars":
+        """These rows only (None: all). Rebuilt from Python values: Array.take would import
+        pyarrow.compute (see core.arrays), and this is the rare case of a chunk with bad rows."""
+        if rows is None:
+            return self
+        picked = rows.tolist()
+
+        def take(c: pa.Array) -> pa.Array:
+            vals = c.to_pylist()
+            return pa.array([vals[i] for i in picked], c.type)
+
+        return _Scalars(*(take(c) for c in (self.sample_index, self.group_index, self.reward, self.raw_reward,
+                                             self.status, self.truncated, self.round_number, self.source_name,
+                                             self.train_metadata, self.mm)), [take(c) for c in self.text])
+
+
+def _scalars_of_rows(scalars: list, rows: np.ndarray, keep_text: bool) -> _Scalars:
+    """The per-row rules' results (scalars[i] for each of `rows`) as columns."""
+    sc = [scalars[i] for i in rows.tolist()]
+    return _Scalars(
+        pa.array([s[0][0] for s in sc], pa.int64()), pa.array([s[0][1] for s in sc], pa.int64()),
+        pa.array([s[2][0] for s in sc], pa.float64()), pa.array([s[2][1] for s in sc], pa.float64()),
+        pa.array([s[1] for s in sc], pa.string()), pa.array([s[1] == "truncated" for s in sc], pa.bool_()),
+        pa.array([s[2][2] for s in sc], pa.int64()), pa.array([s[2][3] for s in sc], pa.string()),
+        pa.array([s[3][0] for s in sc], pa.string()), pa.array([s[3][1] for s in sc], pa.string()),
+        [pa.array([s[3][2][k] for s in sc], pa.string()) for k in range(3)] if keep_text else [],
+    )
+
+
+def _ints(col, n: int, lo: int, *, nullable: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values as int64 with nulls as 0, null mask) of an integer column whose values all lie
+    in [lo, 2**63); None for any other column (the row rules decide)."""
+    if col is None:
+        return (np.zeros(n, np.int64), np.ones(n, bool)) if nullable else None
+    if not isinstance(col, pa.Array):
+        return None
+    if pa.types.is_null(col.type):
+        return (np.zeros(n, np.int64), np.ones(n, bool)) if nullable else None
+    if not pa.types.is_integer(col.type) or (col.null_count and not nullable):
+        return None
+    vals = _filled(col)
+    if len(vals) and (int(vals.min()) < lo or int(vals.max()) > _INT64_MAX):
+        return None
+    return vals.astype(np.int64, copy=False), null_mask(col)
+
+
+def _texts(col, n: int) -> list | None:
+    """A text column's values (None for null), or None when it is not text."""
+    if col is None or (isinstance(col, pa.Array) and pa.types.is_null(col.type)):
+        return [None] * n
+    if not isinstance(col, pa.Array) or not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return None
+    return col.to_pylist()
+
+
+def _fields(md) -> dict[str, pa.Array] | None:
+    """A struct column's fields, each null where the struct row is null (as a row's dict
+    would lack the key); {} for no metadata; None for a column that is not a struct."""
+    if md is None or pa.types.is_null(md.type):
+        return {}
+    if not pa.types.is_struct(md.type):
+        return None
+    return {md.type.field(k).name: f for k, f in enumerate(md.flatten())}
+
+
+def _scalars_on_columns(chunk: RawChunk, cols: dict, n: int, reward_key: str | None, keep_text: bool,
+                        step: int | None) -> tuple[_Scalars, np.ndarray, np.ndarray, list, list] | None:
+    """The per-row rules for a whole chunk at once, where every row passes them and every
+    column is of a plain Arrow type: (fields, response lengths, removed, explicit ids, groups).
+    None otherwise: the rows then go through the rules one by one, which word any problem."""
+    if chunk.problems or chunk.rows or reward_key is not None or n == 0:
+        return None
+    if any(k in cols and not isinstance(cols[k], pa.Array) for k in _SCALAR_KEYS):
+        return None
+    for k in ("train_metadata", "multimodal_train_inputs"):  # JSON text of their values: row by row
+        if k in cols and cols[k].null_count != n:
+            return None
+    rid = _ints(cols.get("rollout_id"), n, -(2**63))
+    idx = _ints(cols.get("index"), n, 0)
+    grp = _ints(cols.get("group_index"), n, 0)
+    rl = _ints(cols.get("response_length"), n, -(2**63), nullable=False)
+    if rid is None or idx is None or grp is None or rl is None:
+        return None
+    st = cols.get("step")
+    if step is not None and st is not None and not pa.types.is_null(st.type):
+        got = _ints(st, n, -(2**63))
+        if got is None or ((got[0] != step) & ~got[1]).any():
+            return None
+    rm = cols.get("remove_sample")
+    if rm is None or pa.types.is_null(rm.type):
+        removed = np.zeros(n, bool)
+    elif pa.types.is_boolean(rm.type):
+        removed = _filled(rm)
+    else:
+        return None
+    status = _texts(cols.get("status"), n)
+    if status is None or "status" not in cols or not set(status) <= v._STATUS_SET:
+        return None
+    rw = cols.get("reward")
+    if rw is None or rw.null_count or not (pa.types.is_integer(rw.type) or pa.types.is_floating(rw.type)):
+        return None
+    reward = _numpy(rw).astype(np.float64)
+    if not np.isfinite(reward).all():
+        return None
+    md = _fields(cols.get("metadata"))
+    if md is None:
+        return None
+    raw = reward
+    rr = md.get("raw_reward")
+    if rr is not None and not pa.types.is_null(rr.type):  # a null raw reward counts as absent
+        if not (pa.types.is_integer(rr.type) or pa.types.is_floating(rr.type)):
+            return None
+        got = _filled(rr).astype(np.float64)
+        if not np.isfinite(got).all():
+            return None
+        raw = np.where(null_mask(rr), reward, got)
+    rn = _ints(md.get("round_number"), n, 0)
+    names = _texts(md.get("source_name"), n)
+    if rn is None or names is None:
+        return None
+    src = _texts(cols.get("source"), n)
+    if src is None:
+        return None
+    source = [s if s else (sn if sn else "unknown") for s, sn in zip(src, names)]
+    text = []
+    if keep_text:
+        for k in ("prompt", "response", "label"):
+            t = _texts(cols.get(k), n)
+            if t is None:
+                return None
+            text.append(pa.array(t, pa.string()))
+    explicit = [None if null else int(x) for x, null in zip(rid[0].tolist(), rid[1].tolist())]
+    groups = [None if null else int(x) for x, null in zip(grp[0].tolist(), grp[1].tolist())]
+    none = pa.nulls(n, pa.string())
+    fields = _Scalars(
+        pa.array(idx[0], pa.int64(), mask=idx[1]), pa.array(grp[0], pa.int64(), mask=grp[1]),
+        pa.array(reward, pa.float64()), pa.array(raw, pa.float64()), pa.array(status, pa.string()),
+        pa.array(np.array([s == "truncated" for s in status], bool), pa.bool_()),
+        pa.array(rn[0], pa.int64(), mask=rn[1]), pa.array(source, pa.string()), none, none, text,
+    )
+    return fields, rl[0], removed, explicit, groups
+
+
+def _scalars_by_rows(chunk: RawChunk, py: dict, out: v.NormChunk, n: int, reward_key, keep_text, step,
+                     rls: np.ndarray, removed: np.ndarray, slow: np.ndarray) -> tuple[np.ndarray, list]:
+    """The per-row rules one row at a time: (rows that pass them, each such row's fields);
+    `rls`, `removed` and `slow` (rows for the row checks) are filled in."""
     keys = list(py)
-    # per-row fields, and which rows need the row checks
     fast = np.zeros(n, bool)
-    slow = np.zeros(n, bool)
     scalars: list = [None] * n
-    rls = np.zeros(n, dtype=np.int64)
-    removed = np.zeros(n, bool)
     own = chunk.rows
     for i in range(n):
         rec = None if i in chunk.problems else own[i] if i in own else {k: py[k][i] for k in keys}
@@ -329,6 +477,48 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
         fast[i] = True
         rls[i], removed[i] = rl, rm
         scalars[i] = (ids, status, rewards, js)
+    return fast, scalars
+
+
+def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool,
+                      step: int | None = None) -> v.NormChunk:
+    """validate.normalize_chunk for a columnar chunk: the same rows, problems and batches."""
+    n = len(chunk)
+    cols = dict(chunk.columns)
+    lm = cols.get("loss_mask")
+    if isinstance(lm, pa.Array) and pa.types.is_list(lm.type) and pa.types.is_boolean(lm.type.value_type):
+        cols["loss_mask"] = lm.cast(pa.list_(pa.uint8()))  # bool masks are 0/1
+    chunk = RawChunk(chunk.source, chunk.kind, chunk.numbers, None, chunk.problems, cols, chunk.rows)
+    lazy: list[dict] = []
+
+    def py() -> dict:
+        """The per-row columns as Python lists, for the row rules (the column checks need none)."""
+        if not lazy:
+            lazy.append({k: c if isinstance(c, list) else c.to_pylist() for k, c in cols.items()
+                         if k not in _VECTOR_LISTS and k not in _ROW_LISTS})
+        return lazy[0]
+
+    lists: dict[str, _Lists] = {}
+    for k in _VECTOR_LISTS:
+        if k in cols:
+            lst = _lists(cols[k], n) if isinstance(cols[k], pa.Array) else None
+            if lst is None:
+                return _by_rows(chunk, py(), base_pos, reward_key, keep_text, step)
+            lists[k] = lst
+    out = v.empty_norm(chunk)
+    rls = np.zeros(n, dtype=np.int64)
+    removed = np.zeros(n, bool)
+    slow = np.zeros(n, bool)
+    on_columns = _scalars_on_columns(chunk, cols, n, reward_key, keep_text, step)
+    if on_columns is not None:  # every row passes the per-row rules
+        fields, rls, removed, explicit, groups = on_columns
+        out.id_state = [v.ID_MISSING if x is None else v.ID_EXPLICIT for x in explicit]
+        out.explicit_id, out.group_index = explicit, groups
+        fast = np.ones(n, bool)
+        scalars = None
+    else:
+        fields = None
+        fast, scalars = _scalars_by_rows(chunk, py(), out, n, reward_key, keep_text, step, rls, removed, slow)
     # the long lists, for the whole chunk
     tok = lists.get("tokens")
     shape = None
@@ -359,12 +549,14 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
     batches = []
     if fast.any():
         for part in _parts(fast, lists):
-            batches.append(_fast_batch(chunk, part, base_pos, keep_text, scalars, rls, removed, lists, f32, shape))
+            rows = None if part.all() else np.flatnonzero(part)
+            sc = fields.take(rows) if fields is not None else _scalars_of_rows(scalars, np.flatnonzero(part), keep_text)
+            batches.append(_fast_batch(part, base_pos, keep_text, sc, rls, removed, lists, f32, shape))
         out.valid = fast.tolist()
     if slow.any():
         rows, pos = [], []
         for i in np.flatnonzero(slow).tolist():
-            rec = _row_record(chunk, i, py)
+            rec = _row_record(chunk, i, py())
             try:
                 row = v._validate(rec, reward_key, keep_text)
             except v._Bad as e:
@@ -422,7 +614,7 @@ def _in_record_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     return [batches[src[a]].slice(int(at[a]), int(b - a)) for a, b in zip(firsts.tolist(), ends.tolist())]
 
 
-def _fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, f32, shape) -> pa.RecordBatch:
+def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f32, shape) -> pa.RecordBatch:
     rows = np.flatnonzero(fast)
     every = len(rows) == len(fast)
     sel = None if every else rows
@@ -451,19 +643,18 @@ def _fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, 
             m_val[idx] = vals
         m_sum = m_val
     mask_total = v._row_sums(m_sum, m_off)
-    sc = [scalars[i] for i in rows.tolist()]
     cols = [
         pa.array(rows + base_pos, pa.int64()),
-        pa.array([s[0][0] for s in sc], pa.int64()),
-        pa.array([s[0][1] for s in sc], pa.int64()),
+        sc.sample_index,
+        sc.group_index,
         _list_array(t_off, t_val, pa.int32()),
         pa.array(rl, pa.int32()),
         pa.array(np.diff(t_off), pa.int32()),
         _list_array(m_off, m_val, pa.uint8()),
-        pa.array([s[2][0] for s in sc], pa.float64()),
-        pa.array([s[2][1] for s in sc], pa.float64()),
-        pa.array([s[1] == "truncated" for s in sc], pa.bool_()),
-        pa.array([s[1] for s in sc], pa.string()),
+        sc.reward,
+        sc.raw_reward,
+        sc.truncated,
+        sc.status,
         pa.array(mask_total, pa.int64()),
     ]
     for k in ("rollout_log_probs", "teacher_log_probs"):
@@ -490,13 +681,5 @@ def _fast_batch(chunk, fast, base_pos, keep_text, scalars, rls, removed, lists, 
         s_off = np.zeros(m + 1, dtype=np.int64)
         np.cumsum(present * 3, out=s_off[1:])
         cols.append(_list_array(s_off, shape[rows][present].reshape(-1).astype(np.int32), pa.int32(), ~present))
-    cols += [
-        pa.array([s[2][2] for s in sc], pa.int64()),
-        pa.array([s[2][3] for s in sc], pa.string()),
-        pa.array([s[3][0] for s in sc], pa.string()),
-        pa.array([s[3][1] for s in sc], pa.string()),
-    ]
-    if keep_text:
-        for k in range(3):
-            cols.append(pa.array([s[3][2][k] for s in sc], pa.string()))
+    cols += [sc.round_number, sc.source_name, sc.train_metadata, sc.mm, *sc.text]
     return pa.RecordBatch.from_arrays(cols, schema=v.pre_schema(keep_text))

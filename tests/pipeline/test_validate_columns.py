@@ -287,17 +287,18 @@ def test_buffer_readers_agree_with_pyarrow_compute(rows, lo, hi):
 
 def test_columnar_validation_does_not_import_pyarrow_compute(tmp_path):
     """A pool worker's common path (null and present lists, an all-null column, routed
-    experts) never imports pyarrow.compute: its import is 50 ms of each task."""
+    experts, a metadata struct) never imports pyarrow.compute: its import is 50 ms of each task."""
     import subprocess
     import sys
 
     rows = [
         {"tokens": [1, 2, 3], "response_length": 2, "loss_mask": [1, 1], "reward": 1.0,
          "rollout_log_probs": [-0.1, -0.3], "teacher_log_probs": None,
-         REXP: [[[1, 2]], [[3, 4]]], "index": 0, "group_index": 0, "status": "completed"},
+         REXP: [[[1, 2]], [[3, 4]]], "index": 0, "group_index": 0, "status": "completed",
+         "metadata": {"source": "math", "raw_reward": 0.5}},
         {"tokens": [4, 5], "response_length": 1, "loss_mask": None, "reward": 0.0,
          "rollout_log_probs": [-0.2], "teacher_log_probs": None, REXP: None, "index": 1, "group_index": 0,
-         "status": "completed"},
+         "status": "completed", "metadata": None},
     ]
     path = tmp_path / "step_000001.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
@@ -315,3 +316,150 @@ def test_columnar_validation_does_not_import_pyarrow_compute(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["2", "0", "False"]
+
+
+# --- the per-row fields on columns (validate_columns._scalars_on_columns) -------------------
+
+_CLEAN_KINDS = {"rollout_id": ["absent", "int64", "int32", "nulls"], "index": ["absent", "int64", "uint8", "nulls"],
+                "group_index": ["absent", "int64", "uint8"], "step": ["absent", "int64"],
+                "remove_sample": ["absent", "bool"], "source": ["absent", "text"],
+                "train_metadata": ["absent", "nulls"], "prompt": ["absent", "text"]}
+
+
+def _column(draw, name: str, n: int, clean: bool):
+    """One scalar column of a drawn kind (or None: absent); values good and bad, or, when
+    `clean`, only values every row rule accepts."""
+    big = st.integers(-(2**63), 2**63 - 1)
+    ints = lambda lo, hi: st.lists(st.one_of(st.none(), st.integers(lo, hi)), min_size=n, max_size=n)
+    kind = draw(st.sampled_from({
+        "rollout_id": ["absent", "int64", "int32", "uint64", "float", "text", "nulls"],
+        "index": ["absent", "int64", "uint8", "bool", "nulls"],
+        "group_index": ["absent", "int64", "uint8", "negative"],
+        "step": ["absent", "int64", "text"],
+        "remove_sample": ["absent", "bool", "int64"],
+        "source": ["absent", "text", "int64"],
+        "train_metadata": ["absent", "nulls", "struct"],
+        "prompt": ["absent", "text", "int64"],
+    }.get(name, ["absent"]) if not clean else _CLEAN_KINDS[name]))
+    if kind == "absent":
+        return None
+    if kind == "nulls":
+        return pa.nulls(n)
+    if kind == "int64":
+        lo = 0 if name != "rollout_id" else -(2**63)
+        if name == "step":
+            return pa.array(draw(st.lists(st.one_of(st.none(), st.sampled_from([3] if clean else [3, 3, 3, 4])), min_size=n, max_size=n)), pa.int64())
+        if name == "remove_sample":
+            return pa.array(draw(ints(0, 1)), pa.int64())
+        return pa.array(draw(ints(lo, 2**63 - 1) if name == "rollout_id" else ints(0, 50)), pa.int64())
+    if kind == "int32":
+        return pa.array(draw(ints(-(2**31), 2**31 - 1)), pa.int32())
+    if kind == "uint64":
+        return pa.array(draw(st.lists(st.one_of(st.none(), st.integers(0, 2**64 - 1)), min_size=n, max_size=n)), pa.uint64())
+    if kind == "uint8":
+        return pa.array(draw(ints(0, 255)), pa.uint8())
+    if kind == "negative":
+        return pa.array(draw(ints(-3, 3)), pa.int64())
+    if kind == "float":
+        return pa.array(draw(st.lists(st.one_of(st.none(), st.floats(-5, 5)), min_size=n, max_size=n)), pa.float64())
+    if kind == "bool":
+        return pa.array(draw(st.lists(st.one_of(st.none(), st.booleans()), min_size=n, max_size=n)), pa.bool_())
+    if kind == "text":
+        if name == "step":
+            return pa.array(["3"] * n)
+        return pa.array(draw(st.lists(st.one_of(st.none(), st.sampled_from(["", "a", "web"])), min_size=n, max_size=n)))
+    if kind == "struct":
+        return pa.array([{"a": k} for k in range(n)])
+    raise AssertionError(kind)
+
+
+@st.composite
+def _scalar_chunk(draw):
+    n = draw(st.integers(1, 6))
+    clean = draw(st.booleans())
+    cols = {}
+    for name in ("rollout_id", "index", "group_index", "step", "remove_sample", "source", "train_metadata", "prompt"):
+        c = _column(draw, name, n, clean)
+        if c is not None:
+            cols[name] = c
+    rl = draw(st.lists(st.integers(0 if clean else -1, 3), min_size=n, max_size=n))
+    cols["response_length"] = pa.array(rl, draw(st.sampled_from([pa.int64(), pa.int16()])))
+    cols["tokens"] = pa.array([[5] * max(r, 1) for r in rl], pa.list_(pa.int64()))
+    cols["loss_mask"] = pa.array([[1] * max(r, 0) for r in rl], pa.list_(pa.int64()))
+    status = draw(st.lists(st.sampled_from(["completed", "truncated", "aborted"] + ([] if clean else ["done", None])),
+                           min_size=n, max_size=n))
+    cols["status"] = pa.array(status, pa.string())
+    rkind = draw(st.sampled_from(["float64", "float32", "int64"] + ([] if clean else ["bool", "absent"])))
+    if rkind != "absent":
+        bad = st.nothing() if clean else st.sampled_from([float("nan"), float("inf")])
+        vals = draw(st.lists(st.one_of(st.floats(-3, 3, width=32), bad), min_size=n, max_size=n))
+        if rkind == "int64":
+            vals = [int(x) if x == x and abs(x) != float("inf") else 7 for x in vals]
+        if rkind == "bool":
+            vals = [x > 0 for x in vals]
+        cols["reward"] = pa.array(vals, {"float64": pa.float64(), "float32": pa.float32(), "int64": pa.int64(), "bool": pa.bool_()}[rkind])
+    mkind = draw(st.sampled_from(["absent", "struct", "struct"] + ([] if clean else ["text"])))
+    if mkind == "struct":
+        rr_type = draw(st.sampled_from([pa.float64(), pa.int32(), pa.null()] + ([] if clean else [pa.bool_()])))
+        rr = draw(st.lists(st.one_of(st.none(), st.floats(-2, 2), st.nothing() if clean else st.just(float("nan"))),
+                           min_size=n, max_size=n))
+        if pa.types.is_integer(rr_type):
+            rr = [None if x is None or x != x else int(x) for x in rr]
+        elif pa.types.is_boolean(rr_type):
+            rr = [None if x is None or x != x else x > 0 for x in rr]
+        elif pa.types.is_null(rr_type):
+            rr = [None] * n
+        fields = [pa.array(rr, rr_type), pa.array(draw(st.lists(st.one_of(st.none(), st.integers(0 if clean else -1, 4)), min_size=n, max_size=n)), pa.int64()),
+                  pa.array(draw(st.lists(st.one_of(st.none(), st.sampled_from(["", "math", "code"])), min_size=n, max_size=n)), pa.string()),
+                  pa.array(list(range(n)), pa.int64())]
+        names = ["raw_reward", "round_number", "source_name", "turns"]
+        keep = draw(st.lists(st.sampled_from(range(4)), unique=True, min_size=1, max_size=4))
+        struct_nulls = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+        cols["metadata"] = pa.StructArray.from_arrays([fields[k] for k in sorted(keep)], [names[k] for k in sorted(keep)],
+                                                      mask=pa.array(struct_nulls))
+    elif mkind == "text":
+        cols["metadata"] = pa.array(["{}"] * n)
+    keep_text = draw(st.booleans())
+    step = draw(st.sampled_from([None, 3]))
+    return RawChunk("1.parquet", "row", list(range(n)), None, {}, cols), keep_text, step
+
+
+def _summary(nc):
+    return ([(i, p.field, p.message, p.location) for i, p in nc.problems], nc.valid, nc.id_state, nc.explicit_id,
+            nc.group_index)
+
+
+@settings(max_examples=400, **SETTINGS)
+@given(_scalar_chunk())
+def test_per_row_fields_on_columns_match_the_row_rules(drawn):
+    from unittest import mock
+
+    from rollout_cli.pipeline import validate_columns as vc
+
+    chunk, keep_text, step = drawn
+    got = vc.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step)
+    with mock.patch.object(vc, "_scalars_on_columns", lambda *a: None):
+        want = vc.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step)
+    assert _summary(got) == _summary(want)
+    schema = pre_schema(keep_text)
+    assert pa.Table.from_batches(got.batches, schema=schema).equals(pa.Table.from_batches(want.batches, schema=schema))
+
+
+def test_plain_parquet_columns_skip_the_row_rules(tmp_path, monkeypatch):
+    """A dump of plain types (the bench's, pyarrow's inference from Python lists) is checked
+    on columns only: no row goes through the per-row rules."""
+    from rollout_cli.pipeline import validate_columns as vc
+
+    recs = [{"group_index": i // 2, "index": i, "rollout_id": None if i % 3 else i, "tokens": [1, 2, 3],
+             "response_length": 2, "reward": 0.5, "loss_mask": [1, 0], "rollout_log_probs": [-0.1, -0.2],
+             "status": "truncated" if i == 4 else "completed",
+             "metadata": {"source": "math", "turns": 1, "raw_reward": None if i % 2 else 1.0}} for i in range(6)]
+    pq.write_table(pa.Table.from_pylist(recs), tmp_path / "1.parquet")
+    monkeypatch.setattr(vc, "_scalars_by_rows", lambda *a: (_ for _ in ()).throw(AssertionError("row rules ran")))
+    chunk = next(read_parquet(str(tmp_path / "1.parquet"), "1.parquet"))
+    nc = normalize_chunk(chunk, 0, reward_key=None, keep_text=False)
+    assert nc.valid == [True] * 6 and nc.explicit_id == [0, None, None, 3, None, None]
+    t = pa.Table.from_batches(nc.batches)
+    assert t.column("raw_reward").to_pylist() == [1.0, 0.5, 1.0, 0.5, 1.0, 0.5]
+    assert t.column("truncated").to_pylist() == [False] * 4 + [True, False]
+    assert t.column("source_name").to_pylist() == ["unknown"] * 6  # metadata.source is not source_name
