@@ -128,17 +128,59 @@ def _columns(batch: pa.RecordBatch, json_cols: set[str], display: str, row: int)
     return cols, problems
 
 
-def _ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The batches, each decoded on a thread while the consumer checks the one before (the
-    decoder releases the GIL)."""
+def _streams(pf: pq.ParquetFile, columns: list[str], groups: list[int], threads: int) -> list[list[str]]:
+    """`columns` cut into threads + 1 sets of about equal compressed bytes in `groups`, each read
+    as a stream of its own (_in_streams): the largest column alone, the small ones together."""
+    md = pf.metadata
+    size = dict.fromkeys(columns, 0)
+    for g in groups:
+        rg = md.row_group(g)
+        for k in range(rg.num_columns):
+            top = rg.column(k).path_in_schema.split(".", 1)[0]
+            if top in size:
+                size[top] += rg.column(k).total_compressed_size
+    bins: list[list[str]] = [[] for _ in range(min(threads + 1, len(columns)))]
+    load = [0] * len(bins)
+    for c in sorted(columns, key=lambda c: -size[c]):
+        k = load.index(min(load))
+        bins[k].append(c)
+        load[k] += size[c]
+    order = {c: i for i, c in enumerate(columns)}
+    return [sorted(b, key=order.get) for b in bins if b]
+
+
+def _in_streams(pf: pq.ParquetFile, path: str, sets: list[list[str]], groups: list[int], chunk_rows: int,
+                depth: int = 2) -> Iterator[pa.RecordBatch]:
+    """The batches of `groups`, each set of columns decoded by a thread of its own, `depth`
+    batches ahead of the consumer. pyarrow's own threads decode one batch's columns side by side
+    and wait for the slowest before the next batch; independent streams keep both cores busy
+    (a 387 MB file's parse: 1.44 -> 1.20 s). Every stream cuts the same rows into batches (one
+    row per record, `chunk_rows` a batch), so batch k of each holds the same rows."""
+    import collections
     import concurrent.futures as cf
 
     end = object()
-    with cf.ThreadPoolExecutor(1, thread_name_prefix="rollout-cli-parquet-read") as pool:
-        nxt = pool.submit(next, batches, end)
-        while (b := nxt.result()) is not end:
-            nxt = pool.submit(next, batches, end)
-            yield b
+    readers = [pq.ParquetFile(path, metadata=pf.metadata, buffer_size=READ_BUFFER, pre_buffer=False) for _ in sets]
+    its = [r.iter_batches(batch_size=chunk_rows, row_groups=groups, columns=cols, use_threads=False)
+           for r, cols in zip(readers, sets)]
+    pools = [cf.ThreadPoolExecutor(1, thread_name_prefix="rollout-cli-parquet-read") for _ in its]
+    try:
+        ahead = [collections.deque(p.submit(next, it, end) for _ in range(depth)) for p, it in zip(pools, its)]
+        while True:
+            parts = [q.popleft().result() for q in ahead]
+            if any(b is end for b in parts):
+                if not all(b is end for b in parts):
+                    raise RuntimeError(f"{path}: column streams ended apart")
+                return
+            if len({b.num_rows for b in parts}) != 1:
+                raise RuntimeError(f"{path}: column streams cut batches apart: {[b.num_rows for b in parts]}")
+            for p, it, q in zip(pools, its, ahead):
+                q.append(p.submit(next, it, end))
+            yield pa.RecordBatch.from_arrays([c for b in parts for c in b.columns],
+                                             names=[n for b in parts for n in b.schema.names])
+    finally:
+        for p in pools:
+            p.shutdown(wait=True, cancel_futures=True)
 
 
 def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_ROWS, *, part: int = 0,
@@ -162,9 +204,12 @@ def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_
     try:
         # one thread unless cores are spare: parts of other inputs use them, and the reader's
         # threads only add buffers in flight (more memory, more system time)
-        batches = pf.iter_batches(batch_size=chunk_rows, row_groups=list(groups), columns=read_cols,
-                                  use_threads=threads > 1)
-        for batch in (_ahead(batches) if threads > 1 else batches):
+        if threads > 1 and len(read_cols) > 1 and not storage.is_uri(path):
+            batches = _in_streams(pf, path, _streams(pf, read_cols, list(groups), threads), list(groups), chunk_rows)
+        else:
+            batches = pf.iter_batches(batch_size=chunk_rows, row_groups=list(groups), columns=read_cols,
+                                      use_threads=threads > 1)
+        for batch in batches:
             # a part that starts or ends inside a row group: the rows before it are decoded
             # and dropped (Parquet has no row seek without a page index), those after not read
             if row + batch.num_rows <= lo:

@@ -191,6 +191,46 @@ def test_threaded_read_gives_the_same_chunks(tmp_path, chunk):
     assert chunks(2) == one
 
 
+@settings(max_examples=30, **SETTINGS)
+@given(st.integers(1, 60), st.integers(1, 25), st.integers(1, 30), st.sampled_from([2, 3]), st.integers(0, 10_000))
+def test_column_streams_give_the_same_chunks_as_one_reader(rows, group, chunk, threads, seed):
+    """Every set of columns read as a stream of its own cuts the same rows into each batch:
+    nested, struct and null columns, several row groups, any batch size."""
+    import random
+
+    rnd = random.Random(seed)
+    recs = [{"tokens": [rnd.randrange(100) for _ in range(rnd.randrange(1, 9))],
+             "response_length": 1, "reward": rnd.random(), "status": "completed", "index": i,
+             "rollout_log_probs": None if rnd.random() < 0.2 else [rnd.random()] * rnd.randrange(0, 4),
+             "metadata": None if rnd.random() < 0.3 else {"source": "a", "turns": rnd.randrange(3)},
+             "rollout_routed_experts": None if rnd.random() < 0.5 else [[[1, 2]]] * rnd.randrange(1, 3)}
+            for i in range(rows)]
+    with tempfile.TemporaryDirectory() as d:
+        path = str(Path(d) / "3.parquet")
+        pq.write_table(pa.Table.from_pylist(recs), path, row_group_size=group)
+
+        def chunks(t):
+            return [(raw.numbers, {k: (v if isinstance(v, list) else v.to_pylist()) for k, v in raw.columns.items()})
+                    for raw in read_parquet(path, "3.parquet", chunk, threads=t)]
+
+        one = chunks(1)
+        assert sum(len(n) for n, _ in one) == rows
+        assert chunks(threads) == one
+
+
+def test_column_streams_put_the_largest_columns_apart(tmp_path):
+    from rollout_cli.inputs.parquet import _streams
+
+    path = tmp_path / "3.parquet"
+    t = pa.table({"a": [1] * 50, "big": [[float(i)] * 300 for i in range(50)], "mid": [[i] * 100 for i in range(50)],
+                  "b": ["x"] * 50})
+    pq.write_table(t, path)
+    pf = pq.ParquetFile(path)
+    assert sorted(_streams(pf, t.column_names, [0], 2)) == [["a", "b"], ["big"], ["mid"]]
+    assert sorted(_streams(pf, t.column_names, [0], 8)) == [["a"], ["b"], ["big"], ["mid"]]
+    assert _streams(pf, ["a", "b"], [0], 2) == [["a"], ["b"]]
+
+
 def test_threaded_read_of_a_truncated_file_names_it(tmp_path):
     from rollout_cli.core.errors import InvalidInputError
 
