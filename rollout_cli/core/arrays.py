@@ -1,6 +1,7 @@
-"""Arrow arrays read from their buffers: null masks and list lengths. pyarrow.compute would
+"""Arrow arrays read from their buffers: null masks and list lengths (pyarrow.compute would
 give both, but importing it costs a pool worker 50 ms at the start of every task, and the
-stages need nothing else from it."""
+stages need nothing else from it), and list arrays combined without copying values that
+already lie end to end."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,3 +32,40 @@ def list_lengths(a: pa.Array, null: int = 0) -> np.ndarray:
     if a.null_count:
         lens[null_mask(a)] = null
     return lens
+
+
+def concat_adjacent(chunks: list[pa.Array]) -> pa.Array | None:
+    """List arrays without nulls as one array, their values not copied, when each one's values
+    start where the one before's end in memory (a step's values gathered in one buffer:
+    pipeline/arena.py); None when they do not, or another layout makes it unsafe."""
+    if len(chunks) < 2:
+        return None
+    t = chunks[0].type
+    if not pa.types.is_list(t) or not pa.types.is_primitive(t.value_type) or pa.types.is_boolean(t.value_type):
+        return None
+    width = t.value_type.bit_width // 8
+    ends, offsets, addr, total = [], [], None, 0
+    for c in chunks:
+        if c.type != t or c.null_count or c.offset:
+            return None
+        child = c.values
+        offs = np.frombuffer(c.buffers()[1], dtype=np.int32, count=len(c) + 1)
+        if child.null_count or child.offset or offs[0] != 0 or offs[-1] != len(child):
+            return None
+        buf = child.buffers()[1]
+        if len(child) and buf is None:
+            return None
+        if len(child):
+            if addr is None:
+                addr = buf.address
+            elif buf.address != addr + total * width:
+                return None
+        offsets.append(offs[1:].astype(np.int64) + total)
+        total += len(child)
+    if total >= 2**31:
+        return None
+    if addr is None:  # no values at all: nothing to save
+        return None
+    off = np.concatenate([np.zeros(1, np.int64)] + offsets).astype(np.int32)
+    values = pa.Array.from_buffers(t.value_type, total, [None, pa.foreign_buffer(addr, total * width, base=chunks)])
+    return pa.Array.from_buffers(t, len(off) - 1, [None, pa.py_buffer(off)], 0, children=[values])

@@ -184,7 +184,7 @@ def _in_streams(pf: pq.ParquetFile, path: str, sets: list[list[str]], groups: li
 
 
 def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_ROWS, *, part: int = 0,
-                 parts: int = 1, keep_text: bool = True, threads: int = 1) -> Iterator[RawChunk]:
+                 parts: int = 1, keep_text: bool = True, threads: int = 1, info=None) -> Iterator[RawChunk]:
     """Yield the rows of a Parquet sample dump (or of part `part` of `parts`: ranges of row
     groups, or of rows when the file has fewer groups than parts) as columnar chunks, numbered
     by their 0-based row in the file. With `threads` > 1 the columns are decoded on threads,
@@ -199,6 +199,8 @@ def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_
     if not len(groups):
         return
     row = sum(pf.metadata.row_group(g).num_rows for g in range(groups.start))  # the first batch's
+    if info is not None and "tokens" in names:  # the groups' count covers a part of their rows too
+        info.values_bound = _tokens_bound(pf, groups)
     # with no sample field at all, read one column for the row count: every row then lacks tokens
     read_cols = names or schema.names[:1]
     try:
@@ -240,7 +242,25 @@ def read(inp, request, info) -> Iterator[RawChunk]:
     """The registry's entry: the whole file, or part `request.start` of `request.end`."""
     part, parts = (request.start, request.end) if request.end else (0, 1)
     yield from read_parquet(inp.path, inp.display, request.chunk_records or CHUNK_ROWS, part=part, parts=parts,
-                            keep_text=request.keep_text, threads=request.threads)
+                            keep_text=request.keep_text, threads=request.threads, info=info)
+
+
+def _tokens_bound(pf: pq.ParquetFile, groups) -> int | None:
+    """The footer's count of `tokens` values in `groups` (each empty or null list counts one
+    too): at least as many as the rows' token lists hold."""
+    md = pf.metadata
+    total = 0
+    try:
+        for g in groups:
+            rg = md.row_group(g)
+            cols = [rg.column(k) for k in range(rg.num_columns)
+                    if rg.column(k).path_in_schema.split(".", 1)[0] == "tokens"]
+            if len(cols) != 1:  # absent, or not a plain list of numbers
+                return None
+            total += cols[0].num_values
+    except (OSError, pa.ArrowException, UnicodeDecodeError):  # a damaged footer: the reader says so
+        return None
+    return total if total >= 0 else None
 
 
 def peek_step_value(path: str) -> object | None:

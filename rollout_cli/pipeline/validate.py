@@ -476,13 +476,15 @@ def _row_values(r: _Row) -> int:
 
 
 def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool,
-                    step: int | None = None) -> NormChunk:
+                    step: int | None = None, arena=None) -> NormChunk:
     """Validate one chunk; `base_pos` is the position of its first record in the unit. With
-    `step`, a record's own `step` field must be that step."""
+    `step`, a record's own `step` field must be that step. With `arena` (pipeline/arena.py),
+    the valid rows' long lists are cast into their place in the step's buffers."""
     from ..inputs.columns import columnar
     from .validate_columns import normalize_columns
 
-    return normalize_columns(columnar(chunk), base_pos, reward_key=reward_key, keep_text=keep_text, step=step)
+    return normalize_columns(columnar(chunk), base_pos, reward_key=reward_key, keep_text=keep_text, step=step,
+                             arena=arena)
 
 
 def _prelude(out: NormChunk, chunk: RawChunk, i: int, rec: dict | None, step: int | None) -> bool:

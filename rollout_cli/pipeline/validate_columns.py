@@ -121,13 +121,18 @@ def _int_ok(lst: _Lists, lo: int, hi: int) -> np.ndarray:
     return ok
 
 
-def _float32(lst: _Lists) -> tuple[np.ndarray, np.ndarray]:
-    """(per row: all values finite as float32, the values as float32), as _float_array casts."""
+def _float32(lst: _Lists, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(per row: all values finite as float32, the values as float32), as _float_array casts;
+    into `out` when given (their place in the step: pipeline/arena.py)."""
     vals = lst.values
     if vals.dtype.kind in "iub":
         vals = vals.astype(np.float64)
     with np.errstate(over="ignore"):
-        f32 = vals.astype(np.float32)
+        if out is None:
+            f32 = vals.astype(np.float32)
+        else:
+            np.copyto(out, vals, casting="unsafe")
+            f32 = out
     ok = lst.clean.copy()
     finite = np.isfinite(f32)
     if not finite.all():
@@ -481,7 +486,7 @@ def _scalars_by_rows(chunk: RawChunk, py: dict, out: v.NormChunk, n: int, reward
 
 
 def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool,
-                      step: int | None = None) -> v.NormChunk:
+                      step: int | None = None, arena=None) -> v.NormChunk:
     """validate.normalize_chunk for a columnar chunk: the same rows, problems and batches."""
     n = len(chunk)
     cols = dict(chunk.columns)
@@ -535,7 +540,7 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
         for k in ("rollout_log_probs", "teacher_log_probs"):
             lst = lists.get(k)
             if lst is not None:
-                finite, f32[k] = _float32(lst)
+                finite, f32[k] = _float32(lst, arena.take(k, len(lst.values)) if arena is not None else None)
                 ok &= ~lst.present | ((lst.lengths == rls) & finite)
         tp_ok, tp = _top_p(cols, n, rls)
         ok &= tp_ok
@@ -551,7 +556,7 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
         for part in _parts(fast, lists):
             rows = None if part.all() else np.flatnonzero(part)
             sc = fields.take(rows) if fields is not None else _scalars_of_rows(scalars, np.flatnonzero(part), keep_text)
-            batches.append(_fast_batch(part, base_pos, keep_text, sc, rls, removed, lists, f32, shape))
+            batches.append(_fast_batch(part, base_pos, keep_text, sc, rls, removed, lists, f32, shape, arena))
         out.valid = fast.tolist()
     if slow.any():
         rows, pos = [], []
@@ -614,13 +619,24 @@ def _in_record_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     return [batches[src[a]].slice(int(at[a]), int(b - a)) for a, b in zip(firsts.tolist(), ends.tolist())]
 
 
-def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f32, shape) -> pa.RecordBatch:
+def _placed(arena, name: str, values: np.ndarray) -> np.ndarray:
+    """`values` cast to the column's type in its place in the step's buffer (pipeline/arena.py),
+    or as they are when there is no arena or no room."""
+    out = arena.take(name, len(values)) if arena is not None else None
+    if out is None:
+        return values
+    np.copyto(out, values, casting="unsafe")  # in range: checked before
+    return out
+
+
+def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f32, shape, arena=None) -> pa.RecordBatch:
     rows = np.flatnonzero(fast)
     every = len(rows) == len(fast)
     sel = None if every else rows
     m = len(rows)
     tok = lists["tokens"]
     t_off, t_val = _gather(tok.offsets, tok.values, sel)
+    t_val = _placed(arena, "tokens", t_val)
     if t_val.dtype != np.int32:
         t_val = t_val.astype(np.int32)
     rl = rls[rows]
@@ -631,7 +647,7 @@ def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f3
     own = (mask.present[rows] if mask is not None else np.zeros(m, bool)) & ~removed[rows]
     if own.all():
         src = _gather(mask.offsets, mask.values, sel)[1]
-        m_val = src.astype(np.uint8, copy=False)
+        m_val = _placed(arena, "loss_mask", src).astype(np.uint8, copy=False)
         m_sum = src  # summed as they came (0 or 1): reduceat would widen the bytes again
     else:
         m_val = np.repeat((~own & ~removed[rows]).astype(np.uint8), rl)
@@ -642,6 +658,7 @@ def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f3
             idx = np.repeat(dst_off - np.concatenate([[0], np.cumsum(rl[src])[:-1]]), rl[src]) + np.arange(len(vals))
             m_val[idx] = vals
         m_sum = m_val
+        m_val = _placed(arena, "loss_mask", m_val)
     mask_total = v._row_sums(m_sum, m_off)
     cols = [
         pa.array(rows + base_pos, pa.int64()),

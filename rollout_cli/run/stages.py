@@ -10,11 +10,13 @@ import numpy as np
 import pyarrow as pa
 
 from ..core import storage
+from ..core.arrays import concat_adjacent
 from ..core.cores import usable_cores
 from ..core.errors import Location, Problem
 from .handover import Offer, can_hand_over, take_over
 from ..inputs.units import in_steps, record_step, train_dump_note, unit_step
 from ..pipeline.records import id_inputs, locator
+from ..pipeline.arena import ValueArena
 from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
 from ..core.options import ConvertOptions
 from ..core import layout
@@ -83,12 +85,15 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
     res.start = start
     offer = Offer(task.stage_path, task.input.path) if task.take_from is None and can_hand_over(task) and rows is None else None
     sink = rows if rows is not None else _Staged(task.stage_path)
+    arena = None
     try:
         reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end, handover=offer,
                              keep_text=opts.keep_text, threads=task.threads)
         for raw in reading:
+            if rows is not None and arena is None and reading.info.values_bound is not None:
+                arena = ValueArena(reading.info.values_bound)  # held rows combine without a copy
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
-                                 step=record_step(task.input))
+                                 step=record_step(task.input), arena=arena)
             res.records += len(raw)
             res.kind = nc.kind
             res.numbers.extend(nc.numbers)
@@ -205,7 +210,7 @@ def _one_chunk(parts: list, schema: pa.Schema) -> pa.Table:
     parts.clear()
 
     def combine(k: int) -> pa.Array:
-        col = pa.concat_arrays(pieces[k])
+        col = concat_adjacent(pieces[k]) or pa.concat_arrays(pieces[k])
         pieces[k] = None
         return col
 
