@@ -65,7 +65,7 @@ class _NoPandas:
         return None
 
 
-def _lean_allocator() -> None:
+def _worker_allocator() -> None:
     """Workers allocate and free large Arrow buffers (decoded batches, casts, encoder pages):
     they all come from one jemalloc pool (Arrow's own default too, where the fork server could
     set it: _server_environment), which keeps freed pages for a second before it returns them
@@ -98,7 +98,7 @@ def _malloc_threshold(nbytes: int) -> None:
 def _worker_init(parent: int, environ: dict | None = None) -> None:
     """Pool-worker initializer: take the caller's current environment (the fork server may
     predate it: storage credentials and endpoints live there), refuse pandas and set the
-    allocator (see _NoPandas, _lean_allocator), and end the worker once the converter process
+    allocator (see _NoPandas, _worker_allocator), and end the worker once the converter process
     is gone. A SIGKILLed converter otherwise leaves its workers (and the fork server) running,
     still writing into OUT/.staging."""
     import threading
@@ -109,7 +109,7 @@ def _worker_init(parent: int, environ: dict | None = None) -> None:
         os.environ.update(environ)
     if "pandas" not in sys.modules:
         sys.meta_path.insert(0, _NoPandas())
-    _lean_allocator()
+    _worker_allocator()
 
     def watch() -> None:
         while not _gone(parent):
@@ -169,7 +169,7 @@ def _server_environment() -> dict[str, str]:
       (mimalloc in the wheels) is chosen when the server imports pyarrow, and the Parquet
       writer takes its page buffers from it whatever pool it is handed; mimalloc kept 70-110 MB
       of those resident after a 75 MB step's shard was encoded. With every Arrow allocation in
-      one jemalloc pool, freed buffers are reused by the next batch (see _lean_allocator).
+      one jemalloc pool, freed buffers are reused by the next batch (see _worker_allocator).
 
     The workers it forks take the caller's own environment back (_worker_init)."""
     env = {}
