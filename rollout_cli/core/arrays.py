@@ -44,7 +44,7 @@ def concat_adjacent(chunks: list[pa.Array]) -> pa.Array | None:
     if not pa.types.is_list(t) or not pa.types.is_primitive(t.value_type) or pa.types.is_boolean(t.value_type):
         return None
     width = t.value_type.bit_width // 8
-    ends, offsets, addr, total = [], [], None, 0
+    offsets, addr, total = [], None, 0
     for c in chunks:
         if c.type != t or c.null_count or c.offset:
             return None

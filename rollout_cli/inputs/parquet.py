@@ -128,17 +128,27 @@ def _columns(batch: pa.RecordBatch, json_cols: set[str], display: str, row: int)
     return cols, problems
 
 
-def _streams(pf: pq.ParquetFile, columns: list[str], groups: list[int], threads: int) -> list[list[str]]:
-    """`columns` cut into threads + 1 sets of about equal compressed bytes in `groups`, each read
-    as a stream of its own (_in_streams): the largest column alone, the small ones together."""
+def _column_chunks(pf: pq.ParquetFile, groups) -> dict[str, list]:
+    """Each top-level column's column-chunk metadata in `groups` (one entry per leaf and
+    group), from the footer; {} when the footer cannot be read (the reader then says why)."""
     md = pf.metadata
-    size = dict.fromkeys(columns, 0)
-    for g in groups:
-        rg = md.row_group(g)
-        for k in range(rg.num_columns):
-            top = rg.column(k).path_in_schema.split(".", 1)[0]
-            if top in size:
-                size[top] += rg.column(k).total_compressed_size
+    out: dict[str, list] = {}
+    try:
+        for g in groups:
+            rg = md.row_group(g)
+            for k in range(rg.num_columns):
+                cc = rg.column(k)
+                out.setdefault(cc.path_in_schema.split(".", 1)[0], []).append(cc)
+    except (OSError, pa.ArrowException, UnicodeDecodeError):
+        return {}
+    return out
+
+
+def _streams(chunks: dict[str, list], columns: list[str], threads: int) -> list[list[str]]:
+    """`columns` cut into threads + 1 sets of about equal compressed bytes (`chunks`: the
+    footer's, _column_chunks), each read as a stream of its own (_in_streams): the largest
+    column alone, the small ones together."""
+    size = {c: sum(cc.total_compressed_size for cc in chunks.get(c, ())) for c in columns}
     bins: list[list[str]] = [[] for _ in range(min(threads + 1, len(columns)))]
     load = [0] * len(bins)
     for c in sorted(columns, key=lambda c: -size[c]):
@@ -199,15 +209,16 @@ def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_
     if not len(groups):
         return
     row = sum(pf.metadata.row_group(g).num_rows for g in range(groups.start))  # the first batch's
+    chunks = _column_chunks(pf, groups) if info is not None or threads > 1 else {}
     if info is not None and "tokens" in names:  # the groups' count covers a part of their rows too
-        info.values_bound = _tokens_bound(pf, groups)
+        info.values_bound = _tokens_bound(chunks, groups)
     # with no sample field at all, read one column for the row count: every row then lacks tokens
     read_cols = names or schema.names[:1]
     try:
         # one thread unless cores are spare: parts of other inputs use them, and the reader's
         # threads only add buffers in flight (more memory, more system time)
         if threads > 1 and len(read_cols) > 1 and not storage.is_uri(path):
-            batches = _in_streams(pf, path, _streams(pf, read_cols, list(groups), threads), list(groups), chunk_rows)
+            batches = _in_streams(pf, path, _streams(chunks, read_cols, threads), list(groups), chunk_rows)
         else:
             batches = pf.iter_batches(batch_size=chunk_rows, row_groups=list(groups), columns=read_cols,
                                       use_threads=threads > 1)
@@ -245,21 +256,13 @@ def read(inp, request, info) -> Iterator[RawChunk]:
                             keep_text=request.keep_text, threads=request.threads, info=info)
 
 
-def _tokens_bound(pf: pq.ParquetFile, groups) -> int | None:
+def _tokens_bound(chunks: dict[str, list], groups) -> int | None:
     """The footer's count of `tokens` values in `groups` (each empty or null list counts one
-    too): at least as many as the rows' token lists hold."""
-    md = pf.metadata
-    total = 0
-    try:
-        for g in groups:
-            rg = md.row_group(g)
-            cols = [rg.column(k) for k in range(rg.num_columns)
-                    if rg.column(k).path_in_schema.split(".", 1)[0] == "tokens"]
-            if len(cols) != 1:  # absent, or not a plain list of numbers
-                return None
-            total += cols[0].num_values
-    except (OSError, pa.ArrowException, UnicodeDecodeError):  # a damaged footer: the reader says so
+    too): at least as many as the rows' token lists hold. None unless `tokens` is one leaf."""
+    leaves = chunks.get("tokens", [])
+    if len(leaves) != len(groups):  # absent, or not a plain list of numbers
         return None
+    total = sum(cc.num_values for cc in leaves)
     return total if total >= 0 else None
 
 

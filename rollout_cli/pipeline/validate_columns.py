@@ -343,13 +343,9 @@ def _scalars_of_rows(scalars: list, rows: np.ndarray, keep_text: bool) -> _Scala
 def _ints(col, n: int, lo: int, *, nullable: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
     """(values as int64 with nulls as 0, null mask) of an integer column whose values all lie
     in [lo, 2**63); None for any other column (the row rules decide)."""
-    if col is None:
+    if col is None or (isinstance(col, pa.Array) and pa.types.is_null(col.type)):  # every row null
         return (np.zeros(n, np.int64), np.ones(n, bool)) if nullable else None
-    if not isinstance(col, pa.Array):
-        return None
-    if pa.types.is_null(col.type):
-        return (np.zeros(n, np.int64), np.ones(n, bool)) if nullable else None
-    if not pa.types.is_integer(col.type) or (col.null_count and not nullable):
+    if not isinstance(col, pa.Array) or not pa.types.is_integer(col.type) or (col.null_count and not nullable):
         return None
     vals = _filled(col)
     if len(vals) and (int(vals.min()) < lo or int(vals.max()) > _INT64_MAX):
@@ -407,7 +403,7 @@ def _scalars_on_columns(chunk: RawChunk, cols: dict, n: int, reward_key: str | N
     else:
         return None
     status = _texts(cols.get("status"), n)
-    if status is None or "status" not in cols or not set(status) <= v._STATUS_SET:
+    if status is None or not set(status) <= v._STATUS_SET:  # absent or null: [None, ...] fails too
         return None
     rw = cols.get("reward")
     if rw is None or rw.null_count or not (pa.types.is_integer(rw.type) or pa.types.is_floating(rw.type)):

@@ -219,16 +219,16 @@ def test_column_streams_give_the_same_chunks_as_one_reader(rows, group, chunk, t
 
 
 def test_column_streams_put_the_largest_columns_apart(tmp_path):
-    from rollout_cli.inputs.parquet import _streams
+    from rollout_cli.inputs.parquet import _column_chunks, _streams
 
     path = tmp_path / "3.parquet"
     t = pa.table({"a": [1] * 50, "big": [[float(i)] * 300 for i in range(50)], "mid": [[i] * 100 for i in range(50)],
                   "b": ["x"] * 50})
     pq.write_table(t, path)
-    pf = pq.ParquetFile(path)
-    assert sorted(_streams(pf, t.column_names, [0], 2)) == [["a", "b"], ["big"], ["mid"]]
-    assert sorted(_streams(pf, t.column_names, [0], 8)) == [["a"], ["b"], ["big"], ["mid"]]
-    assert _streams(pf, ["a", "b"], [0], 2) == [["a"], ["b"]]
+    chunks = _column_chunks(pq.ParquetFile(path), [0])
+    assert sorted(_streams(chunks, t.column_names, 2)) == [["a", "b"], ["big"], ["mid"]]
+    assert sorted(_streams(chunks, t.column_names, 8)) == [["a"], ["b"], ["big"], ["mid"]]
+    assert _streams(chunks, ["a", "b"], 2) == [["a"], ["b"]]
 
 
 def test_threaded_read_of_a_truncated_file_names_it(tmp_path):
