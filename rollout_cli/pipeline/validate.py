@@ -45,6 +45,8 @@ def _tname(v: Any) -> str:
 
 
 def _got(v: Any) -> str:
+    if v is None:
+        return "null"
     r = repr(v)
     return f"{_tname(v)} {r[:60] + '...' if len(r) > 60 else r}"
 
@@ -149,8 +151,14 @@ def _float_array(fld: str, v: Any, n: int) -> np.ndarray:
         a = np.asarray(v)
     except (ValueError, OverflowError):
         raise _Bad(fld, "expected a flat list of numbers, got ragged data") from None
-    if a.ndim != 1 or a.dtype.kind not in "iuf":
-        raise _Bad(fld, f"expected a flat list of numbers, got {'nested' if a.ndim != 1 else a.dtype.kind} data")
+    if a.ndim != 1:
+        raise _Bad(fld, "expected a flat list of numbers, got nested data")
+    if a.dtype.kind not in "iuf":
+        # the items as given: numpy turns a list that mixes numbers and text into all text
+        at, bad = next(((i, x) for i, x in enumerate(v if isinstance(v, list) else a.tolist())
+                        if not isinstance(x, (int, float, np.integer, np.floating))), (None, None))
+        got = f"{_got(bad)} at position {at}" if at is not None else f"{a.dtype} data"
+        raise _Bad(fld, f"expected a flat list of numbers, got {got}")
     return _finite32(fld, a)
 
 

@@ -103,6 +103,9 @@ RULES = [
     ("log_probs_inf", dict(rollout_log_probs=[float("-inf"), -0.5]), "rollout_log_probs", ["finite", "-inf", "position 0"]),
     ("log_probs_len", dict(rollout_log_probs=[-0.5]), "rollout_log_probs", ["expected length 2", "got 1"]),
     ("log_probs_str", dict(rollout_log_probs=["a", "b"]), "rollout_log_probs", ["expected a flat list of numbers"]),
+    ("log_probs_text_item", dict(rollout_log_probs=[-0.5, "nan?"]), "rollout_log_probs",
+     ["expected a flat list of numbers", "str 'nan?'", "position 1"]),
+    ("log_probs_nested", dict(rollout_log_probs=[[-0.5], [-0.1]]), "rollout_log_probs", ["nested data"]),
     ("teacher_log_probs_nan", dict(teacher_log_probs=[float("nan"), -1.0]), "teacher_log_probs", ["finite", "nan"]),
     # status
     ("status_missing", dict(status=_DELETE), "status", ["missing"]),
@@ -142,6 +145,12 @@ def test_rule_gives_located_problem(changes, field, parts):
     # the message says what was expected and what it got
     if prob.message != "missing":
         assert "expected" in prob.message and "got" in prob.message, prob.message
+
+
+def test_a_null_reads_as_null_and_text_in_numbers_is_named():
+    assert _one_problem(_bad(reward=None)).message == "expected a number, got null"
+    assert _one_problem(_bad(rollout_log_probs=[-0.5, "nan?"])).message == \
+        "expected a flat list of numbers, got str 'nan?' at position 1"
 
 
 def test_top_p_decreasing_offsets_are_rejected():
