@@ -48,24 +48,18 @@ class Progress:
 
 
 def print_convert_summary(result: dict) -> None:
-    """The table of steps `convert` prints when it is done."""
-    from rich.console import Console
-    from rich.table import Table
-
-    con = Console()
+    """The table of steps `convert` prints when it is done: rich on a terminal, plain text
+    otherwise (a CI log; and rich's import and layout would be a tenth of a small step's time)."""
+    con = _console() if sys.stdout.isatty() else None
     c = result["counts"]
     dropped = f", {c['dropped']} dropped by slime's schedule" if c.get("dropped") else ""
-    t = Table(title=f"{result['out']}: {c['rows']} rows from {c['input_samples']} samples, {c['rejected']} rejected{dropped}",
-              title_justify="left")
-    for col in ("split", "step", "samples", "rows", "rejected", "rollouts", "tokens", "shard max/mean"):
-        t.add_column(col, justify="right" if col not in ("split",) else "left")
-    for s in result["steps"]:
-        t.add_row(s["split"], str(s["step"]), str(s["samples"]), str(s["rows"]), str(s["rejected"]), str(s["rollouts"]), str(s["tokens"]),
-                  f"{s['imbalance']:.3f}")
-    con.print(t)
+    title = f"{result['out']}: {c['rows']} rows from {c['input_samples']} samples, {c['rejected']} rejected{dropped}"
+    _table(con, title, ["split", "step", "samples", "rows", "rejected", "rollouts", "tokens", "shard max/mean"],
+           [[s["split"], s["step"], s["samples"], s["rows"], s["rejected"], s["rollouts"], s["tokens"], f"{s['imbalance']:.3f}"]
+            for s in result["steps"]], blank_after=False)
     if result["rejects"]:
-        con.print(f"rejected samples and reasons: {result['out']}/rejects.jsonl")
-    con.print(f"done in {result['seconds']:.2f}s")
+        _text(con, f"rejected samples and reasons: {result['out']}/rejects.jsonl")
+    _text(con, f"done in {result['seconds']:.2f}s")
 
 
 # ------------------------------------------------------------------------------------------ inspect
@@ -91,10 +85,11 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _table(con, title: str, headers: list[str], rows: list[list[Any]], left: int = 1) -> None:
-    """A rich table on a terminal; aligned plain text otherwise. The first `left` columns align left."""
+def _table(con, title: str, headers: list[str], rows: list[list[Any]], left: int = 1, blank_after: bool = True) -> None:
+    """A rich table on a terminal; aligned plain text otherwise (or when `con` is None). The
+    first `left` columns align left."""
     cells = [[_fmt(v) for v in r] for r in rows]
-    if con.is_terminal:
+    if con is not None and con.is_terminal:
         from rich.table import Table
 
         t = Table(title=title, title_justify="left")
@@ -121,11 +116,12 @@ def _table(con, title: str, headers: list[str], rows: list[list[Any]], left: int
     print(line(headers))
     for r in cells:
         print(line(r))
-    print()
+    if blank_after:
+        print()
 
 
 def _text(con, s: str) -> None:
-    if con.is_terminal:
+    if con is not None and con.is_terminal:
         con.print(s, markup=False, soft_wrap=True)
     else:
         print(s)

@@ -41,6 +41,30 @@ def test_exit_0_and_summary(tmp_path):
     assert len(read_rows(tmp_path / "out")) == 46
 
 
+
+def test_summary_is_plain_text_when_piped(tmp_path):
+    r = _invoke(["convert", str(SAMPLE_DATA / "jsonl" / "rollout_data"), str(tmp_path / "out"), *FAST])
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"{tmp_path / 'out'}: 53 rows from 53 samples, 0 rejected"
+    assert lines[1].split() == ["split", "step", "samples", "rows", "rejected", "rollouts", "tokens", "shard", "max/mean"]
+    assert len(lines) == 2 + 4 + 1 and lines[-1].startswith("done in ")
+    widths = {len(line) for line in lines[1:-1]}
+    assert len(widths) == 1  # the columns align (numbers right-aligned to the headers' width)
+    assert not set("┃│━─") & set(r.stdout)
+
+
+def test_summary_is_a_rich_table_on_a_terminal(monkeypatch, capsys):
+    from rollout_cli.cli import render
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    render.print_convert_summary({"out": "o", "counts": {"rows": 3, "input_samples": 4, "rejected": 1},
+                                  "steps": [{"split": "train", "step": 1, "samples": 4, "rows": 3, "rejected": 1,
+                                             "rollouts": 2, "tokens": 30, "imbalance": 1.0}],
+                                  "rejects": 1, "seconds": 0.5})
+    out = capsys.readouterr().out
+    assert "┃" in out and "o: 3 rows from 4 samples, 1 rejected" in out
+    assert "rejected samples and reasons: o/rejects.jsonl" in out
+
 def test_json_output_parses_and_has_counts(tmp_path):
     r = _invoke(["convert", str(SAMPLE_DATA / "jsonl" / "rollout_data"), str(tmp_path / "out"), "--json", *FAST])
     assert r.exit_code == 0, r.output
