@@ -174,3 +174,36 @@ def _pool_backend() -> str:
     import pyarrow as pa
 
     return pa.default_memory_pool().backend_name
+
+
+def _has_server_module() -> bool:
+    return "rollout_cli.run.engines.server" in sys.modules
+
+
+def test_only_the_fork_server_and_its_workers_import_the_quick_exit():
+    engine = PoolEngine(1, preload=WORKER_MODULES)
+    try:
+        assert engine.result(engine.submit(_has_server_module)) is True
+    finally:
+        engine.shutdown()
+    assert not _has_server_module()  # the caller must tear down (and flush) as usual
+
+
+_TEARDOWN_CODE = (
+    "import sys\n"
+    "if sys.argv[1] == 'hooked':\n"
+    "    import rollout_cli.run.engines.server\n"
+    "class Seen:\n"
+    "    def __del__(self):\n"
+    "        sys.stdout.write('torn down\\n'); sys.stdout.flush()\n"
+    "seen = Seen()\n"
+    "print('ran', flush=True)\n"
+)
+
+
+@pytest.mark.parametrize("mode, expected", [("plain", "ran\ntorn down\n"), ("hooked", "ran\n")])
+def test_the_quick_exit_skips_the_interpreters_teardown(mode, expected):
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _TEARDOWN_CODE, mode], capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (0, expected), out.stderr

@@ -193,6 +193,11 @@ def _server_env() -> Iterator[None]:
 
 
 _started_early = False
+_SERVER_MODULE = __name__.rsplit(".", 1)[0] + ".server"  # imported by the fork server alone
+
+
+def _server_preload(preload: Sequence[str]) -> list[str]:
+    return [_SERVER_MODULE, *(m for m in preload if m != _SERVER_MODULE)]
 
 
 def start_early(preload: Sequence[str]) -> None:
@@ -201,7 +206,7 @@ def start_early(preload: Sequence[str]) -> None:
     another core): the pool's first workers then start at once."""
     global _started_early
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(preload))
+    ctx.set_forkserver_preload(_server_preload(preload))
     from multiprocessing import forkserver
 
     with _main_not_rerun(), _server_env():  # the server would import the caller's __main__ too
@@ -222,7 +227,7 @@ class PoolEngine:
 
     def __init__(self, workers: int, preload: Sequence[str] = ()):
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(list(preload))
+        ctx.set_forkserver_preload(_server_preload(preload))
         self.workers = workers
         self._main = _main_not_rerun()
         self._main.__enter__()
