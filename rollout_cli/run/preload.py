@@ -19,6 +19,6 @@ WORKER_MODULES = (
 def start_pool_early() -> None:
     """Start the pool's fork server now (it imports WORKER_MODULES on another core while the
     caller goes on); a no-op when it is already running."""
-    from .engines.local import start_early
+    from .engines.fork_server import start_early
 
     start_early(WORKER_MODULES)

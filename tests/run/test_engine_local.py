@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from rollout_cli.run.engines.local import InlineEngine, PoolEngine, start_early
+from rollout_cli.run.engines.fork_server import start_early
+from rollout_cli.run.engines.local import InlineEngine, PoolEngine
 from rollout_cli.run.preload import WORKER_MODULES
 
 
@@ -100,12 +101,12 @@ def test_an_unguarded_script_is_never_rerun_by_workers(tmp_path):
 
 
 def test_one_slot_uses_the_early_fork_server_unless_told_to_run_inline(monkeypatch):
-    from rollout_cli.run.engines import local, make_engine
+    from rollout_cli.run.engines import fork_server, local, make_engine
 
-    monkeypatch.setattr(local, "_started_early", False)
+    monkeypatch.setattr(fork_server, "_started_early", False)
     assert isinstance(make_engine("local", 1), local.InlineEngine)
     start_early(WORKER_MODULES)
-    assert local.started_early()
+    assert fork_server.started_early()
     engine = make_engine("local", 1, preload=WORKER_MODULES)
     try:
         assert isinstance(engine, PoolEngine) and engine.result(engine.submit(_pid)) != os.getpid()
@@ -151,7 +152,7 @@ def test_fork_server_keeps_openblas_to_one_thread_and_workers_get_the_callers_en
 def test_fork_server_makes_jemalloc_arrows_default_pool_unless_the_caller_chose_one():
     import pyarrow as pa
 
-    from rollout_cli.run.engines.local import _arrow_has_jemalloc
+    from rollout_cli.run.engines.fork_server import _arrow_has_jemalloc
 
     has = "jemalloc" in pa.supported_memory_backends()
     assert _arrow_has_jemalloc() == has  # read from the build's config header, without pyarrow
@@ -177,7 +178,7 @@ def _pool_backend() -> str:
 
 
 def _has_server_module() -> bool:
-    return "rollout_cli.run.engines.server" in sys.modules
+    return "rollout_cli.run.engines.server_exit" in sys.modules
 
 
 def test_only_the_fork_server_and_its_workers_import_the_quick_exit():
@@ -192,7 +193,7 @@ def test_only_the_fork_server_and_its_workers_import_the_quick_exit():
 _TEARDOWN_CODE = (
     "import sys\n"
     "if sys.argv[1] == 'hooked':\n"
-    "    import rollout_cli.run.engines.server\n"
+    "    import rollout_cli.run.engines.server_exit\n"
     "class Seen:\n"
     "    def __del__(self):\n"
     "        sys.stdout.write('torn down\\n'); sys.stdout.flush()\n"

@@ -38,7 +38,8 @@ def make_engine(name: str, workers: int, ray_address: str | None = None, preload
         from .ray import RayEngine
 
         return RayEngine(address=ray_address, workers=workers)
-    from .local import InlineEngine, PoolEngine, started_early
+    from .fork_server import started_early
+    from .local import InlineEngine, PoolEngine
 
     if inline is None:
         inline = workers <= 1 and not started_early()

@@ -3,12 +3,12 @@ whatever functions they are given; the caller names the modules the pool's worke
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
-import importlib.machinery
 import multiprocessing as mp
 import os
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
+
+from .fork_server import main_not_rerun, server_env, server_preload
 
 
 class _Done:
@@ -68,7 +68,7 @@ class _NoPandas:
 def _worker_allocator() -> None:
     """Workers allocate and free large Arrow buffers (decoded batches, casts, encoder pages):
     they all come from one jemalloc pool (Arrow's own default too, where the fork server could
-    set it: _server_environment), which keeps freed pages for a second before it returns them
+    set it: fork_server._server_environment), which keeps freed pages for a second before it returns them
     (its background thread), so the next batch reuses them. On this kind of machine a fresh
     page costs more than the work done in it: returning freed pages at once (a decay of 0)
     made a 1 GB Parquet step 0.9 s slower (2.8 -> 3.7 s), for 120 MB less peak memory.
@@ -119,106 +119,6 @@ def _worker_init(parent: int, environ: dict | None = None) -> None:
     threading.Thread(target=watch, name="rollout-cli-parent-watch", daemon=True).start()
 
 
-@contextlib.contextmanager
-def _main_not_rerun() -> Iterator[None]:
-    """While workers may start, mark the caller's __main__ (a script, a notebook, `python -m
-    mod`) as one multiprocessing must not re-run: it would import it in every new worker,
-    running an unguarded script's top level again, and the stage functions need only this
-    package. Worker processes are also started by the pool's own thread (a fresh one after each
-    task), so the mark stays for the pool's life; it is a `__spec__` named `__main__`, which
-    multiprocessing skips, and the old value comes back afterwards."""
-    main = sys.modules.get("__main__")
-    if main is None:
-        yield
-        return
-    missing = object()
-    old = main.__dict__.get("__spec__", missing)
-    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
-    try:
-        yield
-    finally:
-        if old is missing:
-            del main.__spec__
-        else:
-            main.__spec__ = old
-
-
-def _arrow_has_jemalloc() -> bool:
-    """Whether the installed pyarrow was built with jemalloc, read from the build's config
-    header (importing pyarrow here would fix this process's Arrow allocator, and cost 0.1 s)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("pyarrow")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        try:
-            with open(os.path.join(folder, "include", "arrow", "util", "config.h")) as f:
-                return any(line.split() == ["#define", "ARROW_JEMALLOC"] for line in f)
-        except OSError:
-            continue
-    return False
-
-
-def _server_environment() -> dict[str, str]:
-    """What the fork server's environment adds to the caller's while it starts (each only where
-    the caller has not set it):
-
-    - OPENBLAS_NUM_THREADS=1: the server imports numpy, whose OpenBLAS would start a thread per
-      core that spins for a while (a fifth of a CPU-second per conversion on two cores), and no
-      stage does linear algebra.
-    - ARROW_DEFAULT_MEMORY_POOL=jemalloc, where pyarrow has it: Arrow's own default pool
-      (mimalloc in the wheels) is chosen when the server imports pyarrow, and the Parquet
-      writer takes its page buffers from it whatever pool it is handed; mimalloc kept 70-110 MB
-      of those resident after a 75 MB step's shard was encoded. With every Arrow allocation in
-      one jemalloc pool, freed buffers are reused by the next batch (see _worker_allocator).
-
-    The workers it forks take the caller's own environment back (_worker_init)."""
-    env = {}
-    if "OPENBLAS_NUM_THREADS" not in os.environ:
-        env["OPENBLAS_NUM_THREADS"] = "1"
-    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ and sys.platform.startswith("linux") and _arrow_has_jemalloc():
-        env["ARROW_DEFAULT_MEMORY_POOL"] = "jemalloc"
-    return env
-
-
-@contextlib.contextmanager
-def _server_env() -> Iterator[None]:
-    """The caller's environment with _server_environment's additions, while the server starts."""
-    added = _server_environment()
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for k in added:
-            os.environ.pop(k, None)
-
-
-_started_early = False
-_SERVER_MODULE = __name__.rsplit(".", 1)[0] + ".server"  # imported by the fork server alone
-
-
-def _server_preload(preload: Sequence[str]) -> list[str]:
-    return [_SERVER_MODULE, *(m for m in preload if m != _SERVER_MODULE)]
-
-
-def start_early(preload: Sequence[str]) -> None:
-    """Start the fork server now, importing the modules `preload` names (what the pool's tasks
-    will run), so that it imports them while the caller is still importing its own modules (on
-    another core): the pool's first workers then start at once."""
-    global _started_early
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_server_preload(preload))
-    from multiprocessing import forkserver
-
-    with _main_not_rerun(), _server_env():  # the server would import the caller's __main__ too
-        forkserver.ensure_running()
-    _started_early = True
-
-
-def started_early() -> bool:
-    """Whether start_early ran in this process (its fork server has the stages imported)."""
-    return _started_early
-
-
 class PoolEngine:
     """A pool of worker processes started by a fork server that has the `preload` modules
     imported (forking a process that already runs Arrow threads is unsafe; spawning each is
@@ -227,15 +127,15 @@ class PoolEngine:
 
     def __init__(self, workers: int, preload: Sequence[str] = ()):
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(_server_preload(preload))
+        ctx.set_forkserver_preload(server_preload(preload))
         self.workers = workers
-        self._main = _main_not_rerun()
+        self._main = main_not_rerun()
         self._main.__enter__()
         self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                            initargs=(os.getpid(), dict(os.environ)), max_tasks_per_child=1)
         from multiprocessing import forkserver
 
-        with _server_env():  # started here rather than at the first task
+        with server_env():  # started here rather than at the first task
             forkserver.ensure_running()
 
     def slots(self) -> int:

@@ -1,4 +1,4 @@
-"""Imported by the local pool's fork server alone, first of its preloads (engines.local names
+"""Imported by the local pool's fork server alone, first of its preloads (fork_server.py names
 it): when the converting process is gone the server stops at once instead of tearing down an
 interpreter that holds numpy, pyarrow and the stages (~30 ms). It shares the caller's stdout
 and stderr, so until it is gone a pipe reading the command's output (a CI log, `| tee`) does not
