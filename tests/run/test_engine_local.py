@@ -208,3 +208,24 @@ def test_the_quick_exit_skips_the_interpreters_teardown(mode, expected):
 
     out = subprocess.run([sys.executable, "-c", _TEARDOWN_CODE, mode], capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout) == (0, expected), out.stderr
+
+
+_TRACKER_CODE = (
+    "import os\n"
+    "from multiprocessing import forkserver, resource_tracker\n"
+    "from rollout_cli.run.engines.fork_server import start_early\n"
+    "from rollout_cli.run.engines.local import PoolEngine\n"
+    "start_early(['rollout_cli.run.stages'])\n"
+    "print(forkserver._forkserver._forkserver_pid is not None, resource_tracker._resource_tracker._pid is not None)\n"
+    "e = PoolEngine(1)\n"
+    "print(e.result(e.submit(os.getpid)) != os.getpid(), resource_tracker._resource_tracker._pid is not None)\n"
+    "e.shutdown()\n"
+)
+
+
+def test_the_early_start_leaves_the_resource_tracker_to_the_pool():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _TRACKER_CODE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "True", "True"]
