@@ -229,3 +229,35 @@ def test_the_early_start_leaves_the_resource_tracker_to_the_pool():
     out = subprocess.run([sys.executable, "-c", _TRACKER_CODE], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False", "True", "True"]
+
+
+def _counting_spawns(engine) -> list:
+    spawned: list = []
+    spawn = engine.pool._spawn_process
+
+    def counted():
+        spawned.append(1)
+        spawn()
+
+    engine.pool._spawn_process = counted
+    return spawned
+
+
+def test_a_worker_that_ended_is_replaced_only_when_work_waits():
+    engine = PoolEngine(1, preload=WORKER_MODULES)
+    spawned = _counting_spawns(engine)
+    try:
+        first = engine.result(engine.submit(_pid))
+    finally:
+        engine.shutdown()  # waits for the pool's thread, which has seen the worker end
+    assert len(spawned) == 1 and first != os.getpid()
+
+
+def test_each_task_still_gets_a_fresh_worker():
+    engine = PoolEngine(1, preload=WORKER_MODULES)
+    spawned = _counting_spawns(engine)
+    try:
+        pids = [engine.result(engine.submit(_pid)) for _ in range(3)]
+    finally:
+        engine.shutdown()
+    assert len(set(pids)) == 3 and os.getpid() not in pids and len(spawned) == 3

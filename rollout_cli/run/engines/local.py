@@ -119,6 +119,17 @@ def _worker_init(parent: int, environ: dict | None = None) -> None:
     threading.Thread(target=watch, name="rollout-cli-parent-watch", daemon=True).start()
 
 
+class _Pool(cf.ProcessPoolExecutor):
+    """A process pool that replaces a worker that ended (one task per worker) only while work
+    is waiting; otherwise the next submit starts one. After the last task, the stock pool starts
+    a fresh worker that its shutdown then waits for, only to stop it (~10 ms at the end of every
+    run). Both callers hold the pool's lock, and submit records its work before it asks."""
+
+    def _adjust_process_count(self):
+        if getattr(self, "_pending_work_items", True):
+            super()._adjust_process_count()
+
+
 class PoolEngine:
     """A pool of worker processes started by a fork server that has the `preload` modules
     imported (forking a process that already runs Arrow threads is unsafe; spawning each is
@@ -131,8 +142,8 @@ class PoolEngine:
         self.workers = workers
         self._main = main_not_rerun()
         self._main.__enter__()
-        self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                                           initargs=(os.getpid(), dict(os.environ)), max_tasks_per_child=1)
+        self.pool = _Pool(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                          initargs=(os.getpid(), dict(os.environ)), max_tasks_per_child=1)
         from multiprocessing import forkserver
 
         with server_env():  # started here rather than at the first task
