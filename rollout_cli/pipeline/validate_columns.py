@@ -114,11 +114,23 @@ def _int_ok(lst: _Lists, lo: int, hi: int) -> np.ndarray:
     if lst.values.dtype.kind not in "iu":
         return ~lst.present & lst.clean  # no vectorised answer for floats: the row checks word it
     ok = lst.clean.copy()
-    if len(lst.values):
-        mn, mx = int(lst.values.min()), int(lst.values.max())
-        if mn < lo or mx > hi:
-            ok &= ~_bad_rows(lst, (lst.values < lo) | (lst.values > hi))
+    if len(lst.values) and not _in_range(lst.values, lo, hi):
+        ok &= ~_bad_rows(lst, (lst.values < lo) | (lst.values > hi))
     return ok
+
+
+def _in_range(values: np.ndarray, lo: int, hi: int) -> bool:
+    """Every integer of `values` in [lo, hi]. From 0, one pass: the largest value read as
+    unsigned (a negative one reads as huge), rather than a pass for the minimum and one for the
+    maximum over values that have just been decoded, not yet in the cache."""
+    kind, size = values.dtype.kind, values.dtype.itemsize
+    if lo == 0 and kind == "u":
+        return int(values.max()) <= hi
+    if lo == 0 and kind == "i":
+        if hi >= 2 ** (8 * size - 1) - 1:  # no value of the type is above hi
+            return int(values.min()) >= 0
+        return int(values.view(np.dtype(f"u{size}")).max()) <= hi  # a negative one is above 2**(bits-1)
+    return int(values.min()) >= lo and int(values.max()) <= hi
 
 
 def _float32(lst: _Lists, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -463,3 +463,19 @@ def test_plain_parquet_columns_skip_the_row_rules(tmp_path, monkeypatch):
     assert t.column("raw_reward").to_pylist() == [1.0, 0.5, 1.0, 0.5, 1.0, 0.5]
     assert t.column("truncated").to_pylist() == [False] * 4 + [True, False]
     assert t.column("source_name").to_pylist() == ["unknown"] * 6  # metadata.source is not source_name
+
+
+@given(st.sampled_from(["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"]), st.data(),
+       st.sampled_from([(0, 1), (0, 2**31 - 1), (0, 0), (-5, 7), (3, 2**40)]))
+@settings(max_examples=300, deadline=None)
+def test_range_check_equals_a_minimum_and_maximum(dtype, data, bounds):
+    import numpy as np
+
+    from rollout_cli.pipeline.validate_columns import _in_range
+
+    info = np.iinfo(np.dtype(dtype))
+    values = np.array(data.draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=1, max_size=40)),
+                      dtype=dtype)
+    lo, hi = bounds
+    assert _in_range(values, lo, hi) == (int(values.min()) >= lo and int(values.max()) <= hi)
+    assert _in_range(values[::2], lo, hi) == (int(values[::2].min()) >= lo and int(values[::2].max()) <= hi)
