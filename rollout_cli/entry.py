@@ -2,7 +2,8 @@
 while to import), a `convert` that will use the local process pool starts the pool's fork
 server, so that it imports the pipeline on another core meanwhile. The guess is only an
 early start: `convert` itself starts the fork server when it is not running. OpenBLAS is
-kept to one thread (OPENBLAS_NUM_THREADS, unless set): nothing here uses it."""
+kept to one thread (OPENBLAS_NUM_THREADS, unless set) and pandas is refused (core.no_pandas):
+nothing here uses either."""
 from __future__ import annotations
 
 import os
@@ -32,6 +33,9 @@ def main() -> None:
     # numpy's OpenBLAS starts a thread per core at import that spins for a while, on the core
     # the fork server's imports need; no command does linear algebra
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from .core.no_pandas import refuse_pandas
+
+    refuse_pandas()  # a step converted here (--workers 1, a one-core machine) would import it
     if _pool_convert(sys.argv[1:]):
         from .run.preload import start_pool_early
 

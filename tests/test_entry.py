@@ -66,7 +66,31 @@ def test_openblas_is_kept_to_one_thread_unless_set(monkeypatch, preset, seen):
         monkeypatch.delenv("OPENBLAS_NUM_THREADS")
     got = {}
     monkeypatch.setattr(sys, "argv", ["rollout-cli", "inspect", "out"])
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the executable refuses pandas
     monkeypatch.setattr(app, "main", lambda: got.setdefault("v", os.environ.get("OPENBLAS_NUM_THREADS")))
     monkeypatch.setattr(entry, "_leave", lambda code: got.setdefault("code", code))
     entry.main()
     assert got == {"v": seen, "code": 0}
+
+
+_NO_PANDAS_CODE = (
+    "import sys\n"
+    "from rollout_cli import entry\n"
+    "leave = entry._leave\n"
+    "def check(code):\n"
+    "    sys.stderr.write(f'modules: {\"pandas\" in sys.modules} {\"pyarrow\" in sys.modules}\\n')\n"
+    "    leave(code)\n"
+    "entry._leave = check\n"
+    "sys.argv = ['rollout-cli', 'convert', *sys.argv[1:], '--workers', '1', '-q']\n"
+    "entry.main()\n"
+)
+
+
+def test_the_executable_never_imports_pandas(tmp_path):
+    pytest.importorskip("pandas")  # only meaningful where pandas is installed
+    from conftest import SAMPLE_DATA
+
+    done = subprocess.run([sys.executable, "-c", _NO_PANDAS_CODE, str(SAMPLE_DATA / "parquet"), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "modules: False True" in done.stderr  # the step was converted in this process, without pandas

@@ -304,8 +304,8 @@ def test_columnar_validation_does_not_import_pyarrow_compute(tmp_path):
     pq.write_table(pa.Table.from_pylist(rows), path)
     code = (
         "import sys\n"
-        "from rollout_cli.run.engines.local import _NoPandas\n"
-        "sys.meta_path.insert(0, _NoPandas())\n"  # as in a pool worker (pandas imports it too)
+        "from rollout_cli.core.no_pandas import refuse_pandas\n"
+        "refuse_pandas()\n"  # as in a pool worker (pandas imports it too)
         "from rollout_cli.inputs.parquet import read_parquet\n"
         "from rollout_cli.pipeline.validate import normalize_chunk\n"
         f"chunks = list(read_parquet({str(path)!r}))\n"

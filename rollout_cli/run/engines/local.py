@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any, Callable, Sequence
 
+from ...core.no_pandas import refuse_pandas
 from .fork_server import main_not_rerun, server_env, server_preload
 
 
@@ -54,17 +55,6 @@ def _gone(pid: int) -> bool:
         return False
 
 
-class _NoPandas:
-    """Import finder that refuses pandas. `pa.array` imports pandas (when it is installed) to
-    check its argument for pandas types, which costs each fresh worker ~0.3 s; no stage ever
-    handles a pandas object, and pyarrow works without it."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError("pandas is not used by rollout-cli's pipeline workers", name=name)
-        return None
-
-
 def _worker_allocator() -> None:
     """Workers allocate and free large Arrow buffers (decoded batches, casts, encoder pages):
     they all come from one jemalloc pool (Arrow's own default too, where the fork server could
@@ -98,7 +88,7 @@ def _malloc_threshold(nbytes: int) -> None:
 def _worker_init(parent: int, environ: dict | None = None) -> None:
     """Pool-worker initializer: take the caller's current environment (the fork server may
     predate it: storage credentials and endpoints live there), refuse pandas and set the
-    allocator (see _NoPandas, _worker_allocator), and end the worker once the converter process
+    allocator (core.no_pandas, _worker_allocator), and end the worker once the converter process
     is gone. A SIGKILLed converter otherwise leaves its workers (and the fork server) running,
     still writing into OUT/.staging."""
     import threading
@@ -107,8 +97,7 @@ def _worker_init(parent: int, environ: dict | None = None) -> None:
     if environ is not None:
         os.environ.clear()
         os.environ.update(environ)
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _NoPandas())
+    refuse_pandas()
     _worker_allocator()
 
     def watch() -> None:
