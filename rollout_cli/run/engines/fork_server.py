@@ -15,8 +15,8 @@ def main_not_rerun() -> Iterator[None]:
     """While workers may start, mark the caller's __main__ (a script, a notebook, `python -m
     mod`) as one multiprocessing must not re-run: it would import it in every new worker,
     running an unguarded script's top level again, and the stage functions need only this
-    package. Worker processes are also started by the pool's own thread (a fresh one after each
-    task), so the mark stays for the pool's life; it is a `__spec__` named `__main__`, which
+    package. Worker processes are also started by the pool's own thread (a fresh one after a
+    task, while work waits), so the mark stays for the pool's life; it is a `__spec__` named `__main__`, which
     multiprocessing skips, and the old value comes back afterwards."""
     main = sys.modules.get("__main__")
     if main is None:
@@ -87,9 +87,8 @@ _started_early = False
 _ENGINES = __name__.rsplit(".", 1)[0]
 _SERVER_EXIT = _ENGINES + ".server_exit"  # imported by the fork server alone
 # What every worker imports after its fork, whatever its tasks: the pool's side of
-# multiprocessing and the worker's initializer. Imported once in the server instead, they cost
-# neither the first worker's start nor the replacement the pool starts after each task (which
-# its shutdown waits for): ~10 ms each.
+# multiprocessing and the worker's initializer. Imported once in the server instead, they do
+# not cost each worker ~10 ms after its fork.
 _WORKER_SIDE = ("concurrent.futures.process", "multiprocessing.queues", "multiprocessing.synchronize",
                 "multiprocessing.popen_forkserver", _ENGINES + ".local", _ENGINES.split(".", 1)[0] + ".core.libc")
 
@@ -110,7 +109,8 @@ def start_early(preload: Sequence[str]) -> None:
     from multiprocessing import forkserver
 
     mp.get_context("forkserver").set_forkserver_preload(server_preload(preload))
-    with main_not_rerun(), server_env(), _tracker_later():  # the server would import the caller's __main__ too
+    # main_not_rerun: the server would import the caller's __main__ too
+    with main_not_rerun(), server_env(), _tracker_later():
         forkserver.ensure_running()
     _started_early = True
 
