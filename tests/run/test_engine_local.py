@@ -178,32 +178,44 @@ def _pool_backend() -> str:
 
 
 def _has_server_module() -> bool:
-    return "rollout_cli.run.engines.server_exit" in sys.modules
+    return "rollout_cli.run.engines.server_setup" in sys.modules
 
 
-def test_only_the_fork_server_and_its_workers_import_the_quick_exit():
+def _gc_state() -> tuple[bool, bool, bool]:
+    import gc
+
+    return _has_server_module(), gc.isenabled(), gc.get_freeze_count() > 1000
+
+
+def test_only_the_fork_server_and_its_workers_take_the_servers_settings():
+    import gc
+
     engine = PoolEngine(1, preload=WORKER_MODULES)
     try:
-        assert engine.result(engine.submit(_has_server_module)) is True
+        # a worker collects its own objects; what it inherited from the server is frozen
+        assert engine.result(engine.submit(_gc_state)) == (True, True, True)
     finally:
         engine.shutdown()
     assert not _has_server_module()  # the caller must tear down (and flush) as usual
+    assert gc.isenabled()
 
 
 _TEARDOWN_CODE = (
     "import sys\n"
     "if sys.argv[1] == 'hooked':\n"
-    "    import rollout_cli.run.engines.server_exit\n"
+    "    import rollout_cli.run.engines.server_setup\n"
     "class Seen:\n"
     "    def __del__(self):\n"
     "        sys.stdout.write('torn down\\n'); sys.stdout.flush()\n"
     "seen = Seen()\n"
-    "print('ran', flush=True)\n"
+    "import gc\n"
+    "print('ran, collecting:', gc.isenabled(), flush=True)\n"
 )
 
 
-@pytest.mark.parametrize("mode, expected", [("plain", "ran\ntorn down\n"), ("hooked", "ran\n")])
-def test_the_quick_exit_skips_the_interpreters_teardown(mode, expected):
+@pytest.mark.parametrize("mode, expected", [("plain", "ran, collecting: True\ntorn down\n"),
+                                            ("hooked", "ran, collecting: False\n")])
+def test_the_server_settings_skip_collection_and_the_interpreters_teardown(mode, expected):
     import subprocess
 
     out = subprocess.run([sys.executable, "-c", _TEARDOWN_CODE, mode], capture_output=True, text=True, timeout=60)

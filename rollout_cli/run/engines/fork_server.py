@@ -85,7 +85,7 @@ def server_env() -> Iterator[None]:
 
 _started_early = False
 _ENGINES = __name__.rsplit(".", 1)[0]
-_SERVER_EXIT = _ENGINES + ".server_exit"  # imported by the fork server alone
+_SERVER_SETUP = _ENGINES + ".server_setup"  # imported by the fork server alone
 # What every worker imports after its fork, whatever its tasks: the pool's side of
 # multiprocessing and the worker's initializer. Imported once in the server instead, they do
 # not cost each worker ~10 ms after its fork.
@@ -94,9 +94,9 @@ _WORKER_SIDE = ("concurrent.futures.process", "multiprocessing.queues", "multipr
 
 
 def server_preload(preload: Sequence[str]) -> list[str]:
-    """What the fork server imports: its quick exit (server_exit.py) first, the worker side of
-    the pool, then `preload`."""
-    first = [_SERVER_EXIT, *_WORKER_SIDE]
+    """What the fork server imports: its own settings (server_setup.py) first, the worker side
+    of the pool, then `preload`."""
+    first = [_SERVER_SETUP, *_WORKER_SIDE]
     return first + [m for m in preload if m not in first]
 
 

@@ -91,6 +91,7 @@ def _worker_init(parent: int, environ: dict | None = None) -> None:
     allocator (core.no_pandas, _worker_allocator), and end the worker once the converter process
     is gone. A SIGKILLed converter otherwise leaves its workers (and the fork server) running,
     still writing into OUT/.staging."""
+    import gc
     import threading
     import time
 
@@ -99,6 +100,8 @@ def _worker_init(parent: int, environ: dict | None = None) -> None:
         os.environ.update(environ)
     refuse_pandas()
     _worker_allocator()
+    gc.freeze()  # what the fork server imported (it collected nothing meanwhile: server_setup.py)
+    gc.enable()
 
     def watch() -> None:
         while not _gone(parent):
