@@ -3,9 +3,11 @@ while to import), a `convert` that will use the local process pool starts the po
 server, so that it imports the pipeline on another core meanwhile. The guess is only an
 early start: `convert` itself starts the fork server when it is not running. OpenBLAS is
 kept to one thread (OPENBLAS_NUM_THREADS, unless set) and pandas is refused (core.no_pandas):
-nothing here uses either."""
+nothing here uses either. The objects its imports create are frozen rather than traversed by
+the garbage collector again and again while they are made."""
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -36,11 +38,15 @@ def main() -> None:
     from .core.no_pandas import refuse_pandas
 
     refuse_pandas()  # a step converted here (--workers 1, a one-core machine) would import it
+    gc.disable()  # the imports below create objects that live as long as the process
     if _pool_convert(sys.argv[1:]):
         from .run.preload import start_pool_early
 
         start_pool_early()
     from .cli.app import main as cli_main
+
+    gc.freeze()  # never traversed again; the command's own objects are collected as usual
+    gc.enable()
 
     try:
         cli_main()

@@ -67,6 +67,7 @@ def test_openblas_is_kept_to_one_thread_unless_set(monkeypatch, preset, seen):
     got = {}
     monkeypatch.setattr(sys, "argv", ["rollout-cli", "inspect", "out"])
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the executable refuses pandas
+    monkeypatch.setattr(entry.gc, "freeze", lambda: None)  # and freezes what it imported
     monkeypatch.setattr(app, "main", lambda: got.setdefault("v", os.environ.get("OPENBLAS_NUM_THREADS")))
     monkeypatch.setattr(entry, "_leave", lambda code: got.setdefault("code", code))
     entry.main()
@@ -78,7 +79,9 @@ _NO_PANDAS_CODE = (
     "from rollout_cli import entry\n"
     "leave = entry._leave\n"
     "def check(code):\n"
+    "    import gc\n"
     "    sys.stderr.write(f'modules: {\"pandas\" in sys.modules} {\"pyarrow\" in sys.modules}\\n')\n"
+    "    sys.stderr.write(f'collecting: {gc.isenabled()} {gc.get_freeze_count() > 1000}\\n')\n"
     "    leave(code)\n"
     "entry._leave = check\n"
     "sys.argv = ['rollout-cli', 'convert', *sys.argv[1:], '--workers', '1', '-q']\n"
@@ -86,7 +89,7 @@ _NO_PANDAS_CODE = (
 )
 
 
-def test_the_executable_never_imports_pandas(tmp_path):
+def test_the_executable_never_imports_pandas_and_freezes_its_imports(tmp_path):
     pytest.importorskip("pandas")  # only meaningful where pandas is installed
     from conftest import SAMPLE_DATA
 
@@ -94,3 +97,4 @@ def test_the_executable_never_imports_pandas(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "modules: False True" in done.stderr  # the step was converted in this process, without pandas
+    assert "collecting: True True" in done.stderr  # what the executable imported is frozen
