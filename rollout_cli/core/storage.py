@@ -4,12 +4,13 @@ take their endpoint from AWS_ENDPOINT_URL. Local paths keep using the os module 
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import re
 import shutil
 import tempfile
 from functools import lru_cache
+
+from . import pages
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -164,7 +165,7 @@ class LocalWriter:
                     raise
         if self._fd < 0:
             self._fd = os.open(path, flags, 0o666)
-        self._buf = mmap.mmap(-1, WRITE_CHUNK_BYTES)  # page-aligned, reused for every chunk
+        self._buf = pages.anonymous(WRITE_CHUNK_BYTES)  # page-aligned, reused for every chunk
         self._view = memoryview(self._buf)
         self._fill = 0  # bytes gathered in the buffer
         self._offset = 0  # bytes written to the file

@@ -5,9 +5,9 @@ place in the step. Without it, every value is copied once more when the step is 
 1 GB, 0.13 s of two cores between the parse and the write)."""
 from __future__ import annotations
 
-import mmap
-
 import numpy as np
+
+from ..core import pages
 
 # the list columns whose values are cast into place, by their type in a validated batch
 COLUMNS = {"tokens": np.int32, "loss_mask": np.uint8, "rollout_log_probs": np.float32, "teacher_log_probs": np.float32}
@@ -31,16 +31,8 @@ class ValueArena:
             return None
         buf = self._bufs.get(name)
         if buf is None:
-            # an anonymous mapping, not np.empty: numpy asks for transparent huge pages on
-            # large arrays, and on this kind of machine faulting them in (zeroing 2 MiB at a
-            # time, compacting memory for them) made a 1 GB step 0.3 s slower and its time
-            # erratic. Private: a shared one (mmap's default) is backed by shmem, whose pages
-            # cost more to fault in (35 MB cast into place: 20-27 against 17-19 ms)
-            try:
-                size = max(1, self.bound * np.dtype(dtype).itemsize)
-                private = getattr(mmap, "MAP_PRIVATE", None)  # fd -1 adds MAP_ANONYMOUS
-                room = mmap.mmap(-1, size) if private is None else mmap.mmap(-1, size, flags=private)
-                buf = np.frombuffer(room, dtype, count=self.bound)
+            try:  # a mapping of its own, not np.empty (core/pages.py says why)
+                buf = np.frombuffer(pages.anonymous(self.bound * np.dtype(dtype).itemsize), dtype, count=self.bound)
             except (OSError, MemoryError, OverflowError):  # no address space for the bound given
                 buf = np.zeros(0, dtype)
             self._bufs[name] = buf

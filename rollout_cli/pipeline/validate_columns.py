@@ -360,7 +360,7 @@ def _ints(col, n: int, lo: int, *, nullable: bool = True) -> tuple[np.ndarray, n
     if not isinstance(col, pa.Array) or not pa.types.is_integer(col.type) or (col.null_count and not nullable):
         return None
     vals = _filled(col)
-    if len(vals) and (int(vals.min()) < lo or int(vals.max()) > _INT64_MAX):
+    if len(vals) and not _in_range(vals, lo, _INT64_MAX):
         return None
     return vals.astype(np.int64, copy=False), null_mask(col)
 
