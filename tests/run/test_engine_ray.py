@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray")
+import ray
 
 from typer.testing import CliRunner  # noqa: E402
 
