@@ -1,5 +1,6 @@
 """The two slime hooks, built on the pipeline's stage functions (validate, ids, rewards, fields,
-step), so that what they return for a batch equals what `convert` writes for it as a dump."""
+step), so that what they return for a batch equals what `convert` writes for it as a dump
+(samples without group_index are the exception: they follow slime's reward rows, see `_chunk`)."""
 from __future__ import annotations
 
 import json
