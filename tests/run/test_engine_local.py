@@ -184,3 +184,17 @@ def _pool_backend() -> str:
     import pyarrow as pa
 
     return pa.default_memory_pool().backend_name
+
+
+def test_a_spawn_only_run_converts_the_same_bytes(tmp_path, monkeypatch):
+    """Where the platform has no fork server the pool spawns its workers: same shards."""
+    import multiprocessing as mp
+
+    from conftest import SAMPLE_DATA, copts, shard_bytes
+    from rollout_cli.run.convert import convert
+
+    src = [str(SAMPLE_DATA / "jsonl")]
+    inline = shard_bytes(convert(src, str(tmp_path / "inline"), copts(shards=2, mmap=True))["out"])
+    monkeypatch.setattr(mp, "get_all_start_methods", lambda: ["spawn"])
+    spawned = shard_bytes(convert(src, str(tmp_path / "spawned"), copts(workers=2, shards=2, mmap=True))["out"])
+    assert inline and spawned == inline
