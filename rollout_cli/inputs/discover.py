@@ -74,11 +74,6 @@ def _field_step(path: str, fmt: str) -> int | None:
         rec = peek_first_record(path)
         value = rec.get("step") if rec else None
     elif fmt == "parquet":
-        from .parquet_parts import footer
-
-        known = footer(path)  # without pyarrow: most dumps have no `step` column to peek at
-        if known is not None and "step" not in known[0]:
-            return None
         from .parquet import peek_step_value
 
         value = peek_step_value(path)

@@ -308,11 +308,10 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         # one contiguous chunk per column (take() may leave several), as the loader maps it
         part = (table.take(pa.array(rows)) if opts.shards > 1 or placed is not None else table).combine_chunks()
         mrel = layout.mmap_path(inp.split, step, r, opts.shards)
-        with cf.ThreadPoolExecutor(1) as side:  # the IPC copy is written while the Parquet pieces are encoded
+        with cf.ThreadPoolExecutor(1) as side:  # the IPC copy is written while the Parquet shard is encoded
             mmap_job = side.submit(write_ipc, part, _staged(staging_root, mrel)) if opts.mmap else None
             wf = write_parquet(part, _staged(staging_root, rel), compression=opts.compression,
-                               compression_level=opts.compression_level, row_group_bytes=opts.row_group_bytes,
-                               threads=threads)
+                               compression_level=opts.compression_level, row_group_bytes=opts.row_group_bytes)
             mf = mmap_job.result() if mmap_job is not None else None
         info = {
             "path": rel,
