@@ -174,3 +174,52 @@ def chunk_record(chunk, i: int) -> dict | None:
         if v is not None:
             out[name] = v
     return out
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A moto S3 server on loopback, its bucket `bkt` holding sample_data under `dumps/`; the
+    endpoint reaches pyarrow (and child processes) through AWS_ENDPOINT_URL. Yields a pyarrow
+    S3FileSystem on it."""
+    import logging
+    import socket
+
+    from moto.server import ThreadedMotoServer
+    from pyarrow import fs as pafs
+
+    from rollout_cli.core import storage
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    storage._filesystem.cache_clear()
+    fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True)
+    fs.create_dir("bkt")
+    pafs.copy_files(str(SAMPLE_DATA), "bkt/dumps", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+    yield fs
+    server.stop()
+    storage._filesystem.cache_clear()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def s3_download(fs, prefix: str, dest) -> None:
+    """Copy everything under `prefix` of the S3 filesystem to the local folder `dest`."""
+    from pyarrow import fs as pafs
+
+    pafs.copy_files(prefix, str(dest), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
