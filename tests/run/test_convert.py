@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import slime_reference as ref
 from conftest import SAMPLE_DATA, copts, make_sample, read_jsonl, read_rows, shard_bytes, write_jsonl
 from slime_cases import CASES, fresh_case
 from rollout_cli.run.convert import convert
-from rollout_cli.core.errors import InvalidInputError
+from rollout_cli.core.errors import InvalidInputError, OutputError
 
 F32 = np.float32
 TOL = 2e-6
@@ -612,3 +613,63 @@ def test_a_step_in_one_task_stops_at_the_problem_budget(tmp_path, monkeypatch, w
     assert "5 invalid sample(s) (first 5 shown)" in str(e.value)
     assert [p.location.number for p in e.value.problems] == [1, 2, 3, 4, 5]
     assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+# --- object stores ------------------------------------------------------------------------------
+
+
+def _s3_jsonl(s3, tmp_path, prefix: str) -> str:
+    from pyarrow import fs as pafs
+
+    samples = [make_sample(index=i, group_index=i // 2, reward=float(i % 2)) for i in range(6)]
+    write_jsonl(tmp_path / prefix / "1.jsonl", samples)
+    write_jsonl(tmp_path / prefix / "2.jsonl", [make_sample(index=10 + i, group_index=5, reward=float(i)) for i in range(3)])
+    write_jsonl(tmp_path / prefix / "3.jsonl", [make_sample(index=20 + i, group_index=7, reward=float(i)) for i in range(4)])
+    pafs.copy_files(str(tmp_path / prefix), f"bkt/{prefix}", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=s3)
+    return f"s3://bkt/{prefix}"
+
+
+def _objects(s3, prefix: str) -> dict[str, bytes]:
+    """Every object under bkt/prefix by its layout path (generation folder left out), with its bytes."""
+    from pyarrow import fs as pafs
+
+    from rollout_cli.core import layout
+
+    out = {}
+    for i in s3.get_file_info(pafs.FileSelector(f"bkt/{prefix}", recursive=True)):
+        if i.type == pafs.FileType.File and not i.path.endswith("manifest.json"):
+            with s3.open_input_stream(i.path) as f:
+                out[layout.split_generation(i.path[len(f"bkt/{prefix}/"):])[1]] = f.read()
+    return out
+
+
+def test_object_store_output_uploads_each_file_once(s3, tmp_path, monkeypatch):
+    """Each shard, IPC copy and rejects file is PUT once, where the manifest lists it; nothing is
+    staged and copied, and parsed parts stay on local disk."""
+    from conftest import crashing_s3
+    from rollout_cli.run import convert as convert_mod
+
+    src = _s3_jsonl(s3, tmp_path, "once-in")
+    handler = crashing_s3(monkeypatch, s3)
+    convert([src], "s3://bkt/once-out", copts(shards=2, mmap=True))
+    uploads = [p for name, p in handler.writes if name == "open_output_stream"]
+    assert len(uploads) == len(set(uploads))
+    assert not any(name in ("copy_file", "move") for name, _ in handler.writes)
+    from rollout_cli.output import manifest
+
+    m = manifest.read("s3://bkt/once-out")
+    listed = {f"bkt/once-out/{sh['path']}" for s in m["steps"] for sh in s["shards"]}
+    listed |= {f"bkt/once-out/{sh['mmap']['path']}" for s in m["steps"] for sh in s["shards"]}
+    data = [p for p in uploads if "/data/" in p or "/mmap/" in p or "/eval/" in p]
+    assert sorted(data) == sorted(listed) and len(listed) == 12
+    # the rest is bookkeeping: the run's pointer, its finished-step records and the manifest
+    assert all(p.endswith(("/.staging/run.json", "/manifest.json")) or "/done/" in p for p in set(uploads) - listed)
+    # with a pool (parts parsed apart), the parts go to a local folder, not to the store
+    roots = []
+    real = convert_mod._plan_parts
+    monkeypatch.setattr(convert_mod, "_plan_parts", lambda units, workers, root: roots.append(root) or real(units, workers, root))
+    monkeypatch.undo()
+    monkeypatch.setattr(convert_mod, "_plan_parts", lambda units, workers, root: roots.append(root) or real(units, workers, root))
+    convert([src], "s3://bkt/once-pool", copts(shards=2, workers=2))
+    assert roots and not roots[0].startswith("s3://") and not os.path.exists(roots[0])
+    assert _objects(s3, "once-pool").keys() == {k for k in _objects(s3, "once-out") if not k.startswith("mmap/")}
