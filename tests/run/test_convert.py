@@ -673,3 +673,30 @@ def test_object_store_output_uploads_each_file_once(s3, tmp_path, monkeypatch):
     convert([src], "s3://bkt/once-pool", copts(shards=2, workers=2))
     assert roots and not roots[0].startswith("s3://") and not os.path.exists(roots[0])
     assert _objects(s3, "once-pool").keys() == {k for k in _objects(s3, "once-out") if not k.startswith("mmap/")}
+
+
+def test_object_store_inputs_are_fingerprinted_without_a_second_download(s3, tmp_path, monkeypatch):
+    """An input on an object store is fingerprinted by the size and mtime the store reports (the
+    manifest says so); a local one by its BLAKE3 digest, as before."""
+    from conftest import crashing_s3
+    from rollout_cli.output import manifest
+
+    src = _s3_jsonl(s3, tmp_path, "fp-in")
+    handler = crashing_s3(monkeypatch, s3)
+    fp = manifest.file_fingerprint(f"{src}/1.jsonl")
+    assert handler.reads == [] and fp["fingerprint"] == "size+mtime" and "blake3" not in fp
+    assert fp["size"] == (tmp_path / "fp-in" / "1.jsonl").stat().st_size and fp["mtime_ns"] > 0
+    convert([src], "s3://bkt/fp-out", copts())
+    with_fp = sorted(p for p in handler.reads if p.startswith("bkt/fp-in/"))
+    monkeypatch.undo()
+    # the inputs are opened as often as in a run that takes no fingerprints (by discovery's
+    # peek at the first record, and by the reader)
+    handler = crashing_s3(monkeypatch, s3)
+    monkeypatch.setattr(manifest, "file_fingerprint", lambda path: {})
+    convert([src], "s3://bkt/fp-none", copts())
+    monkeypatch.undo()
+    assert with_fp == sorted(p for p in handler.reads if p.startswith("bkt/fp-in/")) and with_fp
+    m = manifest.read("s3://bkt/fp-out")
+    assert all(i["fingerprint"] == "size+mtime" and "blake3" not in i for i in m["inputs"])
+    local = manifest.file_fingerprint(str(tmp_path / "fp-in" / "1.jsonl"))
+    assert set(local) == {"size", "mtime_ns", "blake3"}
