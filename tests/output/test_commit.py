@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copts, make_sample, read_rows, shard_bytes, tree_digest, write_jsonl
+from conftest import copts, crashing_s3, make_sample, read_rows, shard_bytes, tree_digest, write_jsonl
 from rollout_cli.output import commit as output
 from rollout_cli.run.convert import convert
 from rollout_cli.core.errors import ExitCode, InvalidInputError, OutputExistsError
@@ -187,103 +187,6 @@ def test_overwrite_drops_entries_the_new_run_does_not_write(tmp_path):
 
 # --- object stores: the manifest's PUT is the commit ------------------------------------------
 
-class _Dead(OSError):
-    """The process died here: this write never happened, and nothing after it does."""
-
-
-def _crashing_handler(fs, limit: float):
-    """A pyarrow filesystem handler over the test's S3 filesystem that lets `limit` writes and
-    deletes through, fails the next one and every call after it (as a killed process would)."""
-    from pyarrow import fs as pafs
-
-    class Crashing(pafs.FileSystemHandler):
-        def __init__(self):
-            self.writes, self.dead = [], False
-
-        def _op(self, name, path, write=True):
-            if self.dead:
-                raise _Dead("the process is gone")
-            if write:
-                if len(self.writes) >= limit:
-                    self.dead = True
-                    raise _Dead(f"killed at {name} {path!r}")
-                self.writes.append((name, path))
-
-        def get_type_name(self):
-            return "crashing-s3"
-
-        def normalize_path(self, path):
-            return fs.normalize_path(path)
-
-        def equals(self, other):
-            return self is other
-
-        def get_file_info(self, paths):
-            self._op("get_file_info", paths, write=False)
-            return fs.get_file_info(paths)
-
-        def get_file_info_selector(self, selector):
-            self._op("get_file_info_selector", selector.base_dir, write=False)
-            return fs.get_file_info(selector)
-
-        def open_input_stream(self, path):
-            self._op("open_input_stream", path, write=False)
-            return fs.open_input_stream(path)
-
-        def open_input_file(self, path):
-            self._op("open_input_file", path, write=False)
-            return fs.open_input_file(path)
-
-        def create_dir(self, path, recursive):
-            self._op("create_dir", path)
-            fs.create_dir(path, recursive=recursive)
-
-        def delete_dir(self, path):
-            self._op("delete_dir", path)
-            fs.delete_dir(path)
-
-        def delete_dir_contents(self, path, missing_dir_ok=False):
-            self._op("delete_dir_contents", path)
-            fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
-
-        def delete_root_dir_contents(self):
-            self._op("delete_root_dir_contents", "")
-            fs.delete_dir_contents("", accept_root_dir=True)
-
-        def delete_file(self, path):
-            self._op("delete_file", path)
-            fs.delete_file(path)
-
-        def move(self, src, dest):
-            self._op("move", src)
-            fs.move(src, dest)
-
-        def copy_file(self, src, dest):
-            self._op("copy_file", dest)
-            fs.copy_file(src, dest)
-
-        def open_output_stream(self, path, metadata):
-            self._op("open_output_stream", path)
-            return fs.open_output_stream(path, metadata=metadata)
-
-        def open_append_stream(self, path, metadata):
-            self._op("open_append_stream", path)
-            return fs.open_append_stream(path, metadata=metadata)
-
-    return Crashing()
-
-
-def _crashing(monkeypatch, s3, limit: float):
-    from pyarrow import fs as pafs
-
-    from rollout_cli.core import storage
-
-    handler = _crashing_handler(s3, limit)
-    wrapped = pafs.PyFileSystem(handler)
-    monkeypatch.setattr(storage, "_filesystem", lambda prefix: wrapped)
-    return handler
-
-
 def _s3_state(uri: str) -> dict:
     """The committed dataset at `uri` (its manifest), after checking it verifies and loads."""
     from rollout_cli import open_dataset
@@ -312,7 +215,7 @@ def test_object_store_commit_survives_a_crash_at_every_write(s3, tmp_path, monke
     old = _s3_state(f"s3://{base}")
     # count the writes of an undisturbed replacement
     pafs.copy_files(base, "bkt/crash-count", source_filesystem=s3, destination_filesystem=s3)
-    counter = _crashing(monkeypatch, s3, float("inf"))
+    counter = crashing_s3(monkeypatch, s3, float("inf"))
     convert([inputs], "s3://bkt/crash-count", copts(shards=2, mmap=True, overwrite=True))
     monkeypatch.undo()
     writes = counter.writes
@@ -329,7 +232,7 @@ def test_object_store_commit_survives_a_crash_at_every_write(s3, tmp_path, monke
     for k in range(len(writes) + 1):
         uri = f"bkt/crash-{k}"
         pafs.copy_files(base, uri, source_filesystem=s3, destination_filesystem=s3)
-        handler = _crashing(monkeypatch, s3, k)
+        handler = crashing_s3(monkeypatch, s3, k)
         with pytest.raises(Exception):
             convert([inputs], f"s3://{uri}", copts(shards=2, mmap=True, overwrite=True))
             if k < len(writes):
