@@ -17,6 +17,10 @@ Fallback: when the IPC copy is absent, the Parquet shard is read with
 which runs at about 0.1x memcpy speed (0.6-1 GB/s of list payload on a 2-vCPU machine), plus one concatenation
 when the shard has several row groups.  The tensors are then views of that decoded Arrow memory.
 
+On an object store (`s3://` OUT) nothing can be mapped: a shard's IPC copy (or Parquet file) is
+read into private memory in one request and the tensors are views of it; the paths are the
+manifest's (core/layout.py's generation folders).
+
 Nothing here loops in Python over tokens (or over samples, except to build the Python lists of
 `to_slime_train_data()`).
 """
