@@ -700,3 +700,46 @@ def test_object_store_inputs_are_fingerprinted_without_a_second_download(s3, tmp
     assert all(i["fingerprint"] == "size+mtime" and "blake3" not in i for i in m["inputs"])
     local = manifest.file_fingerprint(str(tmp_path / "fp-in" / "1.jsonl"))
     assert set(local) == {"size", "mtime_ns", "blake3"}
+
+
+def test_object_store_resume_after_a_crash_gives_the_uninterrupted_bytes(s3, tmp_path, monkeypatch):
+    """A run on an object store killed part-way is finished by --resume: the steps it finished
+    are reused in place (not uploaded again), the shards are those of an uninterrupted run; an
+    input rewritten since is converted again."""
+    from pyarrow import fs as pafs
+
+    from conftest import crashing_s3
+    from rollout_cli.output import manifest
+
+    src = _s3_jsonl(s3, tmp_path, "resume-in")
+    convert([src], "s3://bkt/resume-ref", copts(shards=2, mmap=True))
+    ref = _objects(s3, "resume-ref")
+    count = crashing_s3(monkeypatch, s3)
+    convert([src], "s3://bkt/resume-count", copts(shards=2, mmap=True))
+    monkeypatch.undo()
+    writes = count.writes
+    done = [k for k, (name, p) in enumerate(writes) if "/done/" in p]
+    put = next(k for k, (name, p) in enumerate(writes) if p.endswith("/manifest.json"))
+    for k in (1, done[0] + 1, done[1] + 1, put):  # nothing written, one or two steps done, all but the manifest
+        out = f"resume-{k}"
+        crashing_s3(monkeypatch, s3, k)
+        with pytest.raises(OutputError, match="cannot write the output"):
+            convert([src], f"s3://bkt/{out}", copts(shards=2, mmap=True))
+        monkeypatch.undo()
+        assert not s3.get_file_info(f"bkt/{out}/manifest.json").is_file
+        again = crashing_s3(monkeypatch, s3)
+        convert([src], f"s3://bkt/{out}", copts(shards=2, mmap=True, resume=True))
+        monkeypatch.undo()
+        redone = {p.split("/gen/", 1)[-1].split("/", 1)[-1] for name, p in again.writes if p.endswith(".parquet")}
+        assert len(redone) == 2 * (3 - sum(1 for d in done if d < k)), (k, redone)
+        assert _objects(s3, out) == ref, f"crash at write {k}"
+    # an input rewritten after the commit: only its step is converted again
+    s3.delete_file("bkt/resume-in/2.jsonl")
+    write_jsonl(tmp_path / "two.jsonl", [make_sample(index=30 + i, group_index=9, reward=float(i)) for i in range(2)])
+    pafs.copy_files(str(tmp_path / "two.jsonl"), "bkt/resume-in/2.jsonl", source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=s3)
+    again = crashing_s3(monkeypatch, s3)
+    convert([src], "s3://bkt/resume-ref", copts(shards=2, mmap=True, resume=True))
+    monkeypatch.undo()
+    assert {p.rsplit("/", 2)[-2] for name, p in again.writes if p.endswith(".parquet")} == {"step-000002"}
+    assert manifest.read("s3://bkt/resume-ref")["counts"]["input_samples"] == 6 + 2 + 4
