@@ -743,3 +743,34 @@ def test_object_store_resume_after_a_crash_gives_the_uninterrupted_bytes(s3, tmp
     monkeypatch.undo()
     assert {p.rsplit("/", 2)[-2] for name, p in again.writes if p.endswith(".parquet")} == {"step-000002"}
     assert manifest.read("s3://bkt/resume-ref")["counts"]["input_samples"] == 6 + 2 + 4
+
+
+def test_local_resume_copies_where_hard_links_are_refused(tmp_path, monkeypatch):
+    """--resume reuses committed steps by hard links; on a file system without them (EPERM,
+    EXDEV, ENOTSUP) it copies them, with the same result."""
+    import errno
+    import os as os_mod
+
+    from conftest import tree_digest
+
+    src = tmp_path / "in"
+    write_jsonl(src / "1.jsonl", [make_sample(index=i, group_index=i // 2) for i in range(4)])
+    write_jsonl(src / "2.jsonl", [make_sample(index=10 + i, group_index=5) for i in range(3)])
+    linked, copied = tmp_path / "linked", tmp_path / "copied"
+    for out in (linked, copied):
+        convert([str(src)], str(out), copts(shards=2, mmap=True))
+    write_jsonl(src / "3.jsonl", [make_sample(index=20 + i, group_index=7) for i in range(2)])
+    convert([str(src)], str(linked), copts(shards=2, mmap=True, resume=True))
+    for code in (errno.EPERM, errno.EXDEV, errno.ENOTSUP):
+        def refuse(a, b, code=code):
+            raise OSError(code, os_mod.strerror(code), a)
+
+        monkeypatch.setattr(os_mod, "link", refuse)
+        convert([str(src)], str(copied), copts(shards=2, mmap=True, resume=True))
+        monkeypatch.undo()
+        assert shard_bytes(copied) == shard_bytes(linked), code
+        assert json.loads((copied / "manifest.json").read_text())["steps"] == json.loads((linked / "manifest.json").read_text())["steps"]
+        assert not (copied / ".staging").exists()
+    # a copy, not a link: the reused file is a file of its own
+    assert all(st[0] for st in tree_digest(copied).values())
+    assert os_mod.stat(copied / "data" / "step-000001" / "shard-00000-of-00002.parquet").st_nlink == 1
