@@ -1,8 +1,8 @@
 """The output directory: staging, the exists check, and the atomic commit.
 
-On a local OUT everything a run writes goes to `OUT/.staging/` first. The commit moves the staged entries into
-place and writes `manifest.json` last: the manifest is the commit marker, so readers trust
-`OUT/data` only when it exists. A `COMMITTING` journal makes an interrupted commit finishable.
+On a local OUT everything a run writes goes to `OUT/.staging/` first. The commit moves the
+staged entries into place and writes `manifest.json` last: the manifest is the commit marker, so
+readers trust `OUT/data` only when it exists. A `COMMITTING` journal makes an interrupted commit finishable.
 On an object store (RemoteStaging) files are written once, in place, in a generation folder of
 the run's own, and the manifest's PUT is the commit.
 """
@@ -222,9 +222,10 @@ def _live_generations(out: str) -> set[str]:
     """The generations the committed manifest at OUT names (none when there is none)."""
     try:
         m = json.loads(storage.read_bytes(storage.join(out, MANIFEST)))
-    except (FileNotFoundError, OSError, ValueError):
+        named = {layout.split_generation(p)[0] for p in listed_files(m)} | {m.get("generation")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return set()
-    return {g for g in (layout.split_generation(p)[0] for p in listed_files(m)) if g}
+    return {g for g in named if layout.is_generation(g)}
 
 
 def remove_unlisted(out: str, manifest: dict) -> None:
