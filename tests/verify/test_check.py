@@ -689,3 +689,10 @@ def test_verify_keeps_the_layout_check_on_generation_paths(s3_out):
     assert not _laid_out(f"gen/{'ab' * 16}/{want}", want, {})
     assert not _laid_out(f"gen/{'ab' * 16}/data/step-000002/shard-00000-of-00002.parquet", want, with_gen)
     assert not _laid_out(f"gen/NOTHEX/{want}", want, with_gen)
+
+
+def test_verify_of_a_missing_or_unconverted_uri(s3):
+    r = CliRunner().invoke(app, ["verify", "s3://bkt/no-such-output"])
+    assert r.exit_code == ExitCode.USAGE and "no such directory" in r.output
+    r = CliRunner().invoke(app, ["verify", "s3://bkt/dumps/jsonl"])  # objects, but no manifest
+    assert r.exit_code == ExitCode.INTEGRITY and "manifest.json" in r.output and "missing" in r.output
