@@ -644,9 +644,10 @@ def _objects(s3, prefix: str) -> dict[str, bytes]:
 
 
 def test_object_store_output_uploads_each_file_once(s3, tmp_path, monkeypatch):
-    """Each shard, IPC copy and rejects file is PUT once, where the manifest lists it; nothing is
-    staged and copied, and parsed parts stay on local disk."""
+    """Each shard and IPC copy is PUT once, where the manifest lists it; nothing is staged and
+    copied, and a local engine plans its parsed parts in a local folder."""
     from conftest import crashing_s3
+    from rollout_cli.output import manifest
     from rollout_cli.run import convert as convert_mod
 
     src = _s3_jsonl(s3, tmp_path, "once-in")
@@ -655,8 +656,6 @@ def test_object_store_output_uploads_each_file_once(s3, tmp_path, monkeypatch):
     uploads = [p for name, p in handler.writes if name == "open_output_stream"]
     assert len(uploads) == len(set(uploads))
     assert not any(name in ("copy_file", "move") for name, _ in handler.writes)
-    from rollout_cli.output import manifest
-
     m = manifest.read("s3://bkt/once-out")
     listed = {f"bkt/once-out/{sh['path']}" for s in m["steps"] for sh in s["shards"]}
     listed |= {f"bkt/once-out/{sh['mmap']['path']}" for s in m["steps"] for sh in s["shards"]}
@@ -664,11 +663,10 @@ def test_object_store_output_uploads_each_file_once(s3, tmp_path, monkeypatch):
     assert sorted(data) == sorted(listed) and len(listed) == 12
     # the rest is bookkeeping: the run's pointer, its finished-step records and the manifest
     assert all(p.endswith(("/.staging/run.json", "/manifest.json")) or "/done/" in p for p in set(uploads) - listed)
-    # with a pool (parts parsed apart), the parts go to a local folder, not to the store
+    # with a pool, parts (an input parsed in pieces) would go to a local folder, removed after the run
+    monkeypatch.undo()
     roots = []
     real = convert_mod._plan_parts
-    monkeypatch.setattr(convert_mod, "_plan_parts", lambda units, workers, root: roots.append(root) or real(units, workers, root))
-    monkeypatch.undo()
     monkeypatch.setattr(convert_mod, "_plan_parts", lambda units, workers, root: roots.append(root) or real(units, workers, root))
     convert([src], "s3://bkt/once-pool", copts(shards=2, workers=2))
     assert roots and not roots[0].startswith("s3://") and not os.path.exists(roots[0])
