@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -663,14 +664,20 @@ def test_object_store_output_uploads_each_file_once(s3, tmp_path, monkeypatch):
     assert sorted(data) == sorted(listed) and len(listed) == 12
     # the rest is bookkeeping: the run's pointer, its finished-step records and the manifest
     assert all(p.endswith(("/.staging/run.json", "/manifest.json")) or "/done/" in p for p in set(uploads) - listed)
-    # with a pool, parts (an input parsed in pieces) would go to a local folder, removed after the run
+    # with a pool, an input parsed in pieces stages its parts in a local folder, removed after the run
     monkeypatch.undo()
-    roots = []
+    from rollout_cli.inputs import jsonl
+
+    monkeypatch.setattr(jsonl.split_ranges, "__defaults__", (64,))  # pieces of 64 bytes and up
+    planned = []
     real = convert_mod._plan_parts
-    monkeypatch.setattr(convert_mod, "_plan_parts", lambda units, workers, root: roots.append(root) or real(units, workers, root))
-    convert([src], "s3://bkt/once-pool", copts(shards=2, workers=2))
-    assert roots and not roots[0].startswith("s3://") and not os.path.exists(roots[0])
-    assert _objects(s3, "once-pool").keys() == {k for k in _objects(s3, "once-out") if not k.startswith("mmap/")}
+    monkeypatch.setattr(convert_mod, "_plan_parts", lambda *a: planned.extend(real(*a)) or planned)
+    convert([f"{src}/1.jsonl"], "s3://bkt/once-pool", copts(shards=2, workers=2))
+    monkeypatch.undo()
+    assert len(planned) == 2 and all(t.stage_path.startswith(tempfile.gettempdir()) for t in planned)
+    assert not any(os.path.exists(t.stage_path) for t in planned)
+    convert([f"{src}/1.jsonl"], "s3://bkt/once-whole", copts(shards=2))
+    assert _objects(s3, "once-pool") == _objects(s3, "once-whole")
 
 
 def test_object_store_inputs_are_fingerprinted_without_a_second_download(s3, tmp_path, monkeypatch):
