@@ -13,8 +13,8 @@ OUT/
 ```
 
 On an object store (no rename) each run writes its files once, under a generation folder of
-its own that no committed dataset uses, and the manifest (named by `generation`) lists them by
-their paths inside OUT:
+its own that no committed dataset uses; the manifest names it (its `generation` key) and lists
+the files by their paths inside OUT:
 
 ```
 OUT/
@@ -22,7 +22,8 @@ OUT/
   gen/5f0c.../data/step-000003/shard-00000-of-00004.parquet
   gen/5f0c.../mmap/data/step-000003/shard-00000-of-00004.arrow
   gen/5f0c.../rejects.jsonl
-  gen/5f0c.../done/, options.json                   a run in flight (its finished steps)
+  gen/5f0c.../done/                                 a run in flight: its finished steps
+  .staging/run.json                                 a run in flight: its generation and options
 ```
 
 Readers follow the manifest's paths; a step reused by `--resume` keeps its files in the
