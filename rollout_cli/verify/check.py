@@ -344,11 +344,17 @@ def _check_bytes(rel: str, full: str, entry: dict, rep: _Report) -> bool:
     want_bytes = entry["bytes"]
     algorithm, want = digest_of(entry)
     rep.files.append(rel)
-    if not storage.is_file(full):
-        present = storage.exists(full) if storage.is_uri(full) else os.path.lexists(full)
+    if storage.is_uri(full):  # one HEAD for presence and size
+        from pyarrow import fs as pafs
+
+        info = storage.file_info(full)
+        is_file, present, size = info.type == pafs.FileType.File, info.type != pafs.FileType.NotFound, info.size
+    else:
+        is_file, present = os.path.isfile(full), os.path.lexists(full)
+        size = os.path.getsize(full) if is_file else None
+    if not is_file:
         rep.fail(rel, "file_present", "listed in the manifest but missing" if not present else "listed in the manifest but not a regular file")
         return False
-    size = storage.size(full)
     rep.bytes += size
     if size != want_bytes:
         rep.fail(rel, "size", f"{size} bytes, the manifest records {want_bytes}")
