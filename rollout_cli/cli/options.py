@@ -85,6 +85,11 @@ TrustPickle = Annotated[bool, typer.Option(
     "--trust-pickle", rich_help_panel=INPUTS,
     help="Allow .pt dumps that need full unpickling, which can run code: only for files you trust.")]
 
+InputFormat = Annotated[Optional[str], typer.Option(
+    "--input-format", metavar="NAME", rich_help_panel=INPUTS,
+    help="Read every input as this format: jsonl, parquet, pt, nemo_rl, miles or another "
+         "reader's name (default: recognised from each file's path and content).")]
+
 MaxAnomalies = Annotated[int, typer.Option(
     "--max-anomalies", metavar="N", rich_help_panel=VIEW,
     help="Keep at most N anomalies of each kind (the counts stay complete; 0: all).")]

@@ -102,6 +102,8 @@ def read_jsonl(
     chunk_records: int = CHUNK_RECORDS,
     stats: dict | None = None,
     handover: Handover | None = None,
+    parser=None,
+    shape=None,
 ) -> Iterator[RawChunk]:
     """Parse `path` (or its newline-aligned byte range [start, end)) into columnar chunks
     (inputs/columns.py).
@@ -109,7 +111,9 @@ def read_jsonl(
     Blank lines are skipped; a line that is not a JSON object holds its place with its
     problem, so the caller can count and report it. `stats["lines"]` gets the number of
     lines consumed. With `handover` (for a plain file), the range may end early where its rest
-    was handed over to another reader.
+    was handed over to another reader. A framework's reader passes its own simd.SampleParser
+    (`parser`) and `shape`, which maps each chunk of parsed records onto slime's sample fields
+    (a RawChunk in row form in, a RawChunk out) in place of inputs/columns.py's `columnar`.
     """
     display = display or path
     try:
@@ -120,7 +124,8 @@ def read_jsonl(
     from .simd import SampleParser
 
     loads = orjson.loads
-    fast = SampleParser().parse
+    fast = (parser or SampleParser()).parse
+    finish = shape or columnar
     fast_tries = fast_misses = 0
     try:
         if start:
@@ -165,11 +170,11 @@ def read_jsonl(
             records.append(rec)
             held += b - a
             if len(records) >= chunk_records or held >= CHUNK_BYTES:
-                yield columnar(RawChunk(display, "line", numbers, records, problems))
+                yield finish(RawChunk(display, "line", numbers, records, problems))
                 numbers, records, problems = [], [], {}
                 held = 0
         if records:
-            yield columnar(RawChunk(display, "line", numbers, records, problems))
+            yield finish(RawChunk(display, "line", numbers, records, problems))
         if stats is not None:
             stats["lines"] = line_no - first_line + 1
     except (OSError, EOFError, ValueError, zlib.error, _ZstdError) as e:
