@@ -245,3 +245,21 @@ def test_same_rows_as_slime_jsonl_of_the_same_samples(rows):
         convert([str(d / "slime")], str(d / "b"), copts())
         a, b = read_rows(d / "a"), read_rows(d / "b")
     assert a == b and len(a) == len(rows)
+
+
+def test_inspect_shows_groups_and_verify_passes_on_the_output(tmp_path):
+    r = CliRunner().invoke(app, ["inspect", str(SAMPLE), "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)["summary"]
+    assert (summary["prompt_groups"], summary["rollouts"], summary["group_sizes"]) == (5, 18, {"3": 2, "4": 3})
+    r = CliRunner().invoke(app, ["inspect", str(SAMPLE)])
+    assert r.exit_code == 0 and "prompt groups 5" in r.stdout and "3: 2, 4: 3" in r.stdout
+    out = tmp_path / "out"
+    assert CliRunner().invoke(app, ["convert", str(SAMPLE), str(out), *FAST]).exit_code == 0
+    r = CliRunner().invoke(app, ["verify", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["inspect", str(out)])
+    assert r.exit_code == 0 and "prompt groups 5" in r.stdout
+    r = CliRunner().invoke(app, ["report", str(SAMPLE), "-o", str(tmp_path / "r.html"), "-q"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "r.html").stat().st_size > 1000
