@@ -33,9 +33,113 @@ class _Bad(Exception):
         self.field, self.message = field, message
 
 
-def parser() -> SampleParser:
-    """A simdjson parser that hands the padded rows over as arrays."""
-    return SampleParser(PADDED, frozenset(PADDED))
+# the padded rows slime's fields are cut from; the others are only counted (their width checked)
+_READ = ("token_ids", "token_loss_mask", "generation_logprobs")
+_COUNTED = ("advantages", "prev_logprobs")
+_OPEN = {k: b'"' + k.encode() + b'": [[' for k in PADDED}  # as json.dumps writes them
+_COMMA, _CLOSE = 44, 93  # ',' and ']'
+
+
+class LineParser:
+    """Parses one NeMo-RL line per call (see `parse`); keep one per reader."""
+
+    def __init__(self) -> None:
+        import simdjson
+
+        self._simdjson = simdjson
+        self._skeleton = simdjson.Parser()
+        self._rows = simdjson.Parser()
+        self._full = SampleParser(PADDED, frozenset(PADDED))
+
+    def parse(self, block: bytes, start: int, end: int) -> dict | None:
+        """The record on `block[start:end]` with the padded rows as arrays, or None when orjson
+        must decide. Most lines take the short way: the padded rows are found by their keys, the
+        rest of the line (text and scalars) is parsed as JSON on its own, and of the rows only
+        the first `input_lengths` values of those slime's fields come from are parsed; the
+        other two rows are counted (their values are no train-row field). A line the short
+        way does not fit is parsed whole."""
+        try:
+            rec = self._short(block, start, end)
+        except Exception:  # not the logger's layout: the whole line decides
+            rec = None
+        return rec if rec is not None else self._full.parse(block, start, end)
+
+    def _short(self, block: bytes, start: int, end: int) -> dict | None:
+        find = block.find
+        spans = {}
+        pos = start
+        for k in PADDED:  # json.dumps keeps the writer's key order; any other order is found too
+            key = _OPEN[k]
+            at = find(key, pos, end)
+            if at < 0:
+                at = find(key, start, end)
+                if at < 0:
+                    return None
+            if not (block[at - 2:at] == b", " and at - 2 >= start) and at - 1 != start:
+                return None  # not where a key of an object stands
+            s = at + len(key)
+            e = find(b"]", s, end)
+            if e < 0 or block[e + 1] != _CLOSE:
+                return None
+            spans[k] = (at + len(key) - 2, s, e, e + 2)  # value start, inner start, inner end, value end
+            pos = e + 2
+        order = sorted(spans.values())
+        if any(a[3] > b[0] for a, b in zip(order, order[1:])):
+            return None
+        # the line without the padded rows, each left as [[]]: text, scalars and the key set
+        pieces, at = [], start
+        for vs, s, e, ve in order:
+            pieces.append(block[at:vs])
+            pieces.append(b"[[]]")
+            at = ve
+        pieces.append(block[at:end])
+        doc = self._skeleton.parse(b"".join(pieces))
+        if not isinstance(doc, self._simdjson.Object):
+            return None
+        keys = list(doc.keys())
+        if len(set(keys)) != len(keys):
+            return None
+        rec = doc.as_dict()
+        del doc
+        if any(rec.get(k) != [[]] for k in PADDED):
+            return None  # a padded row found inside another value, not at the top level
+        n = rec.get("input_lengths")
+        if not (isinstance(n, list) and len(n) == 1 and isinstance(n[0], int) and not isinstance(n[0], bool) and n[0] > 0):
+            return None
+        n = n[0]
+        u8 = np.frombuffer(block, dtype=np.uint8, count=end - start, offset=start)
+        widths = {}
+        cuts = []
+        for k in PADDED:
+            vs, s, e, ve = spans[k]
+            if e == s:
+                widths[k] = 0
+                cuts.append(b"")
+                continue
+            if k in _COUNTED:
+                widths[k] = block.count(b",", s, e) + 1
+                continue
+            commas = np.flatnonzero(u8[s - start:e - start] == _COMMA)
+            widths[k] = len(commas) + 1
+            cut = e if n > len(commas) else s + int(commas[n - 1])
+            cuts.append(block[s:cut])
+        rows = self._rows.parse(b"[[" + b"],[".join(cuts) + b"]]")
+        for k, part, kind in zip(_READ, rows, ("i", "i", "d")):
+            rec[k] = np.frombuffer(part.as_buffer(of_type=kind), dtype=np.int64 if kind == "i" else np.float64)
+        del rows, part
+        for k in _COUNTED:
+            rec[k] = _EMPTY
+        rec[_WIDTHS] = widths
+        return rec
+
+
+_EMPTY = np.zeros(0)
+_WIDTHS = "\0widths"  # no JSON key holds a NUL: the short way's count of each padded row
+
+
+def parser() -> LineParser:
+    """The parser the reader hands to the JSONL path."""
+    return LineParser()
 
 
 def _got(v: Any) -> str:
@@ -85,13 +189,15 @@ def group_key(prompt: np.ndarray) -> int:
 
 def _spans(rec: dict) -> tuple[dict, int, int, dict]:
     """(slime sample fields, p0, L, the padded rows read) of one record."""
+    widths = rec.get(_WIDTHS, {})
     ids = _padded(rec, "token_ids", True)
-    width = len(ids)
+    width = widths.get("token_ids", len(ids))
     rows = {"token_ids": ids}
     for name in ("token_loss_mask", "generation_logprobs", "prev_logprobs", "advantages"):
         a = _padded(rec, name, name == "token_loss_mask")
-        if a is not None and len(a) != width:
-            raise _Bad(name, f"expected length {width} (the width of token_ids), got {len(a)}")
+        got = widths.get(name, 0 if a is None else len(a))
+        if a is not None and got != width:
+            raise _Bad(name, f"expected length {width} (the width of token_ids), got {got}")
         rows[name] = a
     n = _scalar(rec, "input_lengths", True)
     if not 1 <= n <= width:
@@ -156,7 +262,7 @@ def train_payload(inp) -> dict:
     display = path if isinstance(inp, str) else inp.display
     known = nemo_rl.step_and_split(path)
     step = known[0] if known else None
-    parse = parser().parse
+    parse = SampleParser(PADDED, frozenset(PADDED)).parse  # every row whole: the trainer's too
     samples = []
     with open_binary(path) as f:
         for line_no, line in enumerate(f, 1):

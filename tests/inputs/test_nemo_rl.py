@@ -263,3 +263,58 @@ def test_inspect_shows_groups_and_verify_passes_on_the_output(tmp_path):
     r = CliRunner().invoke(app, ["report", str(SAMPLE), "-o", str(tmp_path / "r.html"), "-q"])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "r.html").stat().st_size > 1000
+
+
+# ------------------------------------------------------------------------------ the short way through a line
+
+
+def _mapped(rec):
+    from rollout_cli.inputs.nemo_rl_map import _Bad, to_sample
+
+    if rec is None:
+        return "unparsed"
+    try:
+        s = to_sample(rec)
+    except _Bad as e:
+        return (e.field, e.message)
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in s.items()}
+
+
+@st.composite
+def nemo_lines(draw):
+    width = draw(st.integers(0, 12))
+    n = draw(st.integers(0, width + 1))
+    ids = draw(st.lists(st.integers(0, 2**40), min_size=width, max_size=width))
+    mask = draw(st.lists(st.integers(0, 1), min_size=width, max_size=width))
+    lps = draw(st.lists(st.floats(-30, 0, width=32), min_size=width, max_size=width))
+    rec = {"content": [["a [b]", '"token_ids": [[1]]']], "rewards": [draw(st.sampled_from([0.0, 1.5, -1]))],
+           "input_lengths": [n], "token_ids": [ids], "token_loss_mask": [mask], "sample_loss_mask": [1.0],
+           "advantages": [[0.5] * draw(st.sampled_from([width, width + 1]))], "generation_logprobs": [lps],
+           "prev_logprobs": [lps], "idx": 0}
+    if draw(st.booleans()):
+        rec["agent_ref"] = [{"token_ids": [[7, 7]], "name": "x"}]
+    if draw(st.booleans()):
+        keys = draw(st.permutations(list(rec)))
+        rec = {k: rec[k] for k in keys}
+    compact = draw(st.booleans())
+    return json.dumps(rec, separators=(",", ":") if compact else None).encode()
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(nemo_lines())
+def test_short_way_gives_what_parsing_the_whole_line_gives(line):
+    import orjson
+
+    from rollout_cli.inputs.nemo_rl_map import LineParser
+
+    block = b"xx\n" + line + b"\nyy"
+    assert _mapped(LineParser().parse(block, 3, 3 + len(line))) == _mapped(orjson.loads(line))
+
+
+def test_short_way_is_taken_for_the_loggers_lines():
+    from rollout_cli.inputs.nemo_rl_map import LineParser
+
+    p = LineParser()
+    line = (SAMPLE / "exp_001" / "train_data_step1.jsonl").read_bytes().split(b"\n")[0]
+    rec = p._short(line, 0, len(line))
+    assert rec is not None and len(rec["token_ids"]) == rec["input_lengths"][0] < 16
