@@ -12,6 +12,7 @@ import typer
 
 from ..core.choices import Estimator, RewardBaseline, Scope, SiblingReward, values
 from ..core.options import RuleOptions
+from ..inputs.registry import FORMATS
 
 RULES = RuleOptions()  # the defaults of the id and reward options
 
@@ -87,8 +88,8 @@ TrustPickle = Annotated[bool, typer.Option(
 
 InputFormat = Annotated[Optional[str], typer.Option(
     "--input-format", metavar="NAME", rich_help_panel=INPUTS,
-    help="Read every input as this format: jsonl, parquet, pt, nemo_rl, miles or another "
-         "reader's name (default: recognised from each file's path and content).")]
+    help=f"Read every input with this reader: {', '.join(FORMATS)} (default: recognised from "
+         "each file's path and content).")]
 
 MaxAnomalies = Annotated[int, typer.Option(
     "--max-anomalies", metavar="N", rich_help_panel=VIEW,

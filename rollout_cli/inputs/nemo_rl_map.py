@@ -33,9 +33,9 @@ class _Bad(Exception):
         self.field, self.message = field, message
 
 
-# the padded rows slime's fields are cut from; the others are only counted (their width checked)
+# the padded rows slime's fields are cut from; the trainer's rows are left to train_payload
 _READ = ("token_ids", "token_loss_mask", "generation_logprobs")
-_COUNTED = ("advantages", "prev_logprobs")
+_TRAINER = ("advantages", "prev_logprobs")
 _OPEN = {k: b'"' + k.encode() + b'": [[' for k in PADDED}  # as json.dumps writes them
 _COMMA, _CLOSE = 44, 93  # ',' and ']'
 
@@ -55,8 +55,9 @@ class LineParser:
         """The record on `block[start:end]` with the padded rows as arrays, or None when orjson
         must decide. Most lines take the short way: the padded rows are found by their keys, the
         rest of the line (text and scalars) is parsed as JSON on its own, and of the rows only
-        the first `input_lengths` values of those slime's fields come from are parsed; the
-        other two rows are counted (their values are no train-row field). A line the short
+        the first `input_lengths` values of those slime's fields come from are parsed (the
+        padding, a run of one value at the end, is found by comparing bytes); the trainer's
+        two rows are not read (no train-row field comes from them; train_payload reads them). A line the short
         way does not fit is parsed whole."""
         try:
             rec = self._short(block, start, end)
@@ -107,28 +108,40 @@ class LineParser:
         if not (isinstance(n, list) and len(n) == 1 and isinstance(n[0], int) and not isinstance(n[0], bool) and n[0] > 0):
             return None
         n = n[0]
-        u8 = np.frombuffer(block, dtype=np.uint8, count=end - start, offset=start)
-        widths = {}
-        cuts = []
-        for k in PADDED:
+        ms, me = spans["token_loss_mask"][1:3]
+        width = block.count(b",", ms, me) + 1 if me > ms else 0
+        u8 = None
+        widths, cuts, tails = {}, [], []
+        for k in _READ:
             vs, s, e, ve = spans[k]
-            if e == s:
-                widths[k] = 0
-                cuts.append(b"")
-                continue
-            if k in _COUNTED:
-                widths[k] = block.count(b",", s, e) + 1
-                continue
-            commas = np.flatnonzero(u8[s - start:e - start] == _COMMA)
-            widths[k] = len(commas) + 1
-            cut = e if n > len(commas) else s + int(commas[n - 1])
+            cut = e if n >= width or e == s else None
+            if cut is None:  # the padding is the last value repeated: cut where its run starts
+                last = block.rfind(b", ", s, e)
+                pad = len(pad_text := block[last:e]) if last >= 0 else 0
+                rest = width - n
+                if pad and e - pad * rest > s and block.count(pad_text, e - pad * rest, e) == rest:
+                    cut = e - pad * rest
+            if cut is None:
+                if u8 is None:
+                    u8 = np.frombuffer(block, dtype=np.uint8, count=end - start, offset=start)
+                commas = np.flatnonzero(u8[s - start:e - start] == _COMMA)
+                widths[k] = len(commas) + 1
+                cut = e if n > len(commas) else s + int(commas[n - 1])
+                tails.append(None)
+            else:
+                tails.append(width)
             cuts.append(block[s:cut])
         rows = self._rows.parse(b"[[" + b"],[".join(cuts) + b"]]")
-        for k, part, kind in zip(_READ, rows, ("i", "i", "d")):
-            rec[k] = np.frombuffer(part.as_buffer(of_type=kind), dtype=np.int64 if kind == "i" else np.float64)
+        for k, part, kind, known in zip(_READ, rows, ("i", "i", "d"), tails):
+            a = np.frombuffer(part.as_buffer(of_type=kind), dtype=np.int64 if kind == "i" else np.float64)
+            if known is not None:
+                if n < known and len(a) != n:
+                    return None  # not n values before the padding: the whole line decides
+                widths[k] = known if n < known else len(a)
+            rec[k] = a
         del rows, part
-        for k in _COUNTED:
-            rec[k] = _EMPTY
+        for k in _TRAINER:
+            rec[k] = None  # not read here (no train-row field comes from them): see train_payload
         rec[_WIDTHS] = widths
         return rec
 
@@ -187,13 +200,15 @@ def group_key(prompt: np.ndarray) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-def _spans(rec: dict) -> tuple[dict, int, int, dict]:
-    """(slime sample fields, p0, L, the padded rows read) of one record."""
+def _spans(rec: dict, trainer: bool = False) -> tuple[dict, int, int, dict]:
+    """(slime sample fields, p0, L, the padded rows read) of one record; the trainer's rows
+    (prev_logprobs, advantages) are read and checked only with `trainer`: no train-row field
+    comes from them, so convert leaves them as it leaves any field it does not read."""
     widths = rec.get(_WIDTHS, {})
     ids = _padded(rec, "token_ids", True)
     width = widths.get("token_ids", len(ids))
-    rows = {"token_ids": ids}
-    for name in ("token_loss_mask", "generation_logprobs", "prev_logprobs", "advantages"):
+    rows = {"token_ids": ids, "prev_logprobs": None, "advantages": None}
+    for name in ("token_loss_mask", "generation_logprobs") + (_TRAINER if trainer else ()):
         a = _padded(rec, name, name == "token_loss_mask")
         got = widths.get(name, 0 if a is None else len(a))
         if a is not None and got != width:
@@ -279,7 +294,7 @@ def train_payload(inp) -> dict:
             if not isinstance(rec, dict):
                 raise InvalidInputError(f"{where}: expected a JSON object, got {type(rec).__name__}")
             try:
-                s, p0, n, rows = _spans(rec)
+                s, p0, n, rows = _spans(rec, trainer=True)
             except _Bad as e:
                 raise InvalidInputError(str(Problem(where, e.field, e.message))) from None
             entry = {

@@ -318,3 +318,12 @@ def test_short_way_is_taken_for_the_loggers_lines():
     line = (SAMPLE / "exp_001" / "train_data_step1.jsonl").read_bytes().split(b"\n")[0]
     rec = p._short(line, 0, len(line))
     assert rec is not None and len(rec["token_ids"]) == rec["input_lengths"][0] < 16
+
+
+def test_trainer_rows_are_checked_by_train_payload_only(tmp_path):
+    path = write_step(tmp_path / "train_data_step1.jsonl", ROWS)
+    _edit(path, 2, lambda r: r["advantages"][0].pop())
+    with pytest.raises(InvalidInputError, match=r"line 2: advantages: expected length 16 \(the width of token_ids\), got 15"):
+        nemo_rl.train_payload(str(path))
+    convert([str(path)], str(tmp_path / "out"), copts())  # no train-row field comes from them
+    assert len(read_rows(tmp_path / "out")) == 3
