@@ -104,6 +104,7 @@ def read_jsonl(
     handover: Handover | None = None,
     parser=None,
     shape=None,
+    chunk_bytes: int = CHUNK_BYTES,
 ) -> Iterator[RawChunk]:
     """Parse `path` (or its newline-aligned byte range [start, end)) into columnar chunks
     (inputs/columns.py).
@@ -113,7 +114,8 @@ def read_jsonl(
     lines consumed. With `handover` (for a plain file), the range may end early where its rest
     was handed over to another reader. A framework's reader passes its own simd.SampleParser
     (`parser`) and `shape`, which maps each chunk of parsed records onto slime's sample fields
-    (a RawChunk in row form in, a RawChunk out) in place of inputs/columns.py's `columnar`.
+    (a RawChunk in row form in, a RawChunk out) in place of inputs/columns.py's `columnar`,
+    and may let a chunk hold more JSON (`chunk_bytes`) when its records keep little of it.
     """
     display = display or path
     try:
@@ -169,7 +171,7 @@ def read_jsonl(
             numbers.append(line_no)
             records.append(rec)
             held += b - a
-            if len(records) >= chunk_records or held >= CHUNK_BYTES:
+            if len(records) >= chunk_records or held >= chunk_bytes:
                 yield finish(RawChunk(display, "line", numbers, records, problems))
                 numbers, records, problems = [], [], {}
                 held = 0

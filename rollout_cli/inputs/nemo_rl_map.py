@@ -50,6 +50,14 @@ class LineParser:
         self._skeleton = simdjson.Parser()
         self._rows = simdjson.Parser()
         self._full = SampleParser(PADDED, frozenset(PADDED))
+        self._runs: dict[bytes, bytes] = {}
+
+    def _run(self, pad: bytes, count: int) -> memoryview:
+        """`pad` repeated `count` times (a view of one string kept per padding value)."""
+        run = self._runs.get(pad)
+        if run is None or len(run) < len(pad) * count:
+            run = self._runs[pad] = pad * max(count, 2 * len(run) // len(pad) if run else 0, 1024)
+        return memoryview(run)[:len(pad) * count]
 
     def parse(self, block: bytes, start: int, end: int) -> dict | None:
         """The record on `block[start:end]` with the padded rows as arrays, or None when orjson
@@ -117,10 +125,11 @@ class LineParser:
             cut = e if n >= width or e == s else None
             if cut is None:  # the padding is the last value repeated: cut where its run starts
                 last = block.rfind(b", ", s, e)
-                pad = len(pad_text := block[last:e]) if last >= 0 else 0
+                pad_text = block[last:e] if last >= 0 else b""
                 rest = width - n
-                if pad and e - pad * rest > s and block.count(pad_text, e - pad * rest, e) == rest:
-                    cut = e - pad * rest
+                size = len(pad_text) * rest
+                if pad_text and e - size > s and block.startswith(self._run(pad_text, rest), e - size, e):
+                    cut = e - size
             if cut is None:
                 if u8 is None:
                     u8 = np.frombuffer(block, dtype=np.uint8, count=end - start, offset=start)

@@ -31,6 +31,8 @@ SPLITTERS = {
 # path carries them) and `skip_note(path) -> str | None` (a claimed file that holds no train
 # data); like the splitters, these modules import no numpy or pyarrow.
 DETECT = ("nemo_rl", "miles")
+# Formats read from plain JSONL byte ranges whose rest a busy reader may hand over (run/handover.py).
+HANDOVER = frozenset({"jsonl", "nemo_rl"})
 # Formats whose group_index is a key of the prompt's content (each part of a step is read on its
 # own): the step's finish renumbers the keys 0, 1, ... in order of first appearance.
 CONTENT_GROUPS = frozenset({"nemo_rl"})
