@@ -181,9 +181,13 @@ def _padded(rec: dict, name: str, required: bool) -> np.ndarray | None:
     if isinstance(v, list) and len(v) == 1 and isinstance(v[0], list):
         row = v[0]
         if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row):
-            a = np.asarray(row, dtype=np.int64 if kinds == "iu" and all(isinstance(x, int) for x in row) else None)
-            if a.dtype.kind in kinds or not len(row):
-                return a.astype(np.int64 if kinds == "iu" else np.float64, copy=False)
+            ints = all(isinstance(x, int) for x in row)
+            try:
+                a = np.asarray(row, dtype=np.int64 if ints else np.float64)
+            except OverflowError:
+                raise _Bad(name, "expected values in the 64-bit range") from None
+            if ints or kinds != "iu":
+                return a
         raise _Bad(name, f"expected a one-element list holding a list of {'integers' if kinds == 'iu' else 'numbers'}")
     raise _Bad(name, f"expected a one-element list holding the padded row ([[...]]), got {_got(v)}")
 

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import SAMPLE_DATA, copts, read_rows, write_pt
+from conftest import SAMPLE_DATA, copts, make_sample, read_rows, write_jsonl, write_pt
 from framework_dumps import miles_types, plain
 from rollout_cli.cli.app import app
 from rollout_cli.inputs import pt_pickle
@@ -102,3 +104,47 @@ def test_inspect_and_verify_on_the_dump_and_its_output(tmp_path):
     convert([str(MILES)], str(tmp_path / "out"), copts())
     r = CliRunner().invoke(app, ["verify", str(tmp_path / "out"), "--json"])
     assert r.exit_code == 0, r.output
+
+
+# ------------------------------------------------------------------------------ the same rows as slime's JSONL
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True, database=None)
+
+
+@st.composite
+def miles_steps(draw):
+    mt = miles_types()
+    samples = []
+    for g in range(draw(st.integers(1, 3))):
+        for _ in range(draw(st.integers(1, 3))):
+            i = len(samples)
+            rl = draw(st.integers(0, 4))
+            s = make_sample(index=i, group_index=g, response_length=rl, reward=draw(st.sampled_from([0.0, 0.5, 1.0])),
+                            loss_mask=draw(st.lists(st.integers(0, 1), min_size=rl, max_size=rl)),
+                            status=draw(st.sampled_from(["completed", "truncated", "aborted"])),
+                            rollout_id=draw(st.sampled_from([None, None, 100 + i])), log_probs=draw(st.booleans()))
+            samples.append(s)
+    extras = []
+    for s in samples:  # miles' own fields: not train-row fields
+        extras.append({"adapter": draw(st.sampled_from([None, mt.AdapterRef("a", 0), mt.AdapterRef("b", 3)])),
+                       "reward_spec": draw(st.sampled_from([None, mt.RewardSpec("math", None)])),
+                       "routing_key": "k", "opd_reverse_kl": None, "rollout_indexer_topk": None})
+    return samples, extras
+
+
+@settings(max_examples=15, **SETTINGS)
+@given(miles_steps())
+def test_same_rows_as_slime_jsonl_of_the_same_samples(step):
+    import tempfile
+
+    samples, extras = step
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        (d / "miles" / "rollout_data").mkdir(parents=True)
+        torch.save({"rollout_id": 4, "metadata": {"k": 1}, "samples": [dict(s, **e) for s, e in zip(samples, extras)]},
+                   d / "miles" / "rollout_data" / "4.pt")
+        write_jsonl(d / "slime" / "4.jsonl", samples)
+        convert([str(d / "miles")], str(d / "a"), copts())
+        convert([str(d / "slime")], str(d / "b"), copts())
+        a, b = read_rows(d / "a"), read_rows(d / "b")
+    assert a == b and len(a) == len(samples)

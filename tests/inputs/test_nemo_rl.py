@@ -327,3 +327,18 @@ def test_trainer_rows_are_checked_by_train_payload_only(tmp_path):
         nemo_rl.train_payload(str(path))
     convert([str(path)], str(tmp_path / "out"), copts())  # no train-row field comes from them
     assert len(read_rows(tmp_path / "out")) == 3
+
+
+@pytest.mark.parametrize("value,expected", [
+    ([[1, 2**70]], "token_ids: expected values in the 64-bit range"),
+    ([[1, 2.5]], "token_ids: expected a one-element list holding a list of integers"),
+    ([[1, True]], "token_ids: expected a one-element list holding a list of integers"),
+    ([[1], [2]], "token_ids: expected a one-element list holding the padded row"),
+])
+def test_padded_rows_the_json_fallback_parses_are_checked(value, expected):
+    from rollout_cli.inputs.nemo_rl_map import _Bad, to_sample
+
+    rec = {"rewards": [1.0], "input_lengths": [1], "token_ids": value, "token_loss_mask": [[1, 0]], "idx": 0}
+    with pytest.raises(_Bad) as e:
+        to_sample(rec)
+    assert f"{e.value.field}: {e.value.message}".startswith(expected)
