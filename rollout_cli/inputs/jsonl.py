@@ -44,7 +44,8 @@ def open_binary(path: str) -> BinaryIO:
 
 def _lines(stream: BinaryIO, limit: int | None) -> Iterator[tuple[bytes, int, int]]:
     """Yield the lines of at most `limit` bytes read from the stream as (block, start, end):
-    positions in the block read, without the newline (no copy per line)."""
+    positions in the block read, without the newline (no copy per line; only a line that
+    spans two blocks is copied, never the block it ends in)."""
     tail = b""
     left = limit
     while True:
@@ -56,16 +57,24 @@ def _lines(stream: BinaryIO, limit: int | None) -> Iterator[tuple[bytes, int, in
             break
         if left is not None:
             left -= len(block)
-        buf = tail + block if tail else block
-        find = buf.find
+        find = block.find
         pos = 0
+        if tail:
+            nl = find(b"\n")
+            if nl < 0:
+                tail += block
+                continue
+            line = tail + block[:nl]
+            tail = b""
+            yield line, 0, len(line)
+            pos = nl + 1
         while True:
             nl = find(b"\n", pos)
             if nl < 0:
                 break
-            yield buf, pos, nl
+            yield block, pos, nl
             pos = nl + 1
-        tail = buf[pos:]
+        tail = block[pos:]
     if tail:
         yield tail, 0, len(tail)
 

@@ -104,6 +104,8 @@ def test_inspect_and_verify_on_the_dump_and_its_output(tmp_path):
     convert([str(MILES)], str(tmp_path / "out"), copts())
     r = CliRunner().invoke(app, ["verify", str(tmp_path / "out"), "--json"])
     assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["report", str(MILES), "-o", str(tmp_path / "r.html"), "-q"])
+    assert r.exit_code == 0 and (tmp_path / "r.html").stat().st_size > 1000, r.output
 
 
 # ------------------------------------------------------------------------------ the same rows as slime's JSONL
