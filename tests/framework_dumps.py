@@ -1,5 +1,5 @@
 """The framework dump generator of sample_data/ (make_framework_data.py), importable by tests,
-and helpers to compare what such dumps hold."""
+and functions to compare what such dumps hold."""
 from __future__ import annotations
 
 import dataclasses

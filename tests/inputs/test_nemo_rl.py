@@ -50,10 +50,9 @@ def slime_sample(row: Conversation, index: int, group: int) -> dict:
         tokens += t.tokens
         mask += [int(t.generated)] * len(t.tokens)
         lps += [float(np.float32(x)) for x in t.logprobs] if t.generated else [0.0] * len(t.tokens)
-    p0 = mask.index(1)
-    lead = p0  # generated turns start the response; anything before is prompt
-    return {"index": index, "group_index": group, "tokens": row.prompt + tokens[len(row.prompt):],
-            "response_length": len(mask) - lead, "loss_mask": mask[lead:], "rollout_log_probs": lps[lead:],
+    p0 = mask.index(1)  # the response starts at the first generated token (of the turns)
+    return {"index": index, "group_index": group, "tokens": tokens,
+            "response_length": len(mask) - p0, "loss_mask": mask[p0:], "rollout_log_probs": lps[p0:],
             "reward": float(np.float32(row.reward)), "status": "completed", "remove_sample": not row.keep}
 
 
