@@ -14,8 +14,9 @@ of multi-turn samples; float32 log-probs) are written twice, under bench/.data/:
 
 Each rep converts both, each as its own `rollout-cli convert` process (all cores), in
 alternating order, with the input read once before the run so the page cache is warm. The
-figure is the ratio of the medians and the median of the per-pair ratios (the machine is
-shared: one run, ratios). The two outputs are checked to hold the same rows.
+figure is the ratio of the medians and the median of the per-pair ratios of wall time, and
+the ratio of the medians of the process tree's CPU time (bench/procmon.py: less swayed by a
+shared machine's other load, whose CPU during each run is recorded as foreign_cpu_s). The two outputs are checked to hold the same rows.
 
     python bench/nemo_rl.py                       # 2000 samples
     python bench/nemo_rl.py --samples 4000 --reps 5
@@ -37,6 +38,8 @@ import numpy as np
 import orjson
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import procmon  # noqa: E402
 GEN_VERSION = 1
 
 
@@ -113,7 +116,8 @@ def ensure_inputs(data: str, n: int, group: int, mean_tokens: int, seed: int) ->
     return os.path.dirname(os.path.dirname(nemo)), os.path.dirname(slime)
 
 
-def run(src: str, out: str, workers: int | None) -> float:
+def run(src: str, out: str, workers: int | None, idle_wait: float) -> dict:
+    """One convert as a whole process tree (bench/procmon.py): wall, CPU and others' CPU."""
     for root, _, names in os.walk(src):
         for name in names:
             with open(os.path.join(root, name), "rb") as f:
@@ -121,9 +125,11 @@ def run(src: str, out: str, workers: int | None) -> float:
                     pass
     shutil.rmtree(out, ignore_errors=True)
     cmd = ["rollout-cli", "convert", src, out, "-q"] + (["--workers", str(workers)] if workers else [])
-    t = time.perf_counter()
-    subprocess.run(cmd, check=True)
-    return time.perf_counter() - t
+    procmon.wait_for_idle(idle_wait)
+    r = procmon.measure(cmd, pss=False)
+    if r["rc"] != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{r['output']}")
+    return r
 
 
 def rows_of(out: str) -> dict:
@@ -139,6 +145,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--idle-wait", type=float, default=10.0, help="wait up to this long for a quiet machine before a run")
     ap.add_argument("--data-dir", default=os.path.join(HERE, ".data"))
     a = ap.parse_args(argv)
     nemo, slime = ensure_inputs(a.data_dir, a.samples, a.group_size, a.mean_tokens, a.seed)
@@ -146,10 +153,15 @@ def main(argv=None) -> None:
              for k, p in (("nemo_rl", nemo), ("slime", slime))}
     outs = {k: os.path.join(a.data_dir, f"out-{k}") for k in sizes}
     times: dict[str, list[float]] = {"nemo_rl": [], "slime": []}
+    cpu: dict[str, list[float]] = {"nemo_rl": [], "slime": []}
+    foreign: dict[str, list[float]] = {"nemo_rl": [], "slime": []}
     for rep in range(a.reps):
         order = ("nemo_rl", "slime") if rep % 2 == 0 else ("slime", "nemo_rl")
         for k in order:
-            times[k].append(run(nemo if k == "nemo_rl" else slime, outs[k], a.workers))
+            r = run(nemo if k == "nemo_rl" else slime, outs[k], a.workers, a.idle_wait)
+            times[k].append(r["wall_s"])
+            cpu[k].append(r["cpu_s"])
+            foreign[k].append(r["foreign_cpu_s"])
     same = rows_of(outs["nemo_rl"]) == rows_of(outs["slime"])
     med = {k: statistics.median(v) for k, v in times.items()}
     pair = [x / y for x, y in zip(times["nemo_rl"], times["slime"])]
@@ -157,13 +169,15 @@ def main(argv=None) -> None:
         "samples": a.samples, "group_size": a.group_size, "mean_tokens": a.mean_tokens, "reps": a.reps,
         "workers": a.workers or os.cpu_count(), "bytes": sizes, "seconds": times, "median_s": med,
         "ratio_of_medians": med["nemo_rl"] / med["slime"], "median_pair_ratio": statistics.median(pair),
+        "cpu_s": cpu, "foreign_cpu_s": foreign, "cpu_ratio_of_medians": statistics.median(cpu["nemo_rl"]) / statistics.median(cpu["slime"]),
         "same_counts": same, "counts": rows_of(outs["slime"]),
     }
-    print(f"{'input':8} {'MB':>8} {'median s':>9}  runs")
+    print(f"{'input':8} {'MB':>8} {'median s':>9} {'CPU s':>7}  runs (wall s)")
     for k in ("nemo_rl", "slime"):
-        print(f"{k:8} {sizes[k] / 1e6:8.1f} {med[k]:9.3f}  {' '.join(f'{t:.3f}' for t in times[k])}")
+        print(f"{k:8} {sizes[k] / 1e6:8.1f} {med[k]:9.3f} {statistics.median(cpu[k]):7.3f}  "
+              f"{' '.join(f'{t:.3f}' for t in times[k])}")
     print(f"ratio nemo_rl/slime: {result['ratio_of_medians']:.3f} (medians), {result['median_pair_ratio']:.3f} "
-          f"(median of pairs); same counts: {same}")
+          f"(median of pairs), CPU {result['cpu_ratio_of_medians']:.3f}; same counts: {same}")
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", f"nemo-rl-{a.samples}.json"), "w") as f:
         json.dump(result, f, indent=1)
