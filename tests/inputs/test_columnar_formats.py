@@ -260,7 +260,16 @@ def test_parquet_on_several_workers_gives_the_same_shards(tmp_path, monkeypatch,
 
 
 def test_registry_names_a_module_per_format():
-    assert set(FORMATS) == {"jsonl", "parquet", "pt"}
+    import importlib
+
+    from rollout_cli.inputs.registry import CONTENT_GROUPS, DETECT, SPLITTERS
+
+    assert {"jsonl", "parquet", "pt", "nemo_rl", "miles"} <= set(FORMATS)
+    assert set(DETECT) <= set(FORMATS) and set(SPLITTERS) <= set(FORMATS) and CONTENT_GROUPS <= set(FORMATS)
+    for name, module in FORMATS.items():
+        assert callable(importlib.import_module(module).read), name
+    for name in DETECT:
+        assert callable(importlib.import_module(FORMATS[name]).claims), name
 
 
 def test_reading_reports_what_the_file_says(tmp_path):
