@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..core import layout, storage
 from ..core.errors import InvalidInputError, UsageError
+from .registry import DETECT, detector
 
 EXTENSIONS = {
     ".pt": "pt",
@@ -23,13 +24,22 @@ _DIGITS = re.compile(r"(\d+)")
 class InputFile:
     path: str  # what is opened ("-" for stdin)
     display: str  # what messages and the manifest show
-    format: str  # pt | jsonl | parquet
+    format: str  # pt | jsonl | parquet, or a DETECT format (inputs/registry.py)
     step: int | None
     split: str  # train | eval
     step_from: str  # payload | field | name | option
 
 
 def input_format(path: str) -> str | None:
+    """The format of a file: the first DETECT format that claims it, else its extension's."""
+    if path != "-":
+        for fmt in DETECT:
+            if detector(fmt).claims(path):
+                return fmt
+    return extension_format(path)
+
+
+def extension_format(path: str) -> str | None:
     name = path.lower()
     for ext in sorted(EXTENSIONS, key=len, reverse=True):
         if name.endswith(ext):
@@ -97,9 +107,21 @@ def _is_output_dir(path: str) -> bool:
     return os.path.isfile(layout.manifest_path(path)) or os.path.isdir(os.path.join(path, layout.STAGING))
 
 
-def discover(paths: list[str], step: int | None = None, exclude: str | None = None) -> tuple[list[InputFile], list[str], list[str]]:
+def _skip_note(path: str, options) -> str | None:
+    """A DETECT format's reason to leave out a file (e.g. prime-rl's unselected subset)."""
+    for fmt in DETECT:
+        skips = getattr(detector(fmt), "skips", None)
+        note = skips(path, options) if skips is not None else None
+        if note:
+            return note
+    return None
+
+
+def discover(paths: list[str], step: int | None = None, exclude: str | None = None,
+             options=None) -> tuple[list[InputFile], list[str], list[str]]:
     """Resolve inputs to files; returns (inputs, skipped non-input files, notes). Folders that
-    are rollout-cli outputs (and `exclude`, the output being written) are not searched."""
+    are rollout-cli outputs (and `exclude`, the output being written) are not searched.
+    `options` (RuleOptions) carries what framework readers choose by (`prime_rl_subset`)."""
     excluded = os.path.realpath(exclude) if exclude else None
     files: list[tuple[str, str]] = []
     skipped: list[str] = []
@@ -113,7 +135,10 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
             except FileNotFoundError:
                 raise UsageError(f"{p}: no such file or directory") from None
             for full in found:
-                if input_format(full) is None:
+                note = _skip_note(full, options)
+                if note:
+                    notes.append(note)
+                elif input_format(full) is None:
                     skipped.append(full)
                 else:
                     files.append((full, full))
@@ -126,13 +151,20 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
                 dirs.sort()
                 for name in sorted(names):
                     full = os.path.join(root, name)
-                    if input_format(full) is None:
+                    note = _skip_note(full, options)
+                    if note:
+                        notes.append(note)
+                    elif input_format(full) is None:
                         skipped.append(full)
                     else:
                         files.append((full, full))
         elif os.path.exists(p):
             if input_format(p) is None:
                 raise UsageError(f"{p}: not a supported input (expected {', '.join(sorted(EXTENSIONS))})")
+            note = _skip_note(p, options)
+            if note:
+                notes.append(note)
+                continue
             files.append((p, p))
         else:
             raise UsageError(f"{p}: no such file or directory")
@@ -145,13 +177,17 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
             continue
         fmt = "jsonl" if path == "-" else input_format(path)
         assert fmt is not None
-        name_step, split = _step_from_name(path) if path != "-" else (None, "train")
+        placed = detector(fmt).step_and_split(path) if fmt in DETECT else None
+        if placed is not None:
+            name_step, split = check_step(placed[0], path), placed[1]
+        else:
+            name_step, split = _step_from_name(path) if path != "-" else (None, "train")
         if step is not None:
             out.append(InputFile(path, display, fmt, step, split, "option"))
             continue
         if path == "-":
             raise UsageError("reading stdin needs --step N")
-        field_step = _field_step(path, fmt) if fmt != "pt" else None
+        field_step = _field_step(path, fmt) if fmt in ("jsonl", "parquet") and placed is None else None
         if field_step is not None:
             out.append(InputFile(path, display, fmt, field_step, split, "field"))
         else:

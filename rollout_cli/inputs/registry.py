@@ -1,7 +1,13 @@
 """The reader registry: format name -> the module that reads it. A new format is one module
 with `read(inp, request, info) -> Iterator[RawChunk]` (and optionally `split(inp, parts)`),
 plus one line here. Modules are imported only when a file of their format is read, so the
-converting process (which plans parts) stays free of numpy and pyarrow."""
+converting process (which plans parts) stays free of numpy and pyarrow.
+
+A framework's reader also recognises its files: listed in DETECT, in the order discovery asks
+them, its module has `claims(path) -> bool` (from the path and at most the first bytes),
+`step_and_split(path) -> (step, split) | None` (what the path says), and optionally
+`skips(path, options) -> str | None` (a note for a file it leaves out), all without numpy or
+pyarrow."""
 from __future__ import annotations
 
 import importlib
@@ -9,18 +15,27 @@ from typing import Iterator
 
 from .base import RawChunk, ReadInfo, ReadRequest
 
-__all__ = ["RawChunk", "ReadInfo", "ReadRequest", "Reading", "FORMATS", "read_input", "split_input"]
+__all__ = ["RawChunk", "ReadInfo", "ReadRequest", "Reading", "FORMATS", "DETECT", "detector", "read_input", "split_input"]
 
 FORMATS = {
     "jsonl": "rollout_cli.inputs.jsonl",
     "parquet": "rollout_cli.inputs.parquet",
     "pt": "rollout_cli.inputs.slime_pt",
+    "prime_rl": "rollout_cli.inputs.prime_rl",
 }
+# Formats recognised from a file's path or first bytes, asked in this order before its extension.
+DETECT = ("prime_rl",)
 # Part planning runs in the converting process: these modules import no numpy or pyarrow.
 SPLITTERS = {
     "jsonl": "rollout_cli.inputs.jsonl",
     "parquet": "rollout_cli.inputs.parquet_parts",
+    "prime_rl": "rollout_cli.inputs.prime_rl",
 }
+
+
+def detector(name: str):
+    """The module of a DETECT format (its claims / step_and_split / skips)."""
+    return importlib.import_module(FORMATS[name])
 
 
 class Reading:
