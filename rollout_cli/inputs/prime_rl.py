@@ -179,21 +179,21 @@ class _Node:
         n = 0 if tok is None else len(tok)
         if n and (int(tok.min()) < 0 or int(tok.max()) > _INT32_MAX):
             raise Bad(f"{where}.token_ids", f"expected token ids in [0, {_INT32_MAX}]")
-        mask = _array(np, rec.get("mask", []), f"{where}.mask", "b", "true/false")
-        m = 0 if mask is None else len(mask)
-        if m != n:
-            raise Bad(f"{where}.mask", f"expected {n} entries (one per token_ids), got {m}")
-        sampled_count = 0 if mask is None else int(mask.sum())
+        raw_mask = rec.get("mask", [])
+        if isinstance(raw_mask, list) and len(raw_mask) != n:
+            raise Bad(f"{where}.mask", f"expected {n} entries (one per token_ids), got {len(raw_mask)}")
+        mask = _array(np, raw_mask, f"{where}.mask", "b", "true/false")
+        sampled_count = raw_mask.count(True)  # every entry is a bool here
         for key in ("logprobs", "advantages", "reference_logprobs"):
             v = rec.get(key, [] if key == "logprobs" else None)
             if v is None:
                 continue
-            a = _array(np, v, f"{where}.{key}", "fiu", "numbers")
-            got = 0 if a is None else len(a)
-            if got != sampled_count:
-                raise Bad(f"{where}.{key}", f"expected {sampled_count} values (one per true entry of mask), got {got}")
-            if key == "logprobs":
-                self.lp = a
+            if not isinstance(v, list):
+                raise Bad(f"{where}.{key}", f"expected a list of numbers, got {_kind(v)}")
+            if len(v) != sampled_count:
+                raise Bad(f"{where}.{key}", f"expected {sampled_count} values (one per true entry of mask), got {len(v)}")
+            if key == "logprobs":  # the others are not carried: their length is all that is checked
+                self.lp = _array(np, v, f"{where}.{key}", "fiu", "numbers")
         self.tokens = tok if tok is not None else np.zeros(0, np.int64)
         self.mask = mask if mask is not None else np.zeros(0, bool)
         self.trains = sampled_count > 0
