@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from functools import lru_cache
 from typing import Iterator
 
 from ..core import storage
@@ -64,18 +63,18 @@ def subset(path: str) -> str | None:
     return m.group(3) if m else None
 
 
-@lru_cache(maxsize=4096)
 def _run_root(folder: str) -> str | None:
     """The prime-rl run folder that `folder` is in or under: the nearest one holding
     `rollouts/step_{N}/` (checked up to five levels up)."""
     here = os.path.abspath(folder)
     for _ in range(6):
         rollouts = os.path.join(here, "rollouts")
-        try:
-            if any(_STEP_DIR.match(e) for e in os.listdir(rollouts)):
-                return here
-        except OSError:
-            pass
+        if os.path.isdir(rollouts):
+            try:
+                if any(_STEP_DIR.match(e) for e in os.listdir(rollouts)):
+                    return here
+            except OSError:
+                pass
         up = os.path.dirname(here)
         if up == here:
             break

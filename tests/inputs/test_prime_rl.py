@@ -371,3 +371,27 @@ def test_same_rows_as_slime_jsonl(tmp_path, facts):
     a, b = read_rows(root / "a"), read_rows(root / "b")
     assert len(a) == sum(len(f[5]) for f in facts)
     assert a == b
+
+
+def test_recognition_and_planning_import_no_numpy(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from rollout_cli.inputs.units import plan_units\n"
+            "from rollout_cli.inputs.registry import split_input\n"
+            "from rollout_cli.core.options import ConvertOptions\n"
+            f"units, _, notes = plan_units([{str(RUN)!r}], ConvertOptions())\n"
+            "assert [u.input.format for u in units] == ['prime_rl'] * 3, units\n"
+            "[split_input(u.input, 4) for u in units]\n"
+            "print(sorted(m for m in ('numpy', 'pyarrow') if m in sys.modules))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_report_on_a_run_folder(tmp_path):
+    r = runner.invoke(app, ["report", str(RUN), "-o", str(tmp_path / "r.html"), "--json"])
+    assert r.exit_code == 0, r.output
+    counts = json.loads(r.stdout)["counts"]
+    assert counts["train"]["rollouts"] == 13 and counts["train"]["samples"] == 15
