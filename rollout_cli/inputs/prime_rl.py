@@ -238,12 +238,12 @@ def _leaves_and_check(nodes: list, where: str) -> list[int]:
     parent chain reaches a root."""
     reaches = [False] * len(nodes)
     for i in range(len(nodes)):
-        seen: list[int] = []
+        seen: dict[int, None] = {}  # the walk so far, in order
         j = i
         while j is not None and not reaches[j]:
             if j in seen:
                 raise Bad(f"{where}.nodes[{j}].parent", "the parent links form a cycle")
-            seen.append(j)
+            seen[j] = None
             j = nodes[j].parent
         for k in seen:
             reaches[k] = True

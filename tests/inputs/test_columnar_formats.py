@@ -260,7 +260,7 @@ def test_parquet_on_several_workers_gives_the_same_shards(tmp_path, monkeypatch,
 
 
 def test_registry_names_a_module_per_format():
-    assert set(FORMATS) == {"jsonl", "parquet", "pt"}
+    assert set(FORMATS) == {"jsonl", "parquet", "pt", "prime_rl"}
 
 
 def test_reading_reports_what_the_file_says(tmp_path):
