@@ -31,7 +31,9 @@ msd = _load_script()
 
 
 def _data_files(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and p.suffix in suffixes)
+    """make_sample_data.py's files (prime_rl/ is make_prime_rl.py's, checked below)."""
+    return sorted(p.relative_to(root) for p in root.rglob("*")
+                  if p.is_file() and p.suffix in suffixes and "prime_rl" not in p.relative_to(root).parts)
 
 
 # ---------------------------------------------------------------------------------------- loaders

@@ -123,12 +123,12 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
     are rollout-cli outputs (and `exclude`, the output being written) are not searched.
     `options` (RuleOptions) carries what framework readers choose by (`prime_rl_subset`)."""
     excluded = os.path.realpath(exclude) if exclude else None
-    files: list[tuple[str, str]] = []
+    files: list[tuple[str, str, str]] = []  # (path, display, format)
     skipped: list[str] = []
     notes: list[str] = []
     for p in paths:
         if p == "-":
-            files.append(("-", "<stdin>"))
+            files.append(("-", "<stdin>", "jsonl"))
         elif storage.is_uri(p):
             try:
                 found = storage.list_files(p)
@@ -136,12 +136,13 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
                 raise UsageError(f"{p}: no such file or directory") from None
             for full in found:
                 note = _skip_note(full, options)
+                fmt = None if note else input_format(full)
                 if note:
                     notes.append(note)
-                elif input_format(full) is None:
+                elif fmt is None:
                     skipped.append(full)
                 else:
-                    files.append((full, full))
+                    files.append((full, full, fmt))
         elif os.path.isdir(p):
             for root, dirs, names in os.walk(p):
                 if os.path.realpath(root) == excluded or _is_output_dir(root):
@@ -152,31 +153,31 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
                 for name in sorted(names):
                     full = os.path.join(root, name)
                     note = _skip_note(full, options)
+                    fmt = None if note else input_format(full)
                     if note:
                         notes.append(note)
-                    elif input_format(full) is None:
+                    elif fmt is None:
                         skipped.append(full)
                     else:
-                        files.append((full, full))
+                        files.append((full, full, fmt))
         elif os.path.exists(p):
-            if input_format(p) is None:
+            fmt = input_format(p)
+            if fmt is None:
                 raise UsageError(f"{p}: not a supported input (expected {', '.join(sorted(EXTENSIONS))})")
             note = _skip_note(p, options)
             if note:
                 notes.append(note)
                 continue
-            files.append((p, p))
+            files.append((p, p, fmt))
         else:
             raise UsageError(f"{p}: no such file or directory")
     if step is not None and len(files) != 1:
         raise UsageError("--step applies to a single input (stdin or one file)")
     out: list[InputFile] = []
-    for path, display in files:
+    for path, display, fmt in files:
         if is_train_side_dump(path):
             notes.append(f"{display}: slime train-side dump (train_data/), skipped")
             continue
-        fmt = "jsonl" if path == "-" else input_format(path)
-        assert fmt is not None
         placed = detector(fmt).step_and_split(path) if fmt in DETECT else None
         if placed is not None:
             name_step, split = check_step(placed[0], path), placed[1]
