@@ -395,3 +395,16 @@ def test_report_on_a_run_folder(tmp_path):
     assert r.exit_code == 0, r.output
     counts = json.loads(r.stdout)["counts"]
     assert counts["train"]["rollouts"] == 13 and counts["train"]["samples"] == 15
+
+
+def test_compressed_traces_are_read_whole(tmp_path):
+    import gzip
+
+    path = write_step(tmp_path / "run", 6, [forked_episode(random.Random(8)) for _ in range(3)])
+    gz = path.with_name("traces.jsonl.gz")
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    path.unlink()
+    (inp,), _, _ = discover([str(tmp_path / "run")])
+    assert (inp.format, inp.step, inp.split) == ("prime_rl", 6, "train")
+    assert split_input(inp, 4) == [(0, None)]
+    assert sum(len(c) for c in read_input(inp)) == 6
