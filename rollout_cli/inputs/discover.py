@@ -164,11 +164,7 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
             fmt = input_format(p)
             if fmt is None:
                 raise UsageError(f"{p}: not a supported input (expected {', '.join(sorted(EXTENSIONS))})")
-            note = _skip_note(p, options)
-            if note:
-                notes.append(note)
-                continue
-            files.append((p, p, fmt))
+            files.append((p, p, fmt))  # named: read whatever a folder search would leave out
         else:
             raise UsageError(f"{p}: no such file or directory")
     if step is not None and len(files) != 1:

@@ -408,3 +408,16 @@ def test_compressed_traces_are_read_whole(tmp_path):
     assert (inp.format, inp.step, inp.split) == ("prime_rl", 6, "train")
     assert split_input(inp, 4) == [(0, None)]
     assert sum(len(c) for c in read_input(inp)) == 6
+
+
+def test_a_named_file_is_read_whatever_the_subset(tmp_path):
+    path = RUN / "rollouts" / "step_1" / "train" / "all" / "traces.jsonl"
+    (f,), _, notes = discover([str(path)], options=copts())
+    assert (f.format, f.step) == ("prime_rl", 1) and not notes
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["convert", str(path), str(out), "-q", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    rows = read_rows(out)
+    assert len(rows) == 8  # 7 trained samples and the errored episode's
+    (failed,) = [r for r in rows if r["status"] == "failed"]
+    assert not any(failed["loss_mask"]) and failed["source_name"] == "gsm8k"  # removed: trains nothing
