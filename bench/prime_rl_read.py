@@ -116,13 +116,15 @@ def main() -> None:
             cmd += ["--workers", str(workers)]
         subprocess.run(cmd, check=True, env=dict(os.environ, PYTHONPATH=ROOT))
 
-    res = {"bytes": size, "lines": sum(1 for _ in open(path, "rb")), "cores": os.cpu_count()}
+    res = {"bytes": size, "lines": sum(1 for _ in open(path, "rb")), "cores": os.cpu_count(),
+           "load_before": os.getloadavg()[0]}
     for name, fn in (("orjson", parse_only), ("reader", reader), ("convert --workers 1", lambda: convert(1)),
                      ("convert", lambda: convert(None))):
         best = min(timed(fn) for _ in range(args.reps))
         res[name] = {"seconds": round(best, 3), "mb_per_s": round(size / 1e6 / best, 1)}
         print(f"{name:22s} {best:7.2f} s  {size / 1e6 / best:7.1f} MB/s", flush=True)
     res["samples"] = samples[-1]
+    res["load_after"] = os.getloadavg()[0]  # other work on the machine: figures are best-of-reps
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", f"prime-rl-read-{args.size_mb}mb.json"), "w") as f:
         json.dump(res, f, indent=1)
