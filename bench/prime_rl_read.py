@@ -7,6 +7,9 @@
 * `convert`: `rollout-cli convert` of the run folder with --workers 1 and with the default
   workers (byte ranges in parallel), as a process.
 
+Wall time and, where it can be counted, CPU time (less sensitive to other work on the machine);
+each the best of --reps.
+
 Episodes are agentic: 3-8 turns (tool results between sampled answers), ~15% forked into two
 branches, prompt 200-1500 tokens, answers 50-600, compact logprobs as floats (most of the bytes),
 advantages on sampled tokens as `effective` has them. Written with the generator of
@@ -75,10 +78,17 @@ def generate(path: str, size_mb: int, seed: int = 1) -> int:
     return episodes
 
 
-def timed(fn) -> float:
-    t = time.perf_counter()
+def timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process and its finished children)."""
+    import resource
+
+    def cpu():
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+    t, c = time.perf_counter(), cpu()
     fn()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, cpu() - c
 
 
 def main() -> None:
@@ -120,9 +130,14 @@ def main() -> None:
            "load_before": os.getloadavg()[0]}
     for name, fn in (("orjson", parse_only), ("reader", reader), ("convert --workers 1", lambda: convert(1)),
                      ("convert", lambda: convert(None))):
-        best = min(timed(fn) for _ in range(args.reps))
+        runs = [timed(fn) for _ in range(args.reps)]
+        best, cpu = min(r[0] for r in runs), min(r[1] for r in runs)
         res[name] = {"seconds": round(best, 3), "mb_per_s": round(size / 1e6 / best, 1)}
-        print(f"{name:22s} {best:7.2f} s  {size / 1e6 / best:7.1f} MB/s", flush=True)
+        line = f"{name:22s} {best:7.2f} s  {size / 1e6 / best:7.1f} MB/s"
+        if name != "convert":  # a pool's workers are no children this process waits for: their CPU is not counted
+            res[name].update(cpu_seconds=round(cpu, 3), mb_per_cpu_s=round(size / 1e6 / cpu, 1))
+            line += f"   cpu {cpu:7.2f} s  {size / 1e6 / cpu:7.1f} MB/cpu-s"
+        print(line, flush=True)
     res["samples"] = samples[-1]
     res["load_after"] = os.getloadavg()[0]  # other work on the machine: figures are best-of-reps
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
