@@ -179,10 +179,18 @@ class _Node:
         if n and (int(tok.min()) < 0 or int(tok.max()) > _INT32_MAX):
             raise Bad(f"{where}.token_ids", f"expected token ids in [0, {_INT32_MAX}]")
         raw_mask = rec.get("mask", [])
-        if isinstance(raw_mask, list) and len(raw_mask) != n:
+        if not isinstance(raw_mask, list):
+            raise Bad(f"{where}.mask", f"expected a list of true/false, got {_kind(raw_mask)}")
+        if len(raw_mask) != n:
             raise Bad(f"{where}.mask", f"expected {n} entries (one per token_ids), got {len(raw_mask)}")
-        mask = _array(np, raw_mask, f"{where}.mask", "b", "true/false")
-        sampled_count = raw_mask.count(True)  # every entry is a bool here
+        try:  # bytes() takes bools and small integers only, some times faster than numpy's list parsing
+            packed = bytes(raw_mask)
+        except (TypeError, ValueError):
+            packed = None
+        if packed is None or packed.count(0) + packed.count(1) != n:
+            raise Bad(f"{where}.mask", "expected a list of true/false")
+        mask = np.frombuffer(packed, np.uint8).view(bool)
+        sampled_count = packed.count(1)
         for key in ("logprobs", "advantages", "reference_logprobs"):
             v = rec.get(key, [] if key == "logprobs" else None)
             if v is None:
@@ -194,7 +202,7 @@ class _Node:
             if key == "logprobs":  # the others are not carried: their length is all that is checked
                 self.lp = _array(np, v, f"{where}.{key}", "fiu", "numbers")
         self.tokens = tok if tok is not None else np.zeros(0, np.int64)
-        self.mask = mask if mask is not None else np.zeros(0, bool)
+        self.mask = mask
         self.trains = sampled_count > 0
         self.n = n
 

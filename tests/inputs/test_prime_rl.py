@@ -216,6 +216,9 @@ def _break(kind: str, ep: dict) -> tuple[dict | bytes, str]:
     if kind == "mask":
         n[1]["mask"] = n[1]["mask"][:-1]
         return ep, "traces[0].nodes[1].mask: expected 4 entries (one per token_ids), got 3"
+    if kind == "mask_value":
+        n[1]["mask"][0] = "yes"
+        return ep, "traces[0].nodes[1].mask: expected a list of true/false"
     if kind == "logprobs":
         n[3]["logprobs"] = n[3]["logprobs"] + [-0.5]
         return ep, "traces[0].nodes[3].logprobs: expected 2 values (one per true entry of mask), got 3"
@@ -238,7 +241,7 @@ def _break(kind: str, ep: dict) -> tuple[dict | bytes, str]:
     return gen.dumps([ep])[:-40], "invalid JSON"
 
 
-@pytest.mark.parametrize("kind", ["mask", "logprobs", "advantages", "parent", "cycle", "token", "reward", "truncated"])
+@pytest.mark.parametrize("kind", ["mask", "mask_value", "logprobs", "advantages", "parent", "cycle", "token", "reward", "truncated"])
 def test_bad_line_exits_3_naming_file_line_and_field(tmp_path, kind):
     rng = random.Random(5)
     good = [forked_episode(rng) for _ in range(3)]
