@@ -107,42 +107,29 @@ def _is_output_dir(path: str) -> bool:
     return os.path.isfile(layout.manifest_path(path)) or os.path.isdir(os.path.join(path, layout.STAGING))
 
 
-def _skip_note(path: str, options) -> str | None:
-    """A DETECT format's reason to leave out a file (e.g. prime-rl's unselected subset)."""
-    for fmt in DETECT:
-        skips = getattr(detector(fmt), "skips", None)
-        note = skips(path, options) if skips is not None else None
-        if note:
-            return note
-    return None
-
-
 def discover(paths: list[str], step: int | None = None, exclude: str | None = None,
              options=None) -> tuple[list[InputFile], list[str], list[str]]:
     """Resolve inputs to files; returns (inputs, skipped non-input files, notes). Folders that
     are rollout-cli outputs (and `exclude`, the output being written) are not searched.
     `options` (RuleOptions) carries what framework readers choose by (`prime_rl_subset`)."""
     excluded = os.path.realpath(exclude) if exclude else None
-    files: list[tuple[str, str, str]] = []  # (path, display, format)
+    files: list[tuple[str, str, str, bool]] = []  # (path, display, format, named on the command line)
     skipped: list[str] = []
     notes: list[str] = []
     for p in paths:
         if p == "-":
-            files.append(("-", "<stdin>", "jsonl"))
+            files.append(("-", "<stdin>", "jsonl", True))
         elif storage.is_uri(p):
             try:
                 found = storage.list_files(p)
             except FileNotFoundError:
                 raise UsageError(f"{p}: no such file or directory") from None
             for full in found:
-                note = _skip_note(full, options)
-                fmt = None if note else input_format(full)
-                if note:
-                    notes.append(note)
-                elif fmt is None:
+                fmt = input_format(full)
+                if fmt is None:
                     skipped.append(full)
                 else:
-                    files.append((full, full, fmt))
+                    files.append((full, full, fmt, False))
         elif os.path.isdir(p):
             for root, dirs, names in os.walk(p):
                 if os.path.realpath(root) == excluded or _is_output_dir(root):
@@ -152,29 +139,31 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
                 dirs.sort()
                 for name in sorted(names):
                     full = os.path.join(root, name)
-                    note = _skip_note(full, options)
-                    fmt = None if note else input_format(full)
-                    if note:
-                        notes.append(note)
-                    elif fmt is None:
+                    fmt = input_format(full)
+                    if fmt is None:
                         skipped.append(full)
                     else:
-                        files.append((full, full, fmt))
+                        files.append((full, full, fmt, False))
         elif os.path.exists(p):
             fmt = input_format(p)
             if fmt is None:
                 raise UsageError(f"{p}: not a supported input (expected {', '.join(sorted(EXTENSIONS))})")
-            files.append((p, p, fmt))  # named: read whatever a folder search would leave out
+            files.append((p, p, fmt, True))
         else:
             raise UsageError(f"{p}: no such file or directory")
     if step is not None and len(files) != 1:
         raise UsageError("--step applies to a single input (stdin or one file)")
     out: list[InputFile] = []
-    for path, display, fmt in files:
+    for path, display, fmt, named in files:
         if is_train_side_dump(path):
             notes.append(f"{display}: slime train-side dump (train_data/), skipped")
             continue
-        placed = detector(fmt).step_and_split(path) if fmt in DETECT else None
+        mod = detector(fmt) if fmt in DETECT else None
+        note = mod.skip_note(path, options, named) if mod is not None and hasattr(mod, "skip_note") else None
+        if note:
+            notes.append(note)
+            continue
+        placed = mod.step_and_split(path) if mod is not None else None
         if placed is not None:
             name_step, split = check_step(placed[0], path), placed[1]
         else:

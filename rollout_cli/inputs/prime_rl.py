@@ -7,7 +7,7 @@ stores each message's token delta. A sample is what prime-rl's trainer derives f
 of each trainable trace that has sampled tokens, a sampled node shared by several branches
 trained only in the first. docs/frameworks-prime-rl.md has the field mapping.
 
-`claims`, `step_and_split` and `skips` run in the converting process: they import no numpy.
+`claims`, `step_and_split` and `skip_note` run in the converting process: they import no numpy.
 """
 from __future__ import annotations
 
@@ -34,10 +34,11 @@ def _posix(path: str) -> str:
 
 
 def claims(path: str) -> bool:
-    """A prime-rl traces file: by its path, or (any local JSONL) by its first bytes."""
+    """A prime-rl traces file, by its path or (any local JSONL) its first bytes; or another file
+    of a prime-rl run folder that looks like an input, claimed so that `skip_note` leaves it out."""
     if path == "-":
         return False
-    if _PATH.search(_posix(path)):
+    if _PATH.search(_posix(path)) or _companion(path):
         return True
     if storage.is_uri(path) or not path.lower().endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")):
         return False
@@ -82,27 +83,33 @@ def _run_root(folder: str) -> str | None:
     return None
 
 
-def skips(path: str, options=None) -> str | None:
-    """Why discovery leaves out a file that would otherwise be an input, or None: traces of the
-    subset not chosen (`options.prime_rl_subset`), and a prime-rl run folder's other files
-    (metrics.jsonl, checkpoints' .pt files, token exports)."""
-    if path == "-":
-        return None
-    chosen = getattr(options, "prime_rl_subset", SUBSETS[0]) or SUBSETS[0]
-    sub = subset(path)
-    if sub is not None:
-        if sub == chosen:
-            return None
-        return f"{path}: prime-rl `{sub}` traces, skipped (reading `{chosen}`; --prime-rl-subset {sub} reads these)"
+def _companion(path: str) -> str | None:
+    """What a file that looks like an input is, when it belongs to a prime-rl run folder outside
+    `rollouts/` (the metrics log, a checkpoint's .pt, a token export), else None."""
     if storage.is_uri(path) or not path.lower().endswith(_INPUT_ENDINGS):
         return None
     root = _run_root(os.path.dirname(path) or ".")
     if root is None:
         return None
     rel = _posix(os.path.relpath(os.path.abspath(path), root))
-    what = ("metrics log" if rel == "metrics.jsonl" else "checkpoint" if rel.startswith("checkpoints/")
+    if rel.startswith("rollouts/"):
+        return None
+    return ("metrics log" if rel == "metrics.jsonl" else "checkpoint" if rel.startswith("checkpoints/")
             else "token export" if rel.startswith("token_exports/") else "file")
-    return f"{path}: a prime-rl run folder's {what}, not rollout data, skipped"
+
+
+def skip_note(path: str, options=None, named: bool = False) -> str | None:
+    """Why discovery leaves out a claimed file, or None: a run folder's file that is not rollout
+    data, and (in a folder search; a `named` file is read) traces of the subset not chosen
+    (`options.prime_rl_subset`)."""
+    sub = subset(path)
+    if sub is not None:
+        chosen = getattr(options, "prime_rl_subset", SUBSETS[0]) or SUBSETS[0]
+        if named or sub == chosen:
+            return None
+        return f"{path}: prime-rl `{sub}` traces, skipped (reading `{chosen}`; --prime-rl-subset {sub} reads these)"
+    what = _companion(path)
+    return f"{path}: a prime-rl run folder's {what}, not rollout data, skipped" if what else None
 
 
 def string_id(text: str) -> int:

@@ -6,8 +6,9 @@ converting process (which plans parts) stays free of numpy and pyarrow.
 A framework's reader also recognises its files: listed in DETECT, in the order discovery asks
 them, its module has `claims(path) -> bool` (from the path and at most the first bytes),
 `step_and_split(path) -> (step, split) | None` (what the path says), and optionally
-`skips(path, options) -> str | None` (a note for a file it leaves out), all without numpy or
-pyarrow."""
+`skip_note(path, options, named) -> str | None` (why a claimed file is left out: it holds no
+train data, or options choose another; `named`: given on the command line rather than found
+in a folder), all without numpy or pyarrow."""
 from __future__ import annotations
 
 import importlib
@@ -34,7 +35,7 @@ SPLITTERS = {
 
 
 def detector(name: str):
-    """The module of a DETECT format (its claims / step_and_split / skips)."""
+    """The module of a DETECT format (its claims / step_and_split / skip_note)."""
     return importlib.import_module(FORMATS[name])
 
 

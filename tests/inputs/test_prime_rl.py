@@ -424,3 +424,10 @@ def test_a_named_file_is_read_whatever_the_subset(tmp_path):
     assert len(rows) == 8  # 7 trained samples and the errored episode's
     (failed,) = [r for r in rows if r["status"] == "failed"]
     assert not any(failed["loss_mask"]) and failed["source_name"] == "gsm8k"  # removed: trains nothing
+
+
+def test_a_named_run_folder_file_that_is_no_rollout_data_is_left_out(tmp_path):
+    files, _, notes = discover([str(RUN / "metrics.jsonl")], options=copts())
+    assert files == [] and notes == [f"{RUN / 'metrics.jsonl'}: a prime-rl run folder's metrics log, not rollout data, skipped"]
+    r = runner.invoke(app, ["convert", str(RUN / "metrics.jsonl"), str(tmp_path / "out")])
+    assert r.exit_code == 2 and "no input files found" in r.output, r.output
