@@ -3,9 +3,9 @@
 Each line is one verifiers v1 episode (`Episode.to_record()`, PrimeIntellect-ai/verifiers@a60a606e:
 verifiers/v1/episode.py:149-155): an id, a group id, and per agent a trace whose message graph
 stores each message's token delta. A sample is what prime-rl's trainer derives from a trace
-(prime-rl@559b4477:src/prime_rl/orchestrator/trajectories.py:69-160): one per root-to-leaf branch
-of each trainable trace that has sampled tokens, a sampled node shared by several branches
-trained only in the first. docs/frameworks-prime-rl.md has the field mapping.
+(PrimeIntellect-ai/prime-rl@559b4477:src/prime_rl/orchestrator/trajectories.py:69-160): one per
+root-to-leaf branch of each trainable trace that has sampled tokens, a sampled node shared by
+several branches trained only in the first. docs/frameworks-prime-rl.md has the field mapping.
 
 `claims`, `step_and_split` and `skip_note` run in the converting process: they import no numpy.
 """
