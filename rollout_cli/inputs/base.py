@@ -81,5 +81,4 @@ class ReadRequest:
     trust_pickle: bool = False
     keep_text: bool = True
     chunk_records: int | None = None
-    handover: Any = None  # plain JSONL only: a run.handover.Offer
     threads: int = 1  # cores the reader may use for this part (Parquet decodes columns on them)

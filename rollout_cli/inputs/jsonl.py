@@ -5,7 +5,7 @@ import errno
 import gzip
 import zlib
 import sys
-from typing import BinaryIO, Iterator, Protocol
+from typing import BinaryIO, Iterator
 
 import orjson
 
@@ -87,20 +87,6 @@ def _blank(buf: bytes, start: int, end: int) -> bool:
     return start == end or (buf[start] in _SPACE and not buf[start:end].strip())
 
 
-class Handover(Protocol):
-    """What `read_jsonl` asks while it reads a byte range of a plain file, so that another
-    reader may take over the rest of the range."""
-
-    def poll(self, pos: int, end: int) -> int | None:
-        """Asked every few lines: `pos` is where the next line starts, `end` where the range
-        ends now. A new end (a line start in (pos, end]) to stop there, or None."""
-        ...
-
-    def close(self) -> None:
-        """Called once, when the reader stops (the last line read, or an error)."""
-        ...
-
-
 def read_jsonl(
     path: str,
     display: str | None = None,
@@ -110,7 +96,6 @@ def read_jsonl(
     first_line: int = 1,
     chunk_records: int = CHUNK_RECORDS,
     stats: dict | None = None,
-    handover: Handover | None = None,
     parser=None,
     shape=None,
     chunk_bytes: int = CHUNK_BYTES,
@@ -120,8 +105,7 @@ def read_jsonl(
 
     Blank lines are skipped; a line that is not a JSON object holds its place with its
     problem, so the caller can count and report it. `stats["lines"]` gets the number of
-    lines consumed. With `handover` (for a plain file), the range may end early where its rest
-    was handed over to another reader. A framework's reader passes its own simd.SampleParser
+    lines consumed. A framework's reader passes its own simd.SampleParser
     (`parser`) and `shape`, which maps each chunk of parsed records onto slime's sample fields
     (a RawChunk in row form in, a RawChunk out) in place of inputs/columns.py's `columnar`,
     and may let a chunk hold more JSON (`chunk_bytes`) when its records keep little of it.
@@ -147,16 +131,7 @@ def read_jsonl(
         problems: dict[int, Problem] = {}
         line_no = first_line - 1
         held = 0
-        pos = start  # where the next line starts
-        stop = storage.size(path) if handover is not None and end is None else end
         for buf, a, b in _lines(stream, limit):
-            line_start = pos
-            pos += b - a + 1
-            if handover is not None:
-                if line_start >= stop:
-                    break  # the rest was handed over
-                if not line_no & 7:
-                    stop = handover.poll(line_start, stop) or stop
             line_no += 1
             if _blank(buf, a, b):
                 continue
@@ -195,8 +170,6 @@ def read_jsonl(
             raise
         raise InvalidInputError(f"{display}: cannot read: {e}") from None
     finally:
-        if handover is not None:
-            handover.close()
         if stream is not sys.stdin.buffer:
             stream.close()
 
@@ -258,8 +231,7 @@ def read(inp, request, info) -> Iterator[RawChunk]:
     """The registry's entry: a JSONL file or its byte range [request.start, request.end)."""
     stats: dict = {}
     extra = {} if request.chunk_records is None else {"chunk_records": request.chunk_records}
-    yield from read_jsonl(inp.path, inp.display, start=request.start, end=request.end, stats=stats,
-                          handover=request.handover, **extra)
+    yield from read_jsonl(inp.path, inp.display, start=request.start, end=request.end, stats=stats, **extra)
     info.lines = stats.get("lines", 0)
 
 

@@ -75,7 +75,7 @@ def read(inp, request, info) -> Iterator:
     extra = {} if request.chunk_records is None else {"chunk_records": request.chunk_records}
     # a record keeps its unpadded rows only (a fraction of its line): chunks may span more JSON
     yield from read_jsonl(inp.path, inp.display, start=request.start, end=request.end, stats=stats,
-                          handover=request.handover, parser=parser(), shape=shape_chunk,
+                          parser=parser(), shape=shape_chunk,
                           chunk_bytes=CHUNK_BYTES * 8, **extra)
     info.lines = stats.get("lines", 0)
 

@@ -399,8 +399,6 @@ def read(inp, request, info) -> Iterator:
             raise
         raise InvalidInputError(f"{display}: cannot read: {e}") from None
     finally:
-        if request.handover is not None:
-            request.handover.close()
         stream.close()
 
 

@@ -41,8 +41,6 @@ SPLITTERS = {
 # holds no train data, or one the options leave out); like the splitters, these modules import
 # no numpy or pyarrow.
 DETECT = ("nemo_rl", "miles", "prime_rl")
-# Formats read from plain JSONL byte ranges whose rest a busy reader may hand over (run/handover.py).
-HANDOVER = frozenset({"jsonl", "nemo_rl"})
 # Formats whose group_index is a key of the prompt's content (each part of a step is read on its
 # own): the step's finish renumbers the keys 0, 1, ... in order of first appearance.
 CONTENT_GROUPS = frozenset({"nemo_rl"})
@@ -60,9 +58,9 @@ class Reading:
 
 
 def read_input(inp, *, trust_pickle: bool = False, start: int = 0, end: int | None = None,
-               chunk_records: int | None = None, handover=None, keep_text: bool = True, threads: int = 1) -> Reading:
+               chunk_records: int | None = None, keep_text: bool = True, threads: int = 1) -> Reading:
     """Read an InputFile (or one part of it, as split_input planned) through its format's reader."""
-    return Reading(inp, ReadRequest(start, end, trust_pickle, keep_text, chunk_records, handover, threads))
+    return Reading(inp, ReadRequest(start, end, trust_pickle, keep_text, chunk_records, threads))
 
 
 def split_input(inp, parts: int) -> list[tuple[int, int | None]]:

@@ -1,3 +1,3 @@
 """The converting process: what a worker runs (`stages`), what it is handed and returns
-(`tasks`), the byte-range handover between workers, the scheduler that plans parts and
-commits (`convert`), and the engines that run stages inline, in a process pool or on Ray."""
+(`tasks`), the scheduler that plans parts and commits (`convert`), and the engines that run
+stages inline, in a process pool or on Ray."""

@@ -24,7 +24,6 @@ from ..core import layout
 from .engines import make_engine
 from .preload import WORKER_MODULES
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError
-from .handover import can_hand_over
 from ..inputs.discover import InputFile
 from ..inputs.units import claim_step, plan_units
 from ..core.options import ConvertOptions
@@ -138,14 +137,11 @@ class _Scheduler:
         self.remote = getattr(engine, "remote", False)
         self.pending: dict = {}  # engine handle -> (kind, key)
         self.parts_of: dict[int, int] = {}  # parts made per unit (they are numbered in that order)
-        self.running: dict[int, dict[int, PartTask]] = {}  # parse tasks not back yet, per unit and part
         for t in tasks:
             self.parts_of[t.unit] = self.parts_of.get(t.unit, 0) + 1
-            self.running.setdefault(t.unit, {})[t.part] = t
         self.tasks = tasks
         self.got: dict[int, list[PartResult]] = {}
         self.finished: dict[int, UnitResult] = {}
-        self.asked: set[str] = set()  # parts asked for a handover
         self.rejected = 0
         self.done_units = 0
         # With as many steps as slots, each step is one task that reads, finishes and writes it
@@ -164,7 +160,6 @@ class _Scheduler:
                 for path in fingerprints.todo:
                     self._submit(("fingerprint", path), manifest_mod.file_fingerprint, path, label=_fingerprint_label(path))
             while self.pending:
-                self._hand_over()
                 for h in self.engine.wait(list(self.pending)):
                     kind, key = self.pending.pop(h)
                     value = self.engine.result(h)
@@ -195,11 +190,9 @@ class _Scheduler:
                      here=task.input.path == "-")
 
     def _whole(self, task: PartTask) -> bool:
-        """Whether the step is read and finished by one task: it is one part that no idle
-        worker can take a share of, on a local engine (a remote one retries parse and finish
-        separately)."""
-        return (not self.remote and self.parts_of[task.unit] == 1 and task.take_from is None
-                and task.input.path != "-" and (self.step_tasks or not can_hand_over(task)))
+        """Whether the step is read and finished by one task: it is one part, on a local engine
+        (a remote one retries parse and finish separately)."""
+        return not self.remote and self.parts_of[task.unit] == 1 and task.input.path != "-"
 
     @staticmethod
     def _size(task: PartTask) -> int:
@@ -211,7 +204,6 @@ class _Scheduler:
         if part.stopped:
             raise StepProblems([p for _, p in part.problems])
         self.got.setdefault(u, []).append(part)
-        self.running[u].pop(part.part, None)
         if len(self.got[u]) == self.parts_of[u]:
             unit = self.units[u]
             self._submit(("finish", u), finish_unit, unit, self.got.pop(u), self.opts, self.staging_root,
@@ -235,27 +227,6 @@ class _Scheduler:
                 f"more than --max-errors {limit} samples rejected ({self.rejected} so far); stopped, nothing written",
                 [_reject_problem(r) for r in value.rejects[: limit + 1]],
             )
-
-    def _hand_over(self) -> None:
-        """With a core idle and nothing queued, send a worker to take over the rest of the
-        largest part still being parsed (handover.py): parts cut to equal sizes rarely finish
-        together, and steps differ in size."""
-        engine = self.engine
-        if self.remote or self.step_tasks or engine.slots() < 2 or len(self.pending) >= engine.slots():
-            return
-        candidates = [t for parts in self.running.values() for t in parts.values()
-                      if t.take_from is None and t.stage_path not in self.asked and can_hand_over(t)]
-        if not candidates:
-            return
-        victim = max(candidates, key=self._size)
-        u = victim.unit
-        k = self.parts_of[u]
-        taker = PartTask(u, k, victim.input, 0, None, _staged(self.parts_root, f"parts/u{u:05d}-p{k:04d}.arrow"),
-                         take_from=victim.stage_path)
-        self.asked.add(victim.stage_path)
-        self.parts_of[u] += 1
-        self.running[u][k] = taker
-        self._submit_parse(taker)
 
 
 def _reject_problem(r: dict) -> Problem:

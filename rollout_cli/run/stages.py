@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
-import sys
 import numpy as np
 import pyarrow as pa
 
@@ -13,7 +12,6 @@ from ..core import storage
 from ..core.arrays import concat_adjacent
 from ..core.cores import usable_cores
 from ..core.errors import Location, Problem
-from .handover import Offer, can_hand_over, take_over
 from ..inputs.units import in_steps, record_step, train_dump_note, unit_step
 from ..pipeline.records import dense_groups, id_inputs, locator
 from ..pipeline.arena import ValueArena
@@ -71,23 +69,14 @@ class _Held:
 
 def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None, rows=None) -> PartResult:
     """Stages 1-2 for one part: read, validate, stage the valid rows as Arrow IPC (or hand them
-    to `rows`, a _Held). A part of a plain JSONL file may hand the rest of its range over to an
-    idle worker (handover.py); a task with `take_from` is that worker's: it parses what it is
-    given (maybe nothing), and hands nothing over in turn."""
+    to `rows`, a _Held)."""
     res = PartResult(task.unit, task.part, 0, 0, task.input.display, "line", [], [], [], [], [], [], None)
     start, end = task.start, task.end
-    if task.take_from is not None:
-        given = take_over(task.take_from)
-        if given is None:
-            res.start = sys.maxsize  # nothing: ordered last
-            return res
-        start, end = given
     res.start = start
-    offer = Offer(task.stage_path, task.input.path) if task.take_from is None and can_hand_over(task) and rows is None else None
     sink = rows if rows is not None else _Staged(task.stage_path)
     arena = None
     try:
-        reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end, handover=offer,
+        reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end,
                              keep_text=opts.keep_text, threads=task.threads)
         for raw in reading:
             if rows is not None and arena is None and reading.info.values_bound is not None:

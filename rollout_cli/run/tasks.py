@@ -17,7 +17,6 @@ class PartTask:
     start: int
     end: int | None
     stage_path: str
-    take_from: str | None = None  # an idle worker's task: the rest of the part staged there
     threads: int = 1  # cores the part may use (a step read whole while cores are spare)
 
 
