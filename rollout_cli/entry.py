@@ -2,8 +2,9 @@
 while to import), a `convert` that will use the local process pool starts the pool's fork
 server, so that it imports the pipeline on another core meanwhile (run/engines/fork_server.py).
 The guess is only an early start: without it the pool's workers import the stages themselves.
-pandas is refused in this process (core.no_pandas): a step converted here (`--workers 1`, a
-one-core machine) would otherwise import it through `pa.array`."""
+A `convert` takes its workers' Arrow allocator (run/engines/worker_setup.py) in this process too,
+and pandas is refused here (core.no_pandas): a step converted here (`--workers 1`, a one-core
+machine) would otherwise import it through `pa.array`."""
 from __future__ import annotations
 
 import sys
@@ -32,6 +33,12 @@ def main() -> None:
     from .core.no_pandas import refuse_pandas
 
     refuse_pandas()
+    if sys.argv[1:2] == ["convert"]:
+        import os
+
+        from .run.engines.worker_setup import worker_environment
+
+        os.environ.update(worker_environment())  # this executable's own environment, before pyarrow loads
     if _pool_convert(sys.argv[1:]):
         from .run.preload import start_pool_early
 
