@@ -175,3 +175,35 @@ def parse_steps(spec: str | None) -> tuple[int | None, int | None]:
         return v, v
     except ValueError:
         raise UsageError(f"--steps: expected A:B, A:, :B or A (integers), got {spec!r}") from None
+
+
+def discover_train(paths: list[str]) -> list[InputFile]:
+    """The train-side inputs of `audit --train`: files (folders searched recursively) of a
+    format with a train reader (inputs/registry.py TRAIN_FORMATS), train_data/ folders
+    included. `step` is the first number in the name, a hint only (slime names them
+    `{rollout_id}.pt` or with `{rank}` after it): each payload's own rollout_id decides."""
+    from .registry import TRAIN_FORMATS
+
+    found: list[tuple[str, str]] = []
+    for p in paths:
+        if storage.is_uri(p):
+            try:
+                found.extend((f, f) for f in storage.list_files(p) if input_format(f) in TRAIN_FORMATS)
+            except FileNotFoundError:
+                raise UsageError(f"{p}: no such file or directory") from None
+        elif os.path.isdir(p):
+            for root, dirs, names in os.walk(p):
+                dirs.sort()
+                found.extend((os.path.join(root, n), os.path.join(root, n)) for n in sorted(names)
+                             if input_format(n) in TRAIN_FORMATS)
+        elif os.path.exists(p):
+            if input_format(p) not in TRAIN_FORMATS:
+                raise UsageError(f"--train {p}: not a train-side input (expected {', '.join('.' + f for f in sorted(TRAIN_FORMATS))})")
+            found.append((p, p))
+        else:
+            raise UsageError(f"--train {p}: no such file or directory")
+    out = []
+    for path, display in found:
+        runs = _DIGITS.findall(_stem(path))
+        out.append(InputFile(path, display, input_format(path) or "pt", int(runs[0]) if runs else None, "train", "name"))
+    return out

@@ -1,6 +1,9 @@
 """The reader registry: format name -> the module that reads it. A new format is one module
 with `read(inp, request, info) -> Iterator[RawChunk]` (and optionally `split(inp, parts)`),
-plus one line here. Modules are imported only when a file of their format is read, so the
+plus one line here. The trainer's side (`audit --train`) has its own table: a module with
+`read_train(inp, trust_pickle) -> TrainDump` (inputs/train_pt.py: a reader of another
+framework builds a payload shaped like slime's train dump and passes it to
+`train_pt.from_payload`). Modules are imported only when a file of their format is read, so the
 converting process (which plans parts) stays free of numpy and pyarrow."""
 from __future__ import annotations
 
@@ -9,12 +12,17 @@ from typing import Iterator
 
 from .base import RawChunk, ReadInfo, ReadRequest
 
-__all__ = ["RawChunk", "ReadInfo", "ReadRequest", "Reading", "FORMATS", "read_input", "split_input"]
+__all__ = ["RawChunk", "ReadInfo", "ReadRequest", "Reading", "FORMATS", "TRAIN_FORMATS", "read_input", "read_train",
+           "split_input"]
 
 FORMATS = {
     "jsonl": "rollout_cli.inputs.jsonl",
     "parquet": "rollout_cli.inputs.parquet",
     "pt": "rollout_cli.inputs.slime_pt",
+}
+# The trainer's side of a step: format -> module with read_train(inp, trust_pickle) -> TrainDump.
+TRAIN_FORMATS = {
+    "pt": "rollout_cli.inputs.train_pt",
 }
 # Part planning runs in the converting process: these modules import no numpy or pyarrow.
 SPLITTERS = {
@@ -46,3 +54,14 @@ def split_input(inp, parts: int) -> list[tuple[int, int | None]]:
     if name is None or parts <= 1:
         return [(0, None)]
     return importlib.import_module(name).split(inp, parts)
+
+
+def read_train(inp, *, trust_pickle: bool = False):
+    """Read one train-side input (an InputFile) through its format's train reader: a
+    inputs.train_pt.TrainDump, one step held."""
+    from ..core.errors import UsageError
+
+    name = TRAIN_FORMATS.get(inp.format)
+    if name is None:
+        raise UsageError(f"{inp.display}: no train-side reader for {inp.format} files (expected {', '.join(sorted(TRAIN_FORMATS))})")
+    return importlib.import_module(name).read_train(inp, trust_pickle)
