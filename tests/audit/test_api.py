@@ -292,3 +292,18 @@ def test_mismatch_against_direct_numpy(tmp_path):
     assert m["k3"] == pytest.approx(np.mean(np.exp(d) - 1 - d), rel=1e-6)
     assert m["ratio_above_2"] == np.mean(np.exp(d) > 2) and m["ratio_below_0.5"] == np.mean(np.exp(d) < 0.5)
     assert m["top_tokens"][0]["abs_diff"] == pytest.approx(np.abs(d).max(), rel=1e-12)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_loss_weight_is_inspects(tmp_path, fmt):
+    """audit (from compute_step's denominators) and inspect (from its rows) agree."""
+    from rollout_cli.inspect import InspectOptions, inspect_paths
+
+    r = _run(tmp_path, fmt=fmt)
+    ins = inspect_paths([str(tmp_path / "rollout_data")], options=InspectOptions())
+    assert [w["step"] for w in ins["loss_weight"]] == [0, 1]
+    for st_, w in zip(r["steps"], ins["loss_weight"]):
+        mine = st_["loss_weight"]
+        assert [m["rollout_id"] for m in mine["movers"]] == [m["rollout_id"] for m in w["movers"]]
+        for a, b in zip(mine["movers"], w["movers"]):
+            assert a["share"] == pytest.approx(b["share"], abs=1e-6)

@@ -112,7 +112,7 @@ def test_json_snapshot(monkeypatch):
     monkeypatch.chdir(ROOT)
     d = inspect_json("sample_data/jsonl", "--group-by", "rollout_id")
     assert d == json.loads(SNAPSHOT.read_text())
-    assert list(d) == ["summary", "groups", "anomalies"]
+    assert list(d) == ["summary", "groups", "anomalies", "loss_weight"]
 
 
 def test_limit_and_sort():
