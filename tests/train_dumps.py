@@ -170,3 +170,21 @@ def write_rollout(folder: Path, samples: list[dict], step: int, fmt: str) -> Pat
         path = folder / f"{step}.parquet"
         pq.write_table(pa.Table.from_pylist(samples), str(path))
     return path
+
+
+def write_run(root: Path, steps=(0, 1, 2), fmt: str = "jsonl", *, prompts: int = 4, n: int = 3, rl: int = 30, dp: int = 2,
+              removed=(2,), edit=None) -> tuple[Path, Path]:
+    """A small run as slime's --dump-details lays it out: root/rollout_data and root/train_data.
+    `edit(step, payload)` changes a train payload before it is saved."""
+    for step in steps:
+        samples = rollout_samples(step, prompts=prompts, n=n, rl=rl, removed=removed)
+        write_train(root / "train_data", samples, step, n=n, rbs=prompts, dp=dp,
+                    edit=None if edit is None else (lambda p, s=step: edit(s, p)))
+        write_rollout(root / "rollout_data", samples, step, fmt)
+    return root / "rollout_data", root / "train_data"
+
+
+def reward_fault(step: int, p: dict) -> None:
+    """The report tests' fault: step 1, rollout position 4 trained with another reward."""
+    if step == 1:
+        p["samples"][4]["rewards"] = 9.0

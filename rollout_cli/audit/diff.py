@@ -1,6 +1,7 @@
 """What a rollout sample determines against what the trainer holds, field by field.
 
-A divergence is one record `{step, rollout_position, field, rollout, train, expected, got}`:
+A divergence is one record `{step, rollout_position, rollout_id, field, rollout, train,
+expected, got}` (`rollout_id`: the id convert assigns the position, null where none):
 `field` is convert's column name (`train_field` the trainer's key), `rollout` the rollout
 file:position, `train` the train file, `expected` what convert determines from the rollout
 dump with the given options, `got` what the trainer holds. For a list field, `index` is the
@@ -33,9 +34,11 @@ REWARD_ATOL = 1e-6  # mean-centred rewards near 0
 
 
 def _plain(v: Any) -> Any:
-    """A JSON-ready value."""
+    """A JSON-ready value (NaN and infinities as null)."""
     if isinstance(v, np.generic):
-        return v.item()
+        v = v.item()
+    if isinstance(v, float) and not np.isfinite(v):
+        return None
     if isinstance(v, np.ndarray):
         return v.tolist()
     if isinstance(v, (int, float, str, bool)) or v is None:
@@ -94,7 +97,7 @@ def exact_diff(expected: int, got: Any) -> dict | None:
 
 def record(step: int, pos: int | None, fld: str, rollout: str | None, train: str | None, d: dict) -> dict:
     """One divergence record (see the module)."""
-    out = {"step": step, "rollout_position": pos, "field": fld, "train_field": TRAIN_KEYS.get(fld),
+    out = {"step": step, "rollout_position": pos, "rollout_id": None, "field": fld, "train_field": TRAIN_KEYS.get(fld),
            "rollout": rollout, "train": train, "expected": d.get("expected"), "got": d.get("got")}
     for k in ("index", "differing"):
         if k in d:

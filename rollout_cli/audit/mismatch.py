@@ -54,8 +54,14 @@ def figures(s: np.ndarray) -> dict:
     n = int(s[0])
     if n == 0:
         return {k: (0 if k == "tokens" else None) for k in KEYS}
-    return {"tokens": n, "mean_abs_diff": float(s[1] / n), "max_abs_diff": float(s[2]), "k1": float(s[3] / n),
-            "k3": float(s[4] / n), "ratio_above_2": float(s[5] / n), "ratio_below_0.5": float(s[6] / n)}
+    return {"tokens": n, "mean_abs_diff": _f(s[1] / n), "max_abs_diff": _f(s[2]), "k1": _f(s[3] / n),
+            "k3": _f(s[4] / n), "ratio_above_2": float(s[5] / n), "ratio_below_0.5": float(s[6] / n)}
+
+
+def _f(x) -> float | None:
+    """A figure; null where an infinite log-prob made it infinite or undefined (JSON has neither)."""
+    x = float(x)
+    return x if np.isfinite(x) else None
 
 
 def direct(d: np.ndarray) -> dict:
@@ -96,7 +102,7 @@ class Pair:
             return None
         out = figures(combine(np.array(list(self.sums.values()))))
         out["top_tokens"] = [
-            {"rollout_position": -p, "token": -t, "d": d, "abs_diff": a, self.scorer_key: sc, self.sampler_key: sa}
+            {"rollout_position": -p, "token": -t, "d": _f(d), "abs_diff": _f(a), self.scorer_key: _f(sc), self.sampler_key: _f(sa)}
             for a, p, t, d, sc, sa in sorted(self.top, reverse=True)
         ]
         return out

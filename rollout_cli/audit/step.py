@@ -50,6 +50,7 @@ class StepAudit:
     rollout_log_probs_from: str | None = None
     # rollout position -> (rollout id, d per response token (NaN where not counted), trainer mask)
     tokens: dict[int, tuple] = field(default_factory=dict)
+    rollout_of: dict[int, int] = field(default_factory=dict)  # rollout position -> rollout id
     cap: int | None = None
 
     def add(self, rec: dict) -> None:
@@ -258,3 +259,6 @@ def _figures(sa: StepAudit, cmp: _Compare, pos: np.ndarray, sf, td: TrainDump) -
     sa.rollouts = [{"rollout_id": rid, "samples": counts.get(rid, 0), "mismatch": per.get(rid)} for rid in sorted(counts)]
     if sa.tokens:
         sa.tokens = {p: (rollout_of.get(p), d, m) for p, (_, d, m) in sa.tokens.items()}
+    sa.rollout_of = rollout_of
+    for r in sa.divergences:
+        r["rollout_id"] = rollout_of.get(r["rollout_position"]) if r["rollout_position"] is not None else None
