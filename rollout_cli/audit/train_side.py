@@ -1,13 +1,17 @@
 """The train-side inputs of an audit, read one step at a time: a file is read when the step
-its name gives (the first number: slime writes `{rollout_id}.pt`, or `{rank}` after it) is
-audited; its payload's rollout_id decides which step it is, and a step's several files (one
-per writing rank) are merged by rollout_position."""
+it gives is audited. That step is the `rollout_id` at the start of its pickle
+(train_pt.peek_step, nothing unpickled), else the first number of its name (slime writes
+`{rollout_id}.pt`, or `{rank}` after it); its payload's rollout_id decides once it is read, and
+a step's several files (one per writing rank) are merged by rollout_position."""
 from __future__ import annotations
 
+import dataclasses
+
+from ..core import storage
 from ..core.errors import InvalidInputError
 from ..inputs.discover import InputFile
 from ..inputs.registry import read_train
-from ..inputs.train_pt import TrainDump, merge
+from ..inputs.train_pt import TrainDump, merge, peek_step
 from ..inputs.units import in_steps
 
 
@@ -17,6 +21,7 @@ class TrainSide:
     def __init__(self, inputs: list[InputFile], trust_pickle: bool, steps: str | None):
         self.trust_pickle = trust_pickle
         self.steps = steps
+        inputs = [_hinted(f) for f in inputs]
         self.unread = [f for f in inputs if f.step is not None]
         self.pending: dict[int, list[TrainDump]] = {}
         self.done: set[int] = set()
@@ -63,3 +68,11 @@ class TrainSide:
             del td
         self.unread = []
         return dict(sorted(out.items()))
+
+
+def _hinted(f: InputFile) -> InputFile:
+    """The file with the step its pickle's start names, where that can be read."""
+    if f.format != "pt" or storage.is_uri(f.path):
+        return f
+    step = peek_step(f.path)
+    return f if step is None else dataclasses.replace(f, step=step, step_from="payload")

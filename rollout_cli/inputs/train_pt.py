@@ -166,6 +166,45 @@ def merge(dumps: list[TrainDump]) -> TrainDump:
                      positions[order], raw, [d.rank for d in dumps], [s for d in dumps for s in d.dp_shards])
 
 
+_PEEK_BYTES = 1 << 16
+
+
+def peek_step(path: str) -> int | None:
+    """The `rollout_id` a train dump's pickle names near its start (slime writes
+    `format_version`, then `rollout_id`, first), read from the opcodes of the first bytes of
+    `data.pkl` without unpickling anything; None when not found there or not readable (the
+    full read then decides, and reports any error)."""
+    import io
+    import pickletools
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            name = next((n for n in zf.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
+            if name is None:
+                return None
+            with zf.open(name) as f:
+                head = f.read(_PEEK_BYTES)
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return None
+    prev = None
+    try:
+        for op, arg, _ in pickletools.genops(io.BytesIO(head)):
+            if op.name in _MEMO_OPS:
+                continue
+            if prev == "rollout_id":
+                return arg if op.name in _INT_OPS and isinstance(arg, int) and arg >= 0 else None
+            prev = arg if op.name in _STR_OPS else None
+    except Exception:  # a cut or odd stream: no hint
+        return None
+    return None
+
+
+_MEMO_OPS = frozenset({"MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"})
+_INT_OPS = frozenset({"BININT1", "BININT2", "BININT", "LONG1", "INT"})
+_STR_OPS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "UNICODE"})
+
+
 def read_train(inp, trust_pickle: bool = False) -> TrainDump:
     """The registry's train entry: load the `.pt` (restricted unpickler unless `trust_pickle`)
     and check it."""

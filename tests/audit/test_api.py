@@ -307,3 +307,50 @@ def test_loss_weight_is_inspects(tmp_path, fmt):
         assert [m["rollout_id"] for m in mine["movers"]] == [m["rollout_id"] for m in w["movers"]]
         for a, b in zip(mine["movers"], w["movers"]):
             assert a["share"] == pytest.approx(b["share"], abs=1e-6)
+
+
+JUNK = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 10**20), st.floats(allow_nan=True), st.text(max_size=3),
+    st.lists(st.integers(-2, 3), max_size=5), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    st.sampled_from(["tensor2d", "tensor_float", "tensor_bool", "tensor_empty", "tensor0d"]),
+)
+TRAIN_KEYS = ("tokens", "response_lengths", "loss_masks", "rewards", "rollout_ids", "rollout_log_probs", "log_probs",
+              "ref_log_probs", "advantages", "entropy", "rollout_position", "rollout_mask_sums")
+
+
+def _junk_value(v):
+    import torch
+
+    return {"tensor2d": torch.zeros(2, 2), "tensor_float": torch.full((4,), 0.5), "tensor_bool": torch.ones(4, dtype=torch.bool),
+            "tensor_empty": torch.zeros(0), "tensor0d": torch.tensor(3)}.get(v, v) if isinstance(v, str) else v
+
+
+@settings(**{**SETTINGS, "max_examples": 40})
+@given(data=st.data())
+def test_fuzzed_train_payload_is_never_an_internal_error(tmp_path_factory, data):
+    """Whatever a train dump holds, audit returns divergences or refuses it as invalid input."""
+    root = tmp_path_factory.mktemp("fuzz")
+    samples = T.rollout_samples(0, prompts=2, n=2)
+    T.write_rollout(root / "r", samples, 0, "pt")
+    changes = data.draw(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(TRAIN_KEYS + ("<drop>",)), JUNK),
+                                 min_size=1, max_size=3))
+    top = data.draw(st.one_of(st.none(), st.tuples(st.sampled_from(["raw_reward", "rollout_id", "samples", "dp_shards"]), JUNK)))
+
+    def edit(p):
+        for pos, key, value in changes:
+            if key == "<drop>":
+                p["samples"][pos] = _junk_value(value)
+            elif isinstance(p["samples"][pos], dict):
+                p["samples"][pos][key] = _junk_value(value)
+        if top is not None:
+            p[top[0]] = _junk_value(top[1])
+
+    T.write_train(root / "t", samples, 0, n=2, rbs=2, edit=edit)
+    try:
+        r = audit_paths([str(root / "r")], [str(root / "t")])
+    except InvalidInputError as e:
+        assert str(e)
+        return
+    import json
+
+    json.dumps(r, allow_nan=False)  # the --json object is valid JSON

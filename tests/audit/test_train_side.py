@@ -1,0 +1,71 @@
+"""The train side of an audit: each file read once, when its step is audited, its step taken
+from its payload (not its name), a step's per-rank files merged."""
+from __future__ import annotations
+
+import pytest
+
+import train_dumps as T
+from rollout_cli.audit import AuditOptions, audit_paths, train_side
+from rollout_cli.core.errors import InvalidInputError
+from rollout_cli.audit.train_side import TrainSide
+from rollout_cli.inputs.discover import discover_train
+from rollout_cli.inputs.train_pt import peek_step
+
+
+def _dumps(tmp_path, steps=(0, 1, 2)):
+    for s in steps:
+        samples = T.rollout_samples(s)
+        T.write_rollout(tmp_path / "r", samples, s, "pt")
+        T.write_train(tmp_path / "t", samples, s, n=2, rbs=3)
+
+
+def test_peek_reads_the_step_without_unpickling(tmp_path):
+    (p,) = T.write_train(tmp_path, T.rollout_samples(0), 12345678901, n=2, rbs=3)
+    assert peek_step(str(p)) == 12345678901
+    p.write_bytes(b"not a zip")
+    assert peek_step(str(p)) is None
+
+
+def test_swapped_names_pair_by_payload(tmp_path):
+    _dumps(tmp_path)
+    t = tmp_path / "t"
+    (t / "0.pt").rename(t / "tmp.pt")
+    (t / "2.pt").rename(t / "0.pt")
+    (t / "tmp.pt").rename(t / "2.pt")
+    r = audit_paths([str(tmp_path / "r")], [str(t)])
+    assert r["divergences"] == [] and [s["train_file"].rsplit("/", 1)[1] for s in r["steps"]] == ["2.pt", "1.pt", "0.pt"]
+
+
+def test_each_file_read_once_and_only_for_its_step(tmp_path, monkeypatch):
+    _dumps(tmp_path)
+    reads = []
+    real = train_side.read_train
+
+    def counting(f, trust_pickle=False):
+        reads.append(f.display.rsplit("/", 1)[1])
+        return real(f, trust_pickle=trust_pickle)
+
+    monkeypatch.setattr(train_side, "read_train", counting)
+    side = TrainSide(discover_train([str(tmp_path / "t")]), False, None)
+    assert reads == []
+    assert side.take(1).step == 1 and reads == ["1.pt"]
+    assert side.take(7) is None and reads == ["1.pt"]
+    assert side.rest() == {0: [str(tmp_path / "t" / "0.pt")], 2: [str(tmp_path / "t" / "2.pt")]}
+    assert sorted(reads) == ["0.pt", "1.pt", "2.pt"]
+
+
+def test_steps_option_applies_to_the_train_side(tmp_path):
+    _dumps(tmp_path)
+    r = audit_paths([str(tmp_path / "r" / "1.pt")], [str(tmp_path / "t")], AuditOptions(steps="1"))
+    assert [s["step"] for s in r["steps"]] == [1] and r["divergences"] == []
+
+
+def test_per_rank_files_of_one_step(tmp_path):
+    samples = T.rollout_samples(3)
+    T.write_rollout(tmp_path / "r", samples, 3, "jsonl")
+    T.write_train(tmp_path / "t", samples, 3, n=2, rbs=3, dp=2, per_rank=True)
+    side = TrainSide(discover_train([str(tmp_path / "t")]), False, None)
+    td = side.take(3)
+    assert td.positions.tolist() == list(range(6)) and " + " in td.display
+    with pytest.raises(InvalidInputError, match="rollout_position: 0 is also in"):
+        TrainSide(discover_train([str(tmp_path / "t" / "3_0.pt"), str(tmp_path / "t" / "3_0.pt")]), False, None).take(3)
