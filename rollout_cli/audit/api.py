@@ -28,7 +28,8 @@ def audit_paths(rollout_paths: list[str], train_paths: list[str], options: Audit
 
         raise UsageError("--train: give the train-side dumps (files or folders) to audit against")
     units, _, notes = plan_units(list(rollout_paths), opts)
-    train = TrainSide(discover_train(list(train_paths)), opts.trust_pickle, opts.steps)
+    train = TrainSide(discover_train(list(train_paths)), opts.trust_pickle, opts.steps, explicit=set(train_paths))
+    notes.extend(train.notes)
     steps: list[StepAudit] = []
     seen: dict = {}
     for unit in units:

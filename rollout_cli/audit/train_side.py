@@ -11,17 +11,28 @@ from ..core import storage
 from ..core.errors import InvalidInputError
 from ..inputs.discover import InputFile
 from ..inputs.registry import read_train
-from ..inputs.train_pt import TrainDump, merge, peek_step
+from ..inputs.train_pt import TrainDump, merge, peek_keys
 from ..inputs.units import in_steps
 
 
 class TrainSide:
     """Train dumps by step; `take(step)` hands over (and forgets) one step's merged dump."""
 
-    def __init__(self, inputs: list[InputFile], trust_pickle: bool, steps: str | None):
+    def __init__(self, inputs: list[InputFile], trust_pickle: bool, steps: str | None, explicit: set[str] = frozenset()):
+        """`explicit`: the paths named as such (a rollout dump found in a named folder is
+        skipped with a note; one named itself is an error when read)."""
         self.trust_pickle = trust_pickle
         self.steps = steps
-        inputs = [_hinted(f) for f in inputs]
+        self.notes: list[str] = []
+        hinted = []
+        for f in inputs:
+            keys = peek_keys(f.path) if f.format == "pt" and not storage.is_uri(f.path) else None
+            if keys and "format_version" not in keys and "rollout_id" in keys and f.path not in explicit:
+                self.notes.append(f"{f.display}: a rollout dump (no format_version), not a train dump: skipped on the train side")
+                continue
+            step = (keys or {}).get("rollout_id")
+            hinted.append(f if step is None or step < 0 else dataclasses.replace(f, step=step, step_from="payload"))
+        inputs = hinted
         self.unread = [f for f in inputs if f.step is not None]
         self.pending: dict[int, list[TrainDump]] = {}
         self.done: set[int] = set()
@@ -69,10 +80,3 @@ class TrainSide:
         self.unread = []
         return dict(sorted(out.items()))
 
-
-def _hinted(f: InputFile) -> InputFile:
-    """The file with the step its pickle's start names, where that can be read."""
-    if f.format != "pt" or storage.is_uri(f.path):
-        return f
-    step = peek_step(f.path)
-    return f if step is None else dataclasses.replace(f, step=step, step_from="payload")

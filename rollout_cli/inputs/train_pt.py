@@ -169,11 +169,11 @@ def merge(dumps: list[TrainDump]) -> TrainDump:
 _PEEK_BYTES = 1 << 16
 
 
-def peek_step(path: str) -> int | None:
-    """The `rollout_id` a train dump's pickle names near its start (slime writes
-    `format_version`, then `rollout_id`, first), read from the opcodes of the first bytes of
-    `data.pkl` without unpickling anything; None when not found there or not readable (the
-    full read then decides, and reports any error)."""
+def peek_keys(path: str) -> dict[str, int] | None:
+    """The integer values of the top-level keys a dump's pickle begins with (slime's train
+    dump: `format_version`, then `rollout_id`; its rollout dump: `rollout_id`), read from the
+    opcodes of the first bytes of `data.pkl` without unpickling anything; None when the file
+    is not a readable torch archive (the full read then reports why)."""
     import io
     import pickletools
     import zipfile
@@ -187,17 +187,31 @@ def peek_step(path: str) -> int | None:
                 head = f.read(_PEEK_BYTES)
     except (OSError, zipfile.BadZipFile, ValueError, EOFError):
         return None
-    prev = None
+    keys: dict[str, int] = {}
+    ops = []
     try:
         for op, arg, _ in pickletools.genops(io.BytesIO(head)):
-            if op.name in _MEMO_OPS:
-                continue
-            if prev == "rollout_id":
-                return arg if op.name in _INT_OPS and isinstance(arg, int) and arg >= 0 else None
-            prev = arg if op.name in _STR_OPS else None
-    except Exception:  # a cut or odd stream: no hint
-        return None
-    return None
+            if op.name not in _MEMO_OPS:
+                ops.append((op.name, arg))
+            if len(ops) > 12:
+                break
+    except Exception:  # a cut or odd stream: what was read so far
+        pass
+    # PROTO, EMPTY_DICT, MARK, then key/value pairs while both are a string and an integer
+    k = next((i for i, (name, _) in enumerate(ops) if name == "MARK"), None)
+    if k is None or k > 3:
+        return keys
+    for (kn, key), (vn, value) in zip(ops[k + 1::2], ops[k + 2::2]):
+        if kn not in _STR_OPS or vn not in _INT_OPS or not isinstance(value, int) or isinstance(value, bool):
+            break
+        keys[key] = value
+    return keys
+
+
+def peek_step(path: str) -> int | None:
+    """The step (`rollout_id`) a dump's pickle names at its start, if it does (peek_keys)."""
+    v = (peek_keys(path) or {}).get("rollout_id")
+    return v if v is not None and v >= 0 else None
 
 
 _MEMO_OPS = frozenset({"MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"})

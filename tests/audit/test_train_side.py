@@ -69,3 +69,16 @@ def test_per_rank_files_of_one_step(tmp_path):
     assert td.positions.tolist() == list(range(6)) and " + " in td.display
     with pytest.raises(InvalidInputError, match="rollout_position: 0 is also in"):
         TrainSide(discover_train([str(tmp_path / "t" / "3_0.pt"), str(tmp_path / "t" / "3_0.pt")]), False, None).take(3)
+
+
+def test_one_folder_for_both_sides(tmp_path):
+    """`audit DIR --train DIR` on slime's --dump-details layout: each side takes its own dumps."""
+    rollout, train = T.write_run(tmp_path / "run", steps=(0, 1), fmt="pt")
+    r = audit_paths([str(tmp_path / "run")], [str(tmp_path / "run")])
+    assert r["divergences"] == [] and r["summary"]["paired_steps"] == 2
+    notes = r["summary"]["notes"]
+    assert any("train_data" in n and "skipped" in n for n in notes)  # the rollout side skips train dumps
+    assert sum("not a train dump: skipped on the train side" in n for n in notes) == 2
+    # a rollout dump named as a train input is an error
+    with pytest.raises(InvalidInputError, match="format_version: missing"):
+        audit_paths([str(rollout)], [str(rollout / "0.pt")])
