@@ -1,14 +1,11 @@
 """The `rollout-cli` executable. Before the command line is parsed (typer and rich take a
 while to import), a `convert` that will use the local process pool starts the pool's fork
-server, so that it imports the pipeline on another core meanwhile. The guess is only an
-early start: `convert` itself starts the fork server when it is not running. OpenBLAS is
-kept to one thread (OPENBLAS_NUM_THREADS, unless set) and pandas is refused (core.no_pandas):
-nothing here uses either. The objects its imports create are frozen rather than traversed by
-the garbage collector again and again while they are made."""
+server, so that it imports the pipeline on another core meanwhile (run/engines/fork_server.py).
+The guess is only an early start: without it the pool's workers import the stages themselves.
+pandas is refused in this process (core.no_pandas): a step converted here (`--workers 1`, a
+one-core machine) would otherwise import it through `pa.array`."""
 from __future__ import annotations
 
-import gc
-import os
 import sys
 
 
@@ -32,41 +29,13 @@ def _pool_convert(argv: list[str]) -> bool:
 
 
 def main() -> None:
-    # numpy's OpenBLAS starts a thread per core at import that spins for a while, on the core
-    # the fork server's imports need; no command does linear algebra
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from .core.no_pandas import refuse_pandas
 
-    refuse_pandas()  # a step converted here (--workers 1, a one-core machine) would import it
-    gc.disable()  # the imports below create objects that live as long as the process
+    refuse_pandas()
     if _pool_convert(sys.argv[1:]):
         from .run.preload import start_pool_early
 
         start_pool_early()
     from .cli.app import main as cli_main
 
-    gc.freeze()  # never traversed again; the command's own objects are collected as usual
-    gc.enable()
-
-    try:
-        cli_main()
-    except SystemExit as e:
-        _leave(e.code)
-    _leave(0)
-
-
-def _leave(code) -> None:
-    """Exit at once with `code` (as SystemExit reads it), skipping the interpreter's teardown:
-    the command has closed and synced its files and shut its workers and Ray down, and freeing
-    every imported module's objects would take longer than a small conversion's commit."""
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
-            pass
-    os._exit(code)
+    cli_main()

@@ -75,7 +75,7 @@ def test_pyarrow_dataset(out):
 
 
 def test_duckdb(out):
-    duckdb = pytest.importorskip("duckdb")
+    import duckdb
     o, rows, tokens = out
     con = duckdb.connect()
     rel = con.sql(f"select * from read_parquet('{_pattern(o)}')")
@@ -88,7 +88,7 @@ def test_duckdb(out):
 
 
 def test_polars(out):
-    pl = pytest.importorskip("polars")
+    import polars as pl
     o, rows, tokens = out
     df = pl.scan_parquet(_pattern(o)).collect()
     assert df.height == rows
@@ -99,7 +99,7 @@ def test_polars(out):
 def test_hf_datasets(out, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    datasets = pytest.importorskip("datasets")
+    import datasets
     o, rows, tokens = out
     files = sorted(glob.glob(_pattern(o), recursive=True))
     ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hf"))

@@ -12,7 +12,7 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 DATA = Path(__file__).resolve().parents[1] / "sample_data"
 SCRIPT = DATA / "make_sample_data.py"

@@ -144,10 +144,6 @@ def convert(
     def work():
         from ..run.convert import convert as run_convert
 
-        if opts.engine == "local" and opts.worker_count() > 1:
-            from ..run.preload import start_pool_early
-
-            start_pool_early()  # a no-op when the executable already started it
         with Progress(quiet or as_json) as progress:
             return run_convert(inputs, out, opts, progress=progress)
 

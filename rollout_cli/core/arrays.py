@@ -8,6 +8,17 @@ import numpy as np
 import pyarrow as pa
 
 
+def numpy_dtype(t: pa.DataType) -> np.dtype:
+    """The numpy dtype of a fixed-width numeric Arrow type (integers, floats), for viewing its
+    values buffer. `DataType.to_pandas_dtype` gives the same, but in pyarrow 25 and earlier it
+    imports pandas, and fails where pandas is missing."""
+    if pa.types.is_integer(t):
+        return np.dtype(f"{'u' if pa.types.is_unsigned_integer(t) else 'i'}{t.bit_width // 8}")
+    if pa.types.is_floating(t):
+        return np.dtype(f"f{t.bit_width // 8}")
+    raise TypeError(f"not a fixed-width numeric type: {t}")
+
+
 def null_mask(a: pa.Array) -> np.ndarray:
     """Per item: null, from the validity bitmap."""
     n = len(a)

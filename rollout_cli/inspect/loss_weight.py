@@ -1,5 +1,5 @@
 """Loss weight: how much of a step's gradient each rollout carries under each aggregation of
-the README's "Loss denominators" table, from the same denominator columns.
+the "Loss denominators" table (docs/rules.md), from the same denominator columns.
 
 Under a mode, each response token of sample i weighs w_i (the table's divisor), so the sample
 carries W_i = w_i * M_i (M_i its loss-mask total after remove_sample). A rollout's share is the
@@ -15,7 +15,7 @@ import numpy as np
 from ..pipeline.fields import group_fields, rollout_mask_sums, step_fields
 from ..pipeline.rewards import group_labels
 
-# mode -> the README table's row
+# mode -> the table's row
 MODES = {
     "token_mean": "token-mean: Σ x·m / step_mask_sum",
     "seq_mean_token_mean": "seq-mean-token-mean: Σ (Σ_t x·m / max(M_i, 1)) / step_samples",

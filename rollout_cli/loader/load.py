@@ -36,6 +36,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..core import layout
 from ..output import manifest as manifest_mod
 from ..core import hashing
+from ..core.arrays import numpy_dtype
 from ..core.errors import IntegrityError, UsageError
 from ..pipeline.fields import STEP_FIELDS
 from ..core.schema import SCHEDULE_COLUMNS, train_schema
@@ -416,7 +417,7 @@ class _Reader:
 
     def fixed(self, name: str, null_fill=None) -> np.ndarray:
         arr = self.col(name)
-        dtype = arr.type.to_pandas_dtype()
+        dtype = numpy_dtype(arr.type)
         values = self._view(arr.buffers()[1], dtype, arr.offset, len(arr), name)
         valid = self.validity(arr)
         if valid is None:
@@ -446,7 +447,7 @@ class _Reader:
         odt = np.int64 if pa.types.is_large_list(arr.type) else np.int32
         offsets = self._view(arr.buffers()[1], odt, arr.offset, len(arr) + 1, name) if len(arr) else np.zeros(1, odt)
         end = int(offsets[-1]) if len(offsets) else 0
-        vdt = child.type.to_pandas_dtype()
+        vdt = numpy_dtype(child.type)
         values = self._view(child.buffers()[1], vdt, child.offset, end, name) if end else np.empty(0, vdt)
         if len(offsets) and (int(offsets[0]) < 0 or (len(offsets) > 1 and (np.diff(offsets) < 0).any())):
             raise self.fail(f"{name}: list offsets are not non-decreasing from >= 0")

@@ -144,11 +144,17 @@ def _encoded_bound(table: pa.Table) -> int:
     return 4 * table.nbytes + 64 * table.num_rows + (1 << 20)
 
 
-def _write_stitched(table: pa.Table, bounds: list[tuple[int, int]], options: dict, sink, threads: int) -> None:
+def _write_stitched(table: pa.Table, bounds: list[tuple[int, int]], options: dict, sink, threads: int) -> bool:
+    """Encode the row groups' column pieces on `threads` threads and stitch them into `sink`.
+    False, with nothing written, when the stitcher does not fully understand what this
+    pyarrow writes (a footer field it does not know, say): the caller then writes the file
+    with pyarrow's own writer."""
     groups = column_groups(table)
     jobs = [table.slice(s, e - s).select(cols) for s, e in bounds for cols in groups]
-    stitcher = Stitcher(_encode(table.schema.empty_table(), options))
-    sink.write(stitcher.header())
+    try:
+        stitcher = Stitcher(_encode(table.schema.empty_table(), options))
+    except ValueError:
+        return False
     threads = max(1, min(threads, len(jobs)))
     window = threads + len(groups)  # pieces in flight: every thread stays busy, memory stays bounded
     pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="rollout-cli-parquet")
@@ -160,25 +166,49 @@ def _write_stitched(table: pa.Table, bounds: list[tuple[int, int]], options: dic
             members = []
             for g in range(len(groups)):
                 j = k * len(groups) + g
-                members.append((stitcher.parse(futures.pop(j).result(), j), 0, j))
+                try:
+                    members.append((stitcher.parse(futures.pop(j).result(), j), 0, j))
+                except ValueError:
+                    if k == 0:  # pieces are written as the template is: this one too
+                        return False
+                    raise
                 if j + window < len(jobs):
                     futures[j + window] = pool.submit(_encode, jobs[j + window], options)
+            if k == 0:
+                sink.write(stitcher.header())
             for part in stitcher.add(members, k):
                 sink.write(part)
         sink.write(stitcher.footer())
+        return True
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _write_direct(table: pa.Table, bounds: list[tuple[int, int]], options: dict, sink) -> None:
+    """pyarrow's own writer, one row group per bound, on one thread: the same bytes as the
+    stitched file."""
+    with pq.ParquetWriter(pa.PythonFile(sink, mode="w"), table.schema,
+                          **_writer_options(table.column_names, **options)) as writer:
+        for s, e in bounds:
+            group = table.slice(s, e - s)
+            cuts = row_group_bounds(group, ENCODE_BATCH_BYTES)  # as _encode batches a piece
+            group = pa.Table.from_batches([b for a, z in cuts for b in group.slice(a, z - a).to_batches()],
+                                          schema=table.schema)
+            writer.write_table(group, row_group_size=max(e - s, 1))
 
 
 def write_parquet(table: pa.Table, path: str, *, compression: str = "zstd", compression_level: int | None = 1,
                   row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES, threads: int | None = None) -> WrittenFile:
     """Write `table` to `path` deterministically; return its size, digest and row-group count.
 
-    pyarrow encodes a file on one thread, so each row group is cut into column pieces
-    (`column_groups`) that are encoded as separate in-memory Parquet files on `threads` threads
-    (default: the usable cores), then stitched into one file by copying their column chunks.
-    The pieces do not depend on the thread count, so neither do the bytes."""
+    pyarrow encodes a file on one thread. With `threads` > 1 (default: the usable cores) each
+    row group is cut into column pieces (`column_groups`) that are encoded as separate
+    in-memory Parquet files on that many threads, then stitched into one file by copying
+    their column chunks (output/stitch.py); with one thread, or where the stitcher does not
+    understand the footer this pyarrow writes, pyarrow's writer writes the file itself. The
+    bytes are the same either way, whatever the thread count."""
     options = {"compression": compression, "compression_level": compression_level}
+    threads = threads or usable_cores()
     sink = _HashingFile(path)
     try:
         if table.num_rows == 0:
@@ -188,7 +218,8 @@ def write_parquet(table: pa.Table, path: str, *, compression: str = "zstd", comp
                 writer.write_table(table)
         else:
             bounds = row_group_bounds(table, row_group_bytes)
-            _write_stitched(table, bounds, options, sink, threads or usable_cores())
+            if threads <= 1 or not _write_stitched(table, bounds, options, sink, threads):
+                _write_direct(table, bounds, options, sink)
     finally:
         sink.close()
     return WrittenFile(sink.size, sink.hasher.hexdigest(), len(bounds))

@@ -50,11 +50,13 @@ def compute_step(
     opts,
     fail: bool,
     unknown_groups_ok: bool = False,
+    chunk: int | None = None,
 ) -> StepFields:
     """Ids over all parsed records; rejects (a rejected sample rejects its whole rollout); then
     rewards and mask sums over the surviving rows. `row_pos` gives each valid row's record
     position; `opts` is a ConvertOptions (or anything with the same reward and id fields).
-    Rows without group_index need --n-samples-per-prompt; with `unknown_groups_ok` they are
+    Rows without group_index fall in consecutive chunks of `chunk` rows (default
+    --n-samples-per-prompt) and need one of the two; with `unknown_groups_ok` they are
     kept as one-sample groups and their rewards come back as NaN instead of an error (and so do a
     step's rewards whose rollouts' siblings disagree under --reward-baseline rollout: an anomaly)."""
     n = len(id_state)
@@ -95,8 +97,9 @@ def compute_step(
     gi = [group_index[p] for p in pos.tolist()]
     groups_known = True
     compat = getattr(opts, "slime_compat", False)
+    chunk = chunk or opts.n_samples_per_prompt
     try:
-        keys = group_keys(gi, opts.n_samples_per_prompt) if split != "eval" and not compat else None
+        keys = group_keys(gi, chunk) if split != "eval" and not compat else None
     except ValueError:
         if not unknown_groups_ok:
             k = next(i for i, g in enumerate(gi) if g is None)
@@ -154,7 +157,7 @@ def compute_step(
     denom_keys = keys
     if compat or split == "eval":  # the prompt groups, even where rewards are not grouped by them
         try:
-            denom_keys = group_keys(gi, opts.n_samples_per_prompt)
+            denom_keys = group_keys(gi, chunk)
         except ValueError:
             pass
     labels = group_labels(denom_keys)

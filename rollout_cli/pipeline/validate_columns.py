@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..core.arrays import list_lengths, null_mask
+from ..core.arrays import list_lengths, null_mask, numpy_dtype
 from ..core.errors import Problem
 from ..core.schema import INT32_MAX
 from ..inputs.base import RawChunk
@@ -54,7 +54,7 @@ def _numpy(a: pa.Array) -> np.ndarray:
             return np.zeros(n, dtype=bool)
         bits = np.frombuffer(buf, dtype=np.uint8)
         return np.unpackbits(bits, bitorder="little", count=off + n)[off:].astype(bool)
-    dtype = np.dtype(a.type.to_pandas_dtype()) if not pa.types.is_floating(a.type) else {16: np.float16, 32: np.float32, 64: np.float64}[a.type.bit_width]
+    dtype = numpy_dtype(a.type)
     if buf is None:
         return np.zeros(n, dtype=dtype)
     return np.frombuffer(buf, dtype=dtype, count=off + n)[off:]

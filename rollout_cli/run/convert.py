@@ -144,12 +144,17 @@ class _Scheduler:
         self.asked: set[str] = set()  # parts asked for a handover
         self.rejected = 0
         self.done_units = 0
+        # With as many steps as slots, each step is one task that reads, finishes and writes it
+        # in one process (nothing staged and read back), largest first so the run's last
+        # tasks are its smallest; fewer steps are cut into parts for the idle slots.
+        self.step_tasks = not self.remote and len(units) >= engine.slots()
 
     def run(self, fingerprints: _Fingerprints) -> list[UnitResult]:
         if not self.remote:
             fingerprints.start_here()
         try:
-            for t in self.tasks:
+            order = sorted(self.tasks, key=self._size, reverse=True) if self.step_tasks else self.tasks
+            for t in order:
                 self._submit_parse(t)
             if self.remote:
                 for path in fingerprints.todo:
@@ -190,7 +195,13 @@ class _Scheduler:
         worker can take a share of, on a local engine (a remote one retries parse and finish
         separately)."""
         return (not self.remote and self.parts_of[task.unit] == 1 and task.take_from is None
-                and task.input.path != "-" and not can_hand_over(task))
+                and task.input.path != "-" and (self.step_tasks or not can_hand_over(task)))
+
+    @staticmethod
+    def _size(task: PartTask) -> int:
+        if task.input.path == "-":
+            return 0
+        return (task.end if task.end is not None else storage.size(task.input.path)) - task.start
 
     def _parsed(self, u: int, part: PartResult) -> None:
         if part.stopped:
@@ -226,17 +237,13 @@ class _Scheduler:
         largest part still being parsed (handover.py): parts cut to equal sizes rarely finish
         together, and steps differ in size."""
         engine = self.engine
-        if self.remote or engine.slots() < 2 or len(self.pending) >= engine.slots():
+        if self.remote or self.step_tasks or engine.slots() < 2 or len(self.pending) >= engine.slots():
             return
-
-        def size(t: PartTask) -> int:
-            return (t.end if t.end is not None else os.path.getsize(t.input.path)) - t.start
-
         candidates = [t for parts in self.running.values() for t in parts.values()
                       if t.take_from is None and t.stage_path not in self.asked and can_hand_over(t)]
         if not candidates:
             return
-        victim = max(candidates, key=size)
+        victim = max(candidates, key=self._size)
         u = victim.unit
         k = self.parts_of[u]
         taker = PartTask(u, k, victim.input, 0, None, _staged(self.staging_root, f"parts/u{u:05d}-p{k:04d}.arrow"),

@@ -198,7 +198,7 @@ def _read_staged(parts: list[PartResult], bases: np.ndarray, schema: pa.Schema) 
     return _one_chunk(tables, schema)
 
 
-def _one_chunk(parts: list, schema: pa.Schema) -> pa.Table:
+def _one_chunk(parts: list, schema: pa.Schema, threads: int | None = None) -> pa.Table:
     """Tables or batches of the same schema as one table, one chunk per column, emptying
     `parts`: each column's pieces are let go once it is copied, so rows held in memory are
     held about once, not twice."""
@@ -214,8 +214,11 @@ def _one_chunk(parts: list, schema: pa.Schema) -> pa.Table:
         pieces[k] = None
         return col
 
-    with cf.ThreadPoolExecutor(usable_cores(), thread_name_prefix="rollout-cli-combine") as pool:
-        columns = list(pool.map(combine, range(len(pieces))))
+    if (threads or usable_cores()) <= 1:
+        columns = [combine(k) for k in range(len(pieces))]
+    else:
+        with cf.ThreadPoolExecutor(threads or usable_cores(), thread_name_prefix="rollout-cli-combine") as pool:
+            columns = list(pool.map(combine, range(len(pieces))))
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -236,13 +239,14 @@ def convert_unit(task: PartTask, unit: Unit, opts: ConvertOptions, problem_budge
     part = parse_part(task, opts, problem_budget, rows=held)
     if part.stopped:
         return part
-    return finish_unit(unit, [part], opts, staging_root, held=held.batches)
+    return finish_unit(unit, [part], opts, staging_root, held=held.batches, threads=task.threads)
 
 
 def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, staging_root: str,
-                held: list[pa.RecordBatch] | None = None) -> UnitResult | str:
+                held: list[pa.RecordBatch] | None = None, threads: int | None = None) -> UnitResult | str:
     """Stages 3-6 for one step: ids, rejects, rewards and fields, shard plan, shard files.
     `held`: the rows of a single part, when they were kept in memory rather than staged.
+    `threads`: the cores the step may use (default: all; one where each step has a worker).
     Returns a note instead when the input turns out to hold nothing to convert."""
     inp = unit.input
     parts = sorted(parts, key=lambda r: (r.start, r.part))
@@ -266,7 +270,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
     problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
     # the valid rows, in order
     if held is not None:
-        pre = _one_chunk(held, pre_schema(opts.keep_text))
+        pre = _one_chunk(held, pre_schema(opts.keep_text), threads)
     else:
         pre = _read_staged(parts, bases, pre_schema(opts.keep_text))
     sf = compute_step(
@@ -307,7 +311,8 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         with cf.ThreadPoolExecutor(1) as side:  # the IPC copy is written while the Parquet pieces are encoded
             mmap_job = side.submit(write_ipc, part, _staged(staging_root, mrel)) if opts.mmap else None
             wf = write_parquet(part, _staged(staging_root, rel), compression=opts.compression,
-                               compression_level=opts.compression_level, row_group_bytes=opts.row_group_bytes)
+                               compression_level=opts.compression_level, row_group_bytes=opts.row_group_bytes,
+                               threads=threads)
             mf = mmap_job.result() if mmap_job is not None else None
         info = {
             "path": rel,

@@ -1,5 +1,6 @@
 """The two slime hooks, built on the pipeline's stage functions (validate, ids, rewards, fields,
-step), so that what they return for a batch equals what `convert` writes for it as a dump."""
+step), so that what they return for a batch equals what `convert` writes for it as a dump
+(samples without group_index are the exception: they follow slime's reward rows, see `_chunk`)."""
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ from ..core.options import REWARD_BASELINES, SCOPES, SIBLING_REWARDS, RuleOption
 from ..inputs.base import RawChunk
 from ..pipeline.step import StepFields, compute_step
 from ..pipeline.validate import normalize_chunk, pre_schema
+from .defaults import slime_arg
 
 log = logging.getLogger("rollout_cli.slime")
 
@@ -59,17 +61,18 @@ def _env_value(name: str, raw: str) -> Any:
 
 def settings(args: Any) -> RuleOptions:
     """The rules for a slime run: slime's own args (advantage_estimator, rewards_normalization,
-    grpo_std_normalization, n_samples_per_prompt, reward_key, rollout_batch_size) plus the
-    rollout-cli-only settings from the environment. Logged once per distinct value."""
-    n = getattr(args, "n_samples_per_prompt", None)
+    grpo_std_normalization, n_samples_per_prompt, reward_key, rollout_batch_size; slime's parser
+    default for any the object lacks, see `SLIME_ARG_DEFAULTS`) plus the rollout-cli-only
+    settings from the environment. Logged once per distinct value."""
+    n = slime_arg(args, "n_samples_per_prompt")
     opts = RuleOptions(
-        advantage_estimator=getattr(args, "advantage_estimator", "grpo"),
+        advantage_estimator=slime_arg(args, "advantage_estimator"),
         n_samples_per_prompt=n,
-        reward_key=getattr(args, "reward_key", None) or None,
-        rewards_normalization=bool(getattr(args, "rewards_normalization", True)),
+        reward_key=slime_arg(args, "reward_key") or None,
+        rewards_normalization=bool(slime_arg(args, "rewards_normalization")),
         # slime's parse_args turns std-scaling off for one sample per prompt
-        grpo_std_normalization=bool(getattr(args, "grpo_std_normalization", True)) and n != 1,
-        rollout_batch_size=getattr(args, "rollout_batch_size", None),
+        grpo_std_normalization=bool(slime_arg(args, "grpo_std_normalization")) and n != 1,
+        rollout_batch_size=slime_arg(args, "rollout_batch_size"),
     )
     for name, field in ENV_VARS.items():
         raw = os.environ.get(name)
@@ -117,6 +120,40 @@ def _where(i: int) -> Location:
     return Location(SOURCE, "sample", i)
 
 
+def _chunk(opts: RuleOptions, size: int) -> int:
+    """How many consecutive samples without group_index make one prompt group, as slime groups
+    rewards (slime@624b824a:slime/ray/rollout.py:619-623): n_samples_per_prompt when the
+    batch holds n x rollout_batch_size samples, else the whole batch as one group."""
+    n, rbs = opts.n_samples_per_prompt, opts.rollout_batch_size
+    return n if n and rbs and n * rbs == size else size
+
+
+def _positions(positions: list[int], index: list) -> str:
+    """Batch positions with each sample's `index`, the first 8: `3 (index 3), 7 (index 7)`."""
+    shown = ", ".join(f"{i} (index {index[i]})" for i in positions[:8])
+    return shown + (", ..." if len(positions) > 8 else "")
+
+
+def _summary(problems: list, index: list) -> str:
+    """One line per distinct field and message: a problem of one sample as "slime batch:sample 5:
+    field: message", one shared by several as "field: message on batch positions 0 (index 0), ..."."""
+    by: dict[tuple, list] = {}
+    for p in problems:
+        by.setdefault((p.field, p.message), []).append(p)
+    lines = []
+    for (field, message), ps in by.items():
+        pos = [p.location.number for p in ps]
+        if len(ps) == 1 or None in pos:
+            lines.extend(str(p) for p in ps)
+        else:
+            lines.append(f"{field}: {message} on batch positions {_positions(pos, index)}" if field
+                         else f"{message} on batch positions {_positions(pos, index)}")
+    shown = "; ".join(lines[:5])
+    more = f" (and {len(lines) - 5} more)" if len(lines) > 5 else ""
+    bad = len({p.location.number for p in problems})
+    return f"{bad} invalid sample{'s' if bad != 1 else ''} in the batch: {shown}{more}"
+
+
 def _run_stages(samples: list, opts: RuleOptions) -> _Batch:
     records = [_record(s) for s in samples]
     chunk = RawChunk(SOURCE, "sample", list(range(len(records))), records)
@@ -129,12 +166,11 @@ def _run_stages(samples: list, opts: RuleOptions) -> _Batch:
             group_index=nc.group_index, problems=nc.problems, where=_where,
             row_pos=table.column("_pos").to_numpy(), reward_values=table.column("_reward_value").to_numpy(),
             mask_totals=table.column("_mask_total").to_numpy(), split="train", step=0, opts=opts, fail=True,
+            chunk=_chunk(opts, len(records)),
         )
     except StepProblems as e:
         problems = e.args[0]
-        shown = "; ".join(str(p) for p in problems[:5])
-        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise InvalidInputError(f"{len(problems)} invalid samples in the batch: {shown}{more}", problems) from None
+        raise InvalidInputError(_summary(problems, [r.get("index") for r in records]), problems) from None
     for a in sf.anomalies:
         if a.get("level") == "warning":
             log.warning("rollout_cli.slime: %s", a["message"])
@@ -145,7 +181,9 @@ def post_process_rewards(args: Any, samples: list) -> tuple[list[float], list[fl
     """slime's `--custom-reward-post-process-path` hook: `(raw_rewards, rewards)`, one number
     each per sample. raw_rewards are the selected rewards (reward, or reward[reward_key]);
     rewards are normalised per prompt group (by group_index, float32, unbiased std, eps 1e-6;
-    a one-sample group gives 0.0, never NaN). Invalid samples raise InvalidInputError."""
+    a one-sample group gives 0.0, never NaN). Samples without group_index are grouped as slime
+    groups rewards: chunks of n_samples_per_prompt when the batch holds n x rollout_batch_size
+    samples, else all of them as one group. Invalid samples raise InvalidInputError."""
     opts = settings(args)
     opts.rollout_id_scope = "step"  # ids do not enter rewards; slime assigns them itself after this hook
     b = _run_stages(samples, opts)
@@ -160,8 +198,7 @@ def _partial_fields(table: pa.Table, index: list) -> list[str]:
         nulls = table.column(col).null_count
         if 0 < nulls < n:
             missing = np.flatnonzero(table.column(col).is_null().to_numpy(zero_copy_only=False)).tolist()
-            shown = ", ".join(f"{i} (index {index[i]})" for i in missing[:8]) + (", ..." if len(missing) > 8 else "")
-            lines.append(f"{name}: set on {n - nulls} of {n} samples, missing on batch positions {shown}")
+            lines.append(f"{name}: set on {n - nulls} of {n} samples, missing on batch positions {_positions(missing, index)}")
     return lines
 
 
@@ -177,8 +214,9 @@ def convert_samples_to_train_data(args: Any, samples: list) -> dict:
     index = t.column("sample_index").to_pylist()
     partial = _partial_fields(t, index)
     top_p = t.column("rollout_top_p_token_ids").null_count < t.num_rows if t.num_rows else False
-    if getattr(args, "rollout_top_p", 1.0) != 1.0 and not top_p and t.num_rows:
-        partial.append(f"rollout_top_p_token_ids: --rollout-top-p {args.rollout_top_p} needs it on every sample, set on none")
+    top_p_arg = slime_arg(args, "rollout_top_p")
+    if top_p_arg != 1.0 and not top_p and t.num_rows:
+        partial.append(f"rollout_top_p_token_ids: --rollout-top-p {top_p_arg} needs it on every sample, set on none")
     if partial:
         raise InvalidInputError("every sample of a batch must have these fields, or none: " + "; ".join(partial))
     pos = t.column("_pos").to_numpy()

@@ -73,3 +73,15 @@ def test_lists_apart_or_with_nulls_are_not_combined_in_place():
     assert arrays.concat_adjacent([a, with_null]) is None
     assert arrays.concat_adjacent([a, b.slice(1)]) is None  # a sliced list array
     assert arrays.concat_adjacent([pa.array([[1]], pa.list_(pa.int64())), pa.array([[2]], pa.list_(pa.int32()))]) is None
+
+
+def test_numpy_dtype_of_every_numeric_type_without_pandas():
+    from rollout_cli.core.arrays import numpy_dtype
+
+    types = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64(),
+             pa.float16(), pa.float32(), pa.float64()]
+    for t in types:
+        assert numpy_dtype(t) == np.dtype(t.to_pandas_dtype()), t
+        assert np.frombuffer(pa.array([1, 2], t).buffers()[1], numpy_dtype(t)).tolist() == [1, 2]
+    with pytest.raises(TypeError):
+        numpy_dtype(pa.string())

@@ -11,7 +11,7 @@ from slime_sample import SAMPLE_FIELDS, Sample
 from rollout_cli.core.errors import IntegrityError, OutputExistsError, OutputError, UsageError
 from rollout_cli.run.convert import convert
 
-torch = pytest.importorskip("torch")
+import torch
 from rollout_cli.export.slime_pt import export_slime_pt  # noqa: E402
 
 

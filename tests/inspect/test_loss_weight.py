@@ -1,4 +1,4 @@
-"""Loss weight: each rollout's share under every aggregation of the README's "Loss
+"""Loss weight: each rollout's share under every aggregation of the "Loss
 denominators" table, held to the table's formulas applied to token-level losses directly."""
 from __future__ import annotations
 

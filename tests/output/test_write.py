@@ -186,3 +186,41 @@ def test_a_local_shard_spanning_several_write_chunks_is_whole_and_hashed(tmp_pat
     assert len(pdata) > write.storage.WRITE_CHUNK_BYTES
     assert wp.bytes == len(pdata) and wp.digest == hashing.bytes_digest(pdata)
     assert pdata == direct(t, write.row_group_bounds(t, 1 << 20))
+
+
+def _with_unknown_footer_field(real_encode, only_template: bool):
+    """write._encode, but every file it makes (or only the empty template) has a FileMetaData
+    field the stitcher does not know, as a future pyarrow might write."""
+    from rollout_cli.core.thrift import I32, encode_struct, read_footer
+
+    def encode(table, options):
+        buf = real_encode(table, options)
+        if only_template and table.num_rows:
+            return buf
+        b = buf.to_pybytes()
+        meta, start = read_footer(b)
+        meta.set(30, I32, 1)
+        footer = encode_struct(meta)
+        return pa.py_buffer(b[:start] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    return encode
+
+
+@pytest.mark.parametrize("only_template", [True, False])
+def test_a_footer_the_stitcher_does_not_know_falls_back_to_pyarrows_writer(tmp_path, monkeypatch, only_template):
+    t = train_table(400, seed=9)
+    rgb = 1 << 16
+    bounds = write.row_group_bounds(t, rgb)
+    monkeypatch.setattr(write, "_encode", _with_unknown_footer_field(write._encode, only_template))
+    wf = write.write_parquet(t, str(tmp_path / "f.parquet"), row_group_bytes=rgb, threads=2)
+    data = (tmp_path / "f.parquet").read_bytes()
+    assert data == direct(t, bounds)  # the same rows, written by pyarrow itself
+    assert wf.bytes == len(data) and wf.digest == hashing.bytes_digest(data) and wf.row_groups == len(bounds)
+
+
+def test_the_installed_pyarrow_is_stitched_not_written_by_the_fallback(tmp_path, monkeypatch):
+    """The stitcher understands every footer this pyarrow writes for a shard: a new pyarrow
+    that changes what it relies on fails here loudly (the fallback keeps the output right)."""
+    t = train_table(300, seed=4)
+    monkeypatch.setattr(write, "_write_direct", lambda *a: pytest.fail("fell back to pyarrow's writer"))
+    write.write_parquet(t, str(tmp_path / "s.parquet"), row_group_bytes=1 << 16, threads=2)
+    assert pq.read_table(tmp_path / "s.parquet").equals(t)

@@ -583,15 +583,43 @@ def test_a_step_in_one_task_stages_nothing_and_gives_the_same_shards(tmp_path, m
     assert whole and whole == staged
 
 
-def test_plain_jsonl_steps_stay_in_parts(tmp_path, monkeypatch):
-    """A plain JSONL part may hand the rest of its range to an idle worker, so it is staged."""
+@pytest.mark.parametrize("steps, whole", [(1, False), (2, True), (3, True)])
+def test_a_plain_jsonl_step_is_cut_into_parts_only_with_cores_to_spare(steps, whole):
+    """Fewer steps than slots: a plain JSONL step's parts are staged (an idle worker may take
+    over the rest of a part's range); with a step per slot or more, each step is one task,
+    largest first."""
+    from rollout_cli.inputs.discover import InputFile
+    from rollout_cli.inputs.units import Unit
+    from rollout_cli.run.convert import _Scheduler
+    from rollout_cli.run.tasks import PartTask
+
+    class TwoSlots:
+        def slots(self):
+            return 2
+
+    src = SAMPLE_DATA / "jsonl" / "rollout_data"
+    files = [src / f"{k}.jsonl" for k in (1, 2, 3)][:steps]
+    units = [Unit(InputFile(str(f), str(f), "jsonl", k + 1, "train", "name"), k + 1) for k, f in enumerate(files)]
+    tasks = [PartTask(u, 0, unit.input, 0, None, f"/nowhere/{u}.arrow") for u, unit in enumerate(units)]
+    sched = _Scheduler(TwoSlots(), units, tasks, copts(), None, "/nowhere", [], None, None)
+    assert [sched._whole(t) for t in tasks] == [whole] * steps
+    sizes = [sched._size(t) for t in tasks]
+    assert sizes == [f.stat().st_size for f in files]
+
+
+def test_as_many_steps_as_workers_are_one_task_each_and_stage_nothing(tmp_path, monkeypatch):
     import rollout_cli.run.stages as stages
 
-    made = []
-    real = stages._Staged
-    monkeypatch.setattr(stages, "_Staged", lambda path: made.append(path) or real(path))
-    convert([str(SAMPLE_DATA / "jsonl" / "rollout_data")], str(tmp_path / "o"), copts())
-    assert made
+    def refuse(path):
+        raise AssertionError(f"staged {path}")
+
+    src = SAMPLE_DATA / "jsonl" / "rollout_data"
+    with monkeypatch.context() as m:
+        _staged_path_only(m)
+        staged = shard_bytes(convert([str(src)], str(tmp_path / "staged"), copts(shards=2, mmap=True))["out"])
+    monkeypatch.setattr(stages, "_Staged", refuse)
+    whole = shard_bytes(convert([str(src)], str(tmp_path / "whole"), copts(shards=2, mmap=True))["out"])
+    assert whole and whole == staged
 
 
 @pytest.mark.parametrize("whole", [True, False])

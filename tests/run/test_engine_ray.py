@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray")
+import ray
 
 from typer.testing import CliRunner  # noqa: E402
 
@@ -153,10 +153,11 @@ def test_init_starts_a_local_ray_and_stops_it(monkeypatch):
     monkeypatch.setattr(ray_engine, "_import_ray", lambda: fake)
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     eng = ray_engine.RayEngine(address=None, workers=2)
-    assert fake.init_calls == [dict(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)]
     root = str(Path(ray_engine.__file__).resolve().parents[3])
-    assert fake.pythonpath_at_init.split(os.pathsep) == [root, "/elsewhere"]
-    assert os.environ["PYTHONPATH"] == "/elsewhere"  # restored for this process
+    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join([root, "/elsewhere"])}}
+    assert fake.init_calls == [dict(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+                                    runtime_env=runtime_env)]
+    assert fake.pythonpath_at_init == "/elsewhere"  # this process's environment is left as it is
     assert eng._task.opts["max_retries"] == 3 and eng._task.opts["retry_exceptions"] == [OSError]
     eng.shutdown()
     assert fake.shutdowns == 1

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import subprocess
 import sys
@@ -10,7 +11,10 @@ from types import SimpleNamespace
 import numpy as np
 import orjson
 import pytest
+import slime_reference
 from conftest import SAMPLE_DATA, copts, make_sample, read_rows
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from slime_sample import Sample
 
 from rollout_cli.core.errors import InvalidInputError, UsageError
@@ -118,7 +122,7 @@ def test_dict_has_every_key_the_split_reads_in_slime_types(step):
 
 
 def test_samples_with_tensors_give_the_same_dict():
-    torch = pytest.importorskip("torch")
+    import torch
     plain = batch("jsonl", 3)
     tensors = copy.deepcopy(plain)
     for s in tensors:
@@ -184,7 +188,7 @@ def test_id_scope_from_the_environment(monkeypatch):
 
 
 def test_slime_compat_from_the_environment(monkeypatch):
-    pytest.importorskip("torch")
+    import torch  # noqa: F401  (the test extra installs it)
     samples = batch("jsonl", 2)  # ragged groups: slime normalises the whole batch as one row
     own = post_process_rewards(slime_args(), samples)[1]
     monkeypatch.setenv("ROLLOUT_CLI_SLIME_COMPAT", "1")
@@ -262,3 +266,112 @@ def test_reward_baseline_from_the_environment(monkeypatch):
     monkeypatch.setenv("ROLLOUT_CLI_REWARD_BASELINE", "prompt")
     with pytest.raises(UsageError, match="ROLLOUT_CLI_REWARD_BASELINE: expected one of sample, rollout"):
         post_process_rewards(slime_args(), fanout_batch())
+
+
+# slime's runtime-hook contract (slime@624b824a:tests/plugin_contracts/
+# test_plugin_runtime_hook_contracts.py): a bare args object and samples that carry only index,
+# reward, tokens, response_length, status and loss_mask.
+def bare_args():
+    return type("Args", (), {})()
+
+
+def contract_sample(index: int, reward: float = 1.0) -> Sample:
+    return Sample(index=index, reward=reward, tokens=[index, index + 1], response_length=2,
+                  status=Sample.Status.COMPLETED, loss_mask=[1, 1])
+
+
+def contract_batch() -> list[Sample]:
+    return [contract_sample(0, 0.5), contract_sample(1, 1.5)]
+
+
+@pytest.mark.parametrize("hook", [post_process_rewards, convert_samples_to_train_data])
+def test_hooks_have_slimes_signature(hook):
+    assert tuple(inspect.signature(hook).parameters) == ("args", "samples")
+
+
+def test_reward_hook_as_slimes_contract_calls_it():
+    raw, rewards = post_process_rewards(bare_args(), contract_batch())
+    # slime's defaults: n_samples_per_prompt 1 (so no std scaling), no rollout_batch_size, so
+    # the batch is one row: mean-centred over both samples
+    assert raw == [0.5, 1.5] and rewards == [-0.5, 0.5]
+    assert all(type(x) is float for x in raw + rewards)
+    assert (raw, rewards) == slime_reference.post_process_rewards([s.to_dict() for s in contract_batch()],
+                                                                  rollout_batch_size=0)
+
+
+def test_convert_hook_as_slimes_contract_calls_it():
+    d = convert_samples_to_train_data(bare_args(), contract_batch())
+    assert d == {
+        "tokens": [[0, 1], [1, 2]], "response_lengths": [2, 2], "rewards": [-0.5, 0.5], "raw_reward": [0.5, 1.5],
+        "truncated": [0, 0], "sample_indices": [0, 1], "rollout_ids": [0, 1], "loss_masks": [[1, 1], [1, 1]],
+        "rollout_mask_sums": [2, 2], "source_names": ["unknown", "unknown"],
+    }
+    assert list(d) == [k for k in SLIME_ORDER if k in d]
+    assert {"tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices", "loss_masks"} <= set(d)
+    assert all(type(x) is int for x in d["response_lengths"] + d["truncated"] + d["sample_indices"] + d["rollout_ids"])
+    assert all(type(x) is float for x in d["rewards"] + d["raw_reward"])
+    assert d == slime_reference.convert_samples_to_train_data([s.to_dict() for s in contract_batch()],
+                                                              rollout_batch_size=0)
+
+
+def test_missing_args_take_slimes_defaults():
+    # rollout_batch_size 2 and the default n 1: the batch is n x rbs, so each sample is its own row
+    args = SimpleNamespace(rollout_batch_size=2)
+    assert post_process_rewards(args, contract_batch())[1] == [0.0, 0.0]
+    # given args win over the defaults; n 2 turns std scaling back on
+    assert post_process_rewards(SimpleNamespace(n_samples_per_prompt=2), contract_batch())[1] == pytest.approx(
+        [-0.7071057558059692, 0.7071057558059692], abs=2e-6)
+    assert post_process_rewards(SimpleNamespace(rewards_normalization=False), contract_batch())[1] == [0.5, 1.5]
+    with pytest.raises(InvalidInputError, match="rollout_top_p_token_ids: --rollout-top-p 0.9 needs it"):
+        convert_samples_to_train_data(SimpleNamespace(rollout_top_p=0.9), contract_batch())
+
+
+def ungrouped_batch(rewards: list[float]) -> list[Sample]:
+    return [contract_sample(i, r) for i, r in enumerate(rewards)]
+
+
+@pytest.mark.parametrize("n, rbs, want", [
+    (2, 2, [-0.7071057, 0.7071057, -0.7071057, 0.7071057]),  # 4 == 2 x 2: rows of 2 consecutive samples
+    (2, 3, [-0.9258193, 0.0, -0.4629096, 1.3887290]),  # 4 != 2 x 3: the whole batch is one row
+    (2, None, [-0.9258193, 0.0, -0.4629096, 1.3887290]),  # no rbs: the whole batch
+])
+def test_samples_without_group_index_are_grouped_as_slime_does(n, rbs, want):
+    args = SimpleNamespace(n_samples_per_prompt=n) if rbs is None else SimpleNamespace(n_samples_per_prompt=n,
+                                                                                       rollout_batch_size=rbs)
+    got = post_process_rewards(args, ungrouped_batch([0.0, 1.0, 0.5, 2.5]))[1]
+    assert got == pytest.approx(want, abs=2e-6)
+    assert convert_samples_to_train_data(args, ungrouped_batch([0.0, 1.0, 0.5, 2.5]))["rewards"] == got
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(
+    rewards=st.lists(st.sampled_from([0.0, 0.25, 1.0, 3.0, -2.0]), min_size=2, max_size=12),
+    n=st.integers(1, 4), rbs=st.one_of(st.none(), st.integers(1, 6)),
+    estimator=st.sampled_from(["grpo", "gspo", "cispo", "reinforce_plus_plus_baseline", "ppo"]),
+)
+def test_ungrouped_rewards_equal_slimes_rule(rewards, n, rbs, estimator):
+    """Without group_index, under any n and rollout_batch_size (missing: slime's defaults), the
+    rewards are slime's own (its reference re-implementation), up to float32 rounding."""
+    args = SimpleNamespace(n_samples_per_prompt=n, advantage_estimator=estimator)
+    if rbs is not None:
+        args.rollout_batch_size = rbs
+    raw, got = post_process_rewards(args, ungrouped_batch(rewards))
+    want_raw, want = slime_reference.post_process_rewards(
+        [s.to_dict() for s in ungrouped_batch(rewards)], advantage_estimator=estimator, n_samples_per_prompt=n,
+        rollout_batch_size=rbs or 0)
+    assert raw == want_raw
+    assert got == pytest.approx(want, abs=2e-6)
+
+
+def test_a_field_slime_needs_fails_once_naming_field_and_positions():
+    samples = ungrouped_batch([0.0, 1.0, 0.5, 2.5])
+    samples[0].reward = samples[2].reward = None
+    with pytest.raises(InvalidInputError) as e:
+        post_process_rewards(bare_args(), samples)
+    assert str(e.value) == ("2 invalid samples in the batch: reward: expected a number, got null "
+                            "on batch positions 0 (index 0), 2 (index 2)")
+    records = [s.to_dict() for s in ungrouped_batch([0.0, 1.0, 0.5])]
+    del records[1]["response_length"], records[2]["response_length"]
+    with pytest.raises(InvalidInputError, match=r"^2 invalid samples in the batch: response_length: missing "
+                                                r"on batch positions 1 \(index 1\), 2 \(index 2\)$"):
+        convert_samples_to_train_data(bare_args(), records)

@@ -161,20 +161,13 @@ class RayEngine:
 
     def _start_local(self, workers: int | None) -> None:
         """A local Ray whose workers can import this rollout_cli, also when it is not installed
-        (run from a checkout): its directory goes on PYTHONPATH, which the raylet and its worker
-        processes inherit. On a real cluster, install rollout-cli on every node instead."""
+        (run from a checkout): its directory goes first on the workers' PYTHONPATH, through
+        Ray's runtime environment (this process's environment is left as it is). On a real
+        cluster, install rollout-cli on every node instead."""
         root = _package_root()
-        old = os.environ.get("PYTHONPATH")
-        paths = [p for p in (old or "").split(os.pathsep) if p]
-        if root not in paths:
-            os.environ["PYTHONPATH"] = os.pathsep.join([root] + paths)
-        try:
-            self._ray.init(num_cpus=workers or None, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-        finally:
-            if old is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = old
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+        self._ray.init(num_cpus=workers or None, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+                       runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([root] + paths)}})
 
     def submit(self, fn: Callable, *args: Any, label: str = "", here: bool = False) -> Any:
         name = getattr(fn, "__name__", repr(fn))
