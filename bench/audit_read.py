@@ -97,6 +97,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", help="write the result JSON here")
     args = ap.parse_args()
+    args.samples = max(GROUP, args.samples // GROUP * GROUP)  # whole prompt groups
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
         ro, tr = os.path.join(tmp, "rollout_data", "1.pt"), os.path.join(tmp, "train_data", "1.pt")
