@@ -203,7 +203,7 @@ def audit_step(unit: Unit, first, reading, step: int, td: TrainDump, opts: Audit
     except StepProblems as e:
         raise _fail(inp.display, e.args[0] if e.args else []) from None
     _step_fields(sa, td, pos, sf, cat(raw, np.float64), where)
-    _figures(sa, cmp, pos, sf, td)
+    _figures(sa, cmp, pos, sf, td, where, records)
     masks = cat(mask_totals, np.int64)
     sa.loss_weight = loss_weight(sf.ids[pos], masks, sf.mask_sums, sf.group_mask_sums, sf.group_rollouts, sf.step_totals)
     return sa
@@ -241,14 +241,20 @@ def _step_fields(sa: StepAudit, td: TrainDump, pos: np.ndarray, sf, raw: np.ndar
             sa.add(diff.record(sa.step, p, "extra", None, train, {"expected": None, "got": "a training sample"}))
 
 
-def _figures(sa: StepAudit, cmp: _Compare, pos: np.ndarray, sf, td: TrainDump) -> None:
-    """The step's mismatch, reference and token statistics, and the per-rollout mismatch."""
+def _figures(sa: StepAudit, cmp: _Compare, pos: np.ndarray, sf, td: TrainDump, where, records: int) -> None:
+    """The step's mismatch, reference and token statistics, and the per-rollout mismatch; each
+    top token with its rollout id and rollout-dump location."""
     rollout_of = {int(p): int(sf.ids[p]) for p in pos.tolist()}
     for p, j in td.index().items():  # extra samples: the trainer's own ids
         if p not in rollout_of and isinstance(td.samples[j].get("rollout_ids"), int):
             rollout_of[p] = td.samples[j]["rollout_ids"]
     sa.mismatch = cmp.mismatch.step()
     sa.ref_mismatch = cmp.ref.step()
+    for m in (sa.mismatch, sa.ref_mismatch):
+        for t in (m or {}).get("top_tokens", []):
+            p = t["rollout_position"]
+            t["rollout_id"] = rollout_of.get(p)
+            t["rollout"] = str(where(p)) if p < records else None
     sa.advantages = cmp.adv.result()
     sa.entropy = cmp.ent.result()
     sa.rollout_log_probs_from = " and ".join(sorted(cmp.lp_from)) or None

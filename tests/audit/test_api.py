@@ -354,3 +354,20 @@ def test_fuzzed_train_payload_is_never_an_internal_error(tmp_path_factory, data)
     import json
 
     json.dumps(r, allow_nan=False)  # the --json object is valid JSON
+
+
+def test_top_tokens_say_where_they_are(tmp_path):
+    r = _run(tmp_path, steps=(0,), fmt="jsonl")
+    for t in r["steps"][0]["mismatch"]["top_tokens"]:
+        p = t["rollout_position"]
+        assert t["rollout"] == f"{tmp_path / 'rollout_data' / '0.jsonl'}:line {p + 1}"
+        assert t["rollout_id"] == p  # one sample per rollout, ids in order
+        assert 1 <= t["token"] < 4 and t["abs_diff"] == abs(t["d"])
+
+
+def test_eval_steps_are_not_audited(tmp_path):
+    _run(tmp_path, steps=(0,))
+    T.write_rollout(tmp_path / "rollout_data", T.rollout_samples(5), 5, "jsonl").rename(tmp_path / "rollout_data" / "eval_5.jsonl")
+    r = audit_paths([str(tmp_path / "rollout_data")], [str(tmp_path / "train_data")])
+    assert [s["step"] for s in r["steps"]] == [0] and r["divergences"] == []
+    assert any("eval step 5" in n and "not audited" in n for n in r["summary"]["notes"])
