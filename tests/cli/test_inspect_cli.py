@@ -106,6 +106,7 @@ def test_converted_output_matches_dumps(converted, group_by):
         assert d["summary"]["input"] == "converted"
         for k in ("samples", "rows", "rollouts", "prompt_groups", "tokens", "rewards", "samples_per_rollout", "group_sizes", "anomaly_counts"):
             assert d["summary"][k] == dumps["summary"][k], k
+        assert d["loss_weight"] == dumps["loss_weight"] and len(d["loss_weight"]) == 3
 
 
 def test_json_snapshot(monkeypatch):
