@@ -188,3 +188,31 @@ def reward_fault(step: int, p: dict) -> None:
     """The report tests' fault: step 1, rollout position 4 trained with another reward."""
     if step == 1:
         p["samples"][4]["rewards"] = 9.0
+
+
+def read_train(inp, trust_pickle: bool = False):
+    """A train reader as another framework's would be (registered in TRAIN_FORMATS by the
+    tests): JSONL, one training sample per line under slime's key names plus its `step`, turned
+    into slime's payload and checked by train_pt.from_payload."""
+    import orjson
+
+    from rollout_cli.inputs.train_pt import from_payload
+
+    rows = [orjson.loads(line) for line in Path(inp.path).read_bytes().splitlines() if line.strip()]
+    samples = [{k: (np.asarray(v) if isinstance(v, list) else v) for k, v in r.items() if k != "step"} for r in rows]
+    return from_payload({"format_version": 2, "rollout_id": rows[0]["step"], "samples": samples}, inp.display)
+
+
+def write_train_jsonl(path: Path, pt_path: Path) -> Path:
+    """The samples of a train .pt as that JSONL."""
+    import orjson
+
+    p = torch.load(str(pt_path), weights_only=False)
+    lines = []
+    for s in p["samples"]:
+        row = {"step": p["rollout_id"]}
+        row.update({k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in s.items()})
+        lines.append(orjson.dumps(row))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path

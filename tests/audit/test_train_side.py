@@ -82,3 +82,16 @@ def test_one_folder_for_both_sides(tmp_path):
     # a rollout dump named as a train input is an error
     with pytest.raises(InvalidInputError, match="format_version: missing"):
         audit_paths([str(rollout)], [str(rollout / "0.pt")])
+
+
+def test_another_frameworks_train_reader_plugs_in(tmp_path, monkeypatch):
+    """A reader module registered in TRAIN_FORMATS that returns a payload shaped like slime's."""
+    from rollout_cli.inputs import registry
+
+    monkeypatch.setitem(registry.TRAIN_FORMATS, "jsonl", "train_dumps")
+    samples = T.rollout_samples(3)
+    T.write_rollout(tmp_path / "r", samples, 3, "parquet")
+    (pt,) = T.write_train(tmp_path / "pt", samples, 3, n=2, rbs=3, dp=2)
+    T.write_train_jsonl(tmp_path / "other" / "step3.jsonl", pt)
+    r = audit_paths([str(tmp_path / "r")], [str(tmp_path / "other")])
+    assert r["divergences"] == [] and r["steps"][0]["mismatch"]["tokens"] == 18
