@@ -174,3 +174,153 @@ def chunk_record(chunk, i: int) -> dict | None:
         if v is not None:
             out[name] = v
     return out
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A moto S3 server on loopback, its bucket `bkt` holding sample_data under `dumps/`; the
+    endpoint reaches pyarrow (and child processes) through AWS_ENDPOINT_URL. Yields a pyarrow
+    S3FileSystem on it."""
+    import logging
+    import socket
+
+    from moto.server import ThreadedMotoServer
+    from pyarrow import fs as pafs
+
+    from rollout_cli.core import storage
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    storage._filesystem.cache_clear()
+    fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True)
+    fs.create_dir("bkt")
+    pafs.copy_files(str(SAMPLE_DATA), "bkt/dumps", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+    yield fs
+    server.stop()
+    storage._filesystem.cache_clear()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def s3_download(fs, prefix: str, dest) -> None:
+    """Copy everything under `prefix` of the S3 filesystem to the local folder `dest`."""
+    from pyarrow import fs as pafs
+
+    pafs.copy_files(prefix, str(dest), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+
+
+class _Dead(OSError):
+    """The process died here: this write never happened, and nothing after it does."""
+
+
+def _crashing_handler(fs, limit: float):
+    """A pyarrow filesystem handler over the test's S3 filesystem that lets `limit` writes and
+    deletes through, fails the next one and every call after it (as a killed process would)."""
+    from pyarrow import fs as pafs
+
+    class Crashing(pafs.FileSystemHandler):
+        def __init__(self):
+            self.writes, self.reads, self.dead = [], [], False
+
+        def _op(self, name, path, write=True):
+            if self.dead:
+                raise _Dead("the process is gone")
+            if name.startswith("open_input"):
+                self.reads.append(path)
+            if write:
+                if len(self.writes) >= limit:
+                    self.dead = True
+                    raise _Dead(f"killed at {name} {path!r}")
+                self.writes.append((name, path))
+
+        def get_type_name(self):
+            return "crashing-s3"
+
+        def normalize_path(self, path):
+            return fs.normalize_path(path)
+
+        def equals(self, other):
+            return self is other
+
+        def get_file_info(self, paths):
+            self._op("get_file_info", paths, write=False)
+            return fs.get_file_info(paths)
+
+        def get_file_info_selector(self, selector):
+            self._op("get_file_info_selector", selector.base_dir, write=False)
+            return fs.get_file_info(selector)
+
+        def open_input_stream(self, path):
+            self._op("open_input_stream", path, write=False)
+            return fs.open_input_stream(path)
+
+        def open_input_file(self, path):
+            self._op("open_input_file", path, write=False)
+            return fs.open_input_file(path)
+
+        def create_dir(self, path, recursive):
+            self._op("create_dir", path)
+            fs.create_dir(path, recursive=recursive)
+
+        def delete_dir(self, path):
+            self._op("delete_dir", path)
+            fs.delete_dir(path)
+
+        def delete_dir_contents(self, path, missing_dir_ok=False):
+            self._op("delete_dir_contents", path)
+            fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+        def delete_root_dir_contents(self):
+            self._op("delete_root_dir_contents", "")
+            fs.delete_dir_contents("", accept_root_dir=True)
+
+        def delete_file(self, path):
+            self._op("delete_file", path)
+            fs.delete_file(path)
+
+        def move(self, src, dest):
+            self._op("move", src)
+            fs.move(src, dest)
+
+        def copy_file(self, src, dest):
+            self._op("copy_file", dest)
+            fs.copy_file(src, dest)
+
+        def open_output_stream(self, path, metadata):
+            self._op("open_output_stream", path)
+            return fs.open_output_stream(path, metadata=metadata)
+
+        def open_append_stream(self, path, metadata):
+            self._op("open_append_stream", path)
+            return fs.open_append_stream(path, metadata=metadata)
+
+    return Crashing()
+
+
+def crashing_s3(monkeypatch, s3, limit: float = float("inf")):
+    """Route rollout-cli's object-store calls through _crashing_handler (undone with the
+    monkeypatch); returns the handler, whose `writes` lists the writes and deletes made."""
+    from pyarrow import fs as pafs
+
+    from rollout_cli.core import storage
+
+    handler = _crashing_handler(s3, limit)
+    wrapped = pafs.PyFileSystem(handler)
+    monkeypatch.setattr(storage, "_filesystem", lambda prefix: wrapped)
+    return handler

@@ -30,8 +30,13 @@ def _load_script():
 msd = _load_script()
 
 
-def _data_files(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and p.suffix in suffixes)
+FRAMEWORKS = ("nemo_rl", "miles")  # written by make_framework_data.py
+
+
+def _data_files(root: Path, suffixes: tuple[str, ...], frameworks: bool = False) -> list[Path]:
+    """slime's sample files (or, with `frameworks`, the other frameworks' ones) under root."""
+    found = (p.relative_to(root) for p in root.rglob("*") if p.is_file() and p.suffix in suffixes)
+    return sorted(p for p in found if (p.parts[0] in FRAMEWORKS) == frameworks)
 
 
 # ---------------------------------------------------------------------------------------- loaders
@@ -198,3 +203,70 @@ def test_step_content():
     # eval: index restarts per dataset, no rollout ids
     assert [s["index"] for s in ev] == [0, 1, 2, 0, 1, 2, 3]
     assert all(s["rollout_id"] is None for s in ev)
+
+
+# ------------------------------------------------------------------------------------------ other frameworks
+
+
+@pytest.fixture(scope="module")
+def regenerated_frameworks(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("framework_data")
+    subprocess.run([sys.executable, str(DATA / "make_framework_data.py"), "--out", str(out)], check=True)
+    return out
+
+
+def test_framework_data_regenerates_identically(regenerated_frameworks: Path):
+    committed = _data_files(DATA, (".jsonl", ".parquet", ".pt"), frameworks=True)
+    assert committed == _data_files(regenerated_frameworks, (".jsonl", ".parquet", ".pt"), frameworks=True)
+    assert len(committed) == 12
+    for rel in committed:
+        if rel.suffix == ".pt":  # miles' dataclasses: compared as plain data
+            assert load_pt_plain(DATA / rel) == load_pt_plain(regenerated_frameworks / rel), rel
+        else:
+            assert (DATA / rel).read_bytes() == (regenerated_frameworks / rel).read_bytes(), rel
+    assert sum((DATA / rel).stat().st_size for rel in committed) < 100_000  # kept small
+
+
+def load_pt_plain(path: Path):
+    from rollout_cli.inputs.pt_pickle import load_pt as load
+
+    def plain(v):
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v
+
+    return plain(load(path))
+
+
+def test_nemo_rl_logs_have_the_loggers_shape():
+    for path in sorted((DATA / "nemo_rl" / "exp_001").glob("train_data_step*.jsonl")):
+        lines = load_jsonl(path)
+        width = len(lines[0]["token_ids"][0])
+        assert width % 8 == 0 and [r["idx"] for r in lines] == list(range(len(lines)))
+        for r in lines:
+            assert list(r) == ["content", "rewards", "input_lengths", "token_ids", "token_loss_mask", "sample_loss_mask",
+                               "advantages", "generation_logprobs", "prev_logprobs", "idx"]
+            assert all(isinstance(v, list) and len(v) == 1 for k, v in r.items() if k != "idx")
+            assert all(len(r[k][0]) == width for k in ("token_ids", "token_loss_mask", "advantages",
+                                                        "generation_logprobs", "prev_logprobs"))
+            n = r["input_lengths"][0]
+            assert n <= width and not any(r["token_ids"][0][n:]) and 1 in r["token_loss_mask"][0][:n]
+    for r in load_jsonl(DATA / "nemo_rl" / "exp_001" / "val_data_step2.jsonl"):
+        assert list(r) == ["content", "rewards", "idx"] and {m["role"] for m in r["content"][0]} == {"user", "assistant"}
+
+
+def test_miles_dump_has_the_writers_layout():
+    root = DATA / "miles"
+    for stem in ("1", "2", "eval_2"):
+        payload = load_pt_plain(root / "rollout_data" / f"{stem}.pt")
+        assert list(payload) == ["rollout_id", "metadata", "samples"]
+        mirror = pq.read_table(root / "dashboard_columns" / f"rollout_{stem}.parquet")
+        assert mirror.schema.names == ["sample_index", "response_length", "total_length", "tokens", "loss_mask",
+                                       "rollout_log_probs"]
+        assert mirror.column("tokens").to_pylist() == [s["tokens"] for s in payload["samples"]]
+        assert all("messages" not in s["metadata"] for s in payload["samples"])
+        assert (root / "trajectory" / f"{stem}.jsonl").exists()
+    adapters = [s["adapter"] for s in load_pt_plain(root / "rollout_data" / "2.pt")["samples"]]
+    assert all(a is not None and set(a) == {"name", "slot"} for a in adapters)

@@ -43,6 +43,7 @@ def audit_cmd(
     n_samples_per_prompt: o.NSamplesPerPrompt = R.n_samples_per_prompt,
     steps: o.Steps = R.steps,
     trust_pickle: o.TrustPickle = R.trust_pickle,
+    input_format: o.InputFormat = R.input_format,
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No notes on stderr.")] = False,
     verbose: Annotated[bool, typer.Option(

@@ -109,6 +109,7 @@ def convert(
     steps: o.Steps = D.steps,
     step: o.Step = D.step,
     trust_pickle: o.TrustPickle = D.trust_pickle,
+    input_format: o.InputFormat = D.input_format,
     on_error: OnErrorOpt = OnError(D.on_error),
     max_errors: MaxErrors = D.max_errors,
     shards: Shards = D.shards,

@@ -57,6 +57,7 @@ def inspect_cmd(
     steps: o.Steps = R.steps,
     step: o.Step = R.step,
     trust_pickle: o.TrustPickle = R.trust_pickle,
+    input_format: o.InputFormat = R.input_format,
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No notes on stderr.")] = False,
     verbose: Annotated[bool, typer.Option(

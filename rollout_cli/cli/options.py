@@ -12,6 +12,7 @@ import typer
 
 from ..core.choices import Estimator, RewardBaseline, Scope, SiblingReward, values
 from ..core.options import RuleOptions
+from ..inputs.registry import FORMATS
 
 RULES = RuleOptions()  # the defaults of the id and reward options
 
@@ -84,6 +85,11 @@ Step = Annotated[Optional[int], typer.Option(
 TrustPickle = Annotated[bool, typer.Option(
     "--trust-pickle", rich_help_panel=INPUTS,
     help="Allow .pt dumps that need full unpickling, which can run code: only for files you trust.")]
+
+InputFormat = Annotated[Optional[str], typer.Option(
+    "--input-format", metavar="NAME", rich_help_panel=INPUTS,
+    help=f"Read every input with this reader: {', '.join(FORMATS)} (default: recognised from "
+         "each file's path and content).")]
 
 MaxAnomalies = Annotated[int, typer.Option(
     "--max-anomalies", metavar="N", rich_help_panel=VIEW,

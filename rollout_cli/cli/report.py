@@ -45,6 +45,7 @@ def report_cmd(
     n_samples_per_prompt: o.NSamplesPerPrompt = R.n_samples_per_prompt,
     steps: o.Steps = R.steps,
     trust_pickle: o.TrustPickle = R.trust_pickle,
+    input_format: o.InputFormat = R.input_format,
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summary.")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Tracebacks for internal errors.")] = False,

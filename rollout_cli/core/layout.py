@@ -11,11 +11,29 @@ OUT/
   rejects.jsonl                                     rejected samples, with reasons
   .staging/                                         a run in flight
 ```
+
+On an object store (no rename) each run writes its files once, under a generation folder of
+its own that no committed dataset uses; the manifest names it (its `generation` key) and lists
+the files by their paths inside OUT:
+
+```
+OUT/
+  manifest.json                                     the commit point: one PUT, written last
+  gen/5f0c.../data/step-000003/shard-00000-of-00004.parquet
+  gen/5f0c.../mmap/data/step-000003/shard-00000-of-00004.arrow
+  gen/5f0c.../rejects.jsonl
+  gen/5f0c.../done/                                 a run in flight: its finished steps
+  .staging/run.json                                 a run in flight: its generation and options
+```
+
+Readers follow the manifest's paths; a step reused by `--resume` keeps its files in the
+generation that wrote them.
 """
 from __future__ import annotations
 
 import os
 import posixpath
+import re
 from typing import Any
 
 MANIFEST = "manifest.json"
@@ -26,6 +44,8 @@ SPLIT_TREES = {"train": "data", "eval": "eval"}  # split -> its top folder
 TREES = (*SPLIT_TREES.values(), MMAP)
 ENTRIES = (*TREES, REJECTS)  # what a commit moves into place (the manifest comes last)
 SPLITS = tuple(SPLIT_TREES)
+GENERATIONS = "gen"  # object stores: OUT/gen/<id>/ holds one run's trees and rejects
+_GENERATION_ID = re.compile(r"[0-9a-f]{8,64}")
 
 
 def split_tree(split: str) -> str:
@@ -47,12 +67,40 @@ def mmap_path(split: str, step: int, shard: int, shards: int) -> str:
     return f"{MMAP}/{shard_path(split, step, shard, shards)[: -len('.parquet')]}.arrow"
 
 
+def generation_dir(generation: str) -> str:
+    """The folder of one generation, relative to OUT (object stores)."""
+    return f"{GENERATIONS}/{generation}"
+
+
+def is_generation(generation: Any) -> bool:
+    """A generation id as a manifest may name it (lowercase hex)."""
+    return isinstance(generation, str) and bool(_GENERATION_ID.fullmatch(generation))
+
+
+def in_generation(generation: str | None, rel: str) -> str:
+    """`rel` (a layout path) as the manifest lists it: inside the generation's folder on an
+    object store, as it is on a local output (generation None)."""
+    return f"{generation_dir(generation)}/{rel}" if generation else rel
+
+
+def split_generation(path: str) -> tuple[str | None, str]:
+    """(generation, layout path) of a path a manifest lists: the inverse of in_generation."""
+    parts = path.split("/", 2)
+    if len(parts) == 3 and parts[0] == GENERATIONS and is_generation(parts[1]):
+        return parts[1], parts[2]
+    return None, path
+
+
 def manifest_path(out: str) -> str:
-    return os.path.join(out, MANIFEST)
+    return f"{out.rstrip('/')}/{MANIFEST}" if "://" in out else os.path.join(out, MANIFEST)
 
 
 def is_output(path: str) -> bool:
     """A folder that holds a committed output (its manifest)."""
+    if "://" in path:
+        from . import storage
+
+        return storage.is_file(manifest_path(path))
     return os.path.isdir(path) and os.path.isfile(manifest_path(path))
 
 
@@ -63,4 +111,7 @@ def is_safe(rel: Any, tops: tuple[str, ...]) -> bool:
         return False
     if posixpath.normpath(rel) != rel or ".." in rel.split("/"):
         return False
-    return any(rel.startswith(top + "/") for top in tops)
+    if any(rel.startswith(top + "/") for top in tops):
+        return True
+    generation, inner = split_generation(rel)  # an object store's generation folder
+    return generation is not None and any(inner.startswith(top + "/") for top in tops)

@@ -42,6 +42,7 @@ class RuleOptions:
     steps: str | None = None
     step: int | None = None
     trust_pickle: bool = False
+    input_format: str | None = None  # a reader registry name for every input (None: detected)
 
     def check(self) -> None:
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
@@ -64,7 +65,7 @@ class RuleOptions:
     def rule_options(self) -> dict:
         """The settings that decide ids and rewards (what `inspect` shows and compares)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(RuleOptions)}
-        for k in ("steps", "step", "trust_pickle"):
+        for k in ("steps", "step", "trust_pickle", "input_format"):
             d.pop(k)
         if not self.slime_compat:
             d.pop("rollout_batch_size")
@@ -176,7 +177,9 @@ class ConvertOptions(RuleOptions):
     def conversion_options(self) -> dict:
         """The options that decide the output bytes (recorded; --resume requires them unchanged)."""
         d = dataclasses.asdict(self)
-        for k in ("overwrite", "resume", "trust_pickle", "on_error", "max_errors", "steps", "workers", "engine", "ray_address"):
+        # input_format is recorded with each input (the manifest's inputs[].format)
+        for k in ("overwrite", "resume", "trust_pickle", "on_error", "max_errors", "steps", "workers", "engine", "ray_address",
+                  "input_format"):
             d.pop(k)
         if not self.slime_compat and not (self.schedule == "slime" and self.num_steps_per_rollout):
             d.pop("rollout_batch_size")

@@ -61,6 +61,56 @@ def size(path: str) -> int:
     return file_info(path).size if is_uri(path) else os.path.getsize(path)
 
 
+def is_file(path: str) -> bool:
+    """A regular file (local), or an object (URI)."""
+    if not is_uri(path):
+        return os.path.isfile(path)
+    from pyarrow import fs as pafs
+
+    return file_info(path).type == pafs.FileType.File
+
+
+def is_dir(path: str) -> bool:
+    """A local folder, or a URI with objects under it (a bucket or a prefix)."""
+    if not is_uri(path):
+        return os.path.isdir(path)
+    from pyarrow import fs as pafs
+
+    return file_info(path).type == pafs.FileType.Directory
+
+
+def read_bytes(path: str) -> bytes:
+    """A whole file, local or remote."""
+    if not is_uri(path):
+        with open(path, "rb") as f:
+            return f.read()
+    with open_read(path) as f:
+        return f.read()
+
+
+def files_under(uri: str) -> dict[str, int]:
+    """Every object under a URI prefix, as {path relative to it: size}; empty when absent."""
+    from pyarrow import fs as pafs
+
+    fs, path = resolve(uri)
+    base = path.rstrip("/") + "/"
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    return {i.path[len(base):]: i.size for i in infos if i.type == pafs.FileType.File and i.path.startswith(base)}
+
+
+def file_digest(path: str, algorithm: str) -> str:
+    """The digest of a file, local or remote (read once, as a stream)."""
+    from . import hashing
+
+    if not is_uri(path):
+        return hashing.file_digest(path, algorithm)
+    h = hashing.new(algorithm)
+    with open_read(path) as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
 def list_files(uri: str) -> list[str]:
     """Every file under a URI (recursively, sorted), or the URI itself when it is a file."""
     from pyarrow import fs as pafs
@@ -247,6 +297,15 @@ def write_durable(path: str, data: bytes) -> None:
     fsync_dir(os.path.dirname(path) or ".")
 
 
+def delete_file(uri: str) -> None:
+    """Remove one object; nothing if absent."""
+    fs, path = resolve(uri)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+
+
 def delete(uri: str) -> None:
     """Remove a file or a whole tree; nothing if absent."""
     from pyarrow import fs as pafs
@@ -257,16 +316,6 @@ def delete(uri: str) -> None:
         fs.delete_dir(path)
     elif t == pafs.FileType.File:
         fs.delete_file(path)
-
-
-def copy_tree(src: str, dst: str) -> None:
-    """Copy every file under src to the same relative place under dst (server-side on S3)."""
-    fs, spath = resolve(src)
-    _, dpath = resolve(dst)
-    prefix = _scheme_prefix(src)
-    for f in list_files(src):
-        rel = f[len(prefix) + len(spath):].lstrip("/")
-        fs.copy_file(f[len(prefix):], dpath.rstrip("/") + "/" + rel if rel else dpath)
 
 
 class LocalCopy:

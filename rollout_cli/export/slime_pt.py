@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..core import layout
+from ..core import layout, storage
 from ..core.errors import IntegrityError, OutputError, OutputExistsError, UsageError
 from ..inputs.discover import parse_steps
 from ..output import manifest
@@ -88,9 +88,9 @@ def _read_step(out: str, entry: dict, keep_text: bool) -> pa.Table:
     for sh in entry["shards"]:
         if not layout.is_safe(sh["path"], tuple(layout.SPLIT_TREES.values())):
             raise IntegrityError(f"{layout.manifest_path(out)}: shard path {sh['path']!r} leaves the output folder")
-        path = os.path.join(out, sh["path"])
+        path = storage.join(out, sh["path"])
         try:
-            t = pq.read_table(path)
+            t = pq.read_table(storage.open_read(path, seekable=True) if storage.is_uri(path) else path)
         except (OSError, pa.ArrowInvalid) as e:
             raise IntegrityError(f"{path}: unreadable shard: {e}") from None
         if t.num_rows != sh["rows"]:

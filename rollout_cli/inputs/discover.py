@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..core import layout, storage
 from ..core.errors import InvalidInputError, UsageError
+from .registry import DETECT, detector
 
 EXTENSIONS = {
     ".pt": "pt",
@@ -23,13 +24,14 @@ _DIGITS = re.compile(r"(\d+)")
 class InputFile:
     path: str  # what is opened ("-" for stdin)
     display: str  # what messages and the manifest show
-    format: str  # pt | jsonl | parquet
+    format: str  # a name of registry.FORMATS: pt | jsonl | parquet | nemo_rl | miles ...
     step: int | None
     split: str  # train | eval
     step_from: str  # payload | field | name | option
 
 
 def input_format(path: str) -> str | None:
+    """The format an input's extension names (None: not an input)."""
     name = path.lower()
     for ext in sorted(EXTENSIONS, key=len, reverse=True):
         if name.endswith(ext):
@@ -74,11 +76,6 @@ def _field_step(path: str, fmt: str) -> int | None:
         rec = peek_first_record(path)
         value = rec.get("step") if rec else None
     elif fmt == "parquet":
-        from .parquet_parts import footer
-
-        known = footer(path)  # without pyarrow: most dumps have no `step` column to peek at
-        if known is not None and "step" not in known[0]:
-            return None
         from .parquet import peek_step_value
 
         value = peek_step_value(path)
@@ -97,9 +94,30 @@ def _is_output_dir(path: str) -> bool:
     return os.path.isfile(layout.manifest_path(path)) or os.path.isdir(os.path.join(path, layout.STAGING))
 
 
-def discover(paths: list[str], step: int | None = None, exclude: str | None = None) -> tuple[list[InputFile], list[str], list[str]]:
+def _detect(path: str) -> tuple[str | None, object | None]:
+    """The first format of registry.DETECT that claims the file, and its module."""
+    for name in DETECT:
+        mod = detector(name)
+        if mod.claims(path):
+            return name, mod
+    return None, None
+
+
+def check_input_format(name: str | None) -> None:
+    """--input-format: a name of the reader registry."""
+    from .registry import FORMATS
+
+    if name is not None and name not in FORMATS:
+        raise UsageError(f"--input-format: expected one of {', '.join(sorted(FORMATS))}, got {name!r}")
+
+
+def discover(paths: list[str], step: int | None = None, exclude: str | None = None,
+             forced: str | None = None) -> tuple[list[InputFile], list[str], list[str]]:
     """Resolve inputs to files; returns (inputs, skipped non-input files, notes). Folders that
-    are rollout-cli outputs (and `exclude`, the output being written) are not searched."""
+    are rollout-cli outputs (and `exclude`, the output being written) are not searched. A file's
+    format is the first of registry.DETECT that claims it, else its extension's; `forced`
+    (--input-format) is the format of every input."""
+    check_input_format(forced)
     excluded = os.path.realpath(exclude) if exclude else None
     files: list[tuple[str, str]] = []
     skipped: list[str] = []
@@ -143,15 +161,32 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
         if is_train_side_dump(path):
             notes.append(f"{display}: slime train-side dump (train_data/), skipped")
             continue
-        fmt = "jsonl" if path == "-" else input_format(path)
+        mod = None
+        if forced is not None:
+            fmt = forced
+            mod = detector(fmt) if fmt in DETECT else None
+        elif path == "-":
+            fmt = "jsonl"
+        else:
+            fmt, mod = _detect(path)
+            fmt = fmt or input_format(path)
         assert fmt is not None
-        name_step, split = _step_from_name(path) if path != "-" else (None, "train")
+        if mod is not None and path != "-" and hasattr(mod, "skip_note"):
+            note = mod.skip_note(path)
+            if note:
+                notes.append(note)
+                continue
+        own = mod.step_and_split(path) if mod is not None and path != "-" and hasattr(mod, "step_and_split") else None
+        if own is not None:
+            name_step, split = check_step(own[0], path), own[1]
+        else:
+            name_step, split = _step_from_name(path) if path != "-" else (None, "train")
         if step is not None:
             out.append(InputFile(path, display, fmt, step, split, "option"))
             continue
         if path == "-":
             raise UsageError("reading stdin needs --step N")
-        field_step = _field_step(path, fmt) if fmt != "pt" else None
+        field_step = _field_step(path, fmt) if fmt in ("jsonl", "parquet") and own is None else None
         if field_step is not None:
             out.append(InputFile(path, display, fmt, field_step, split, "field"))
         else:

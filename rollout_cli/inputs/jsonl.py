@@ -44,7 +44,8 @@ def open_binary(path: str) -> BinaryIO:
 
 def _lines(stream: BinaryIO, limit: int | None) -> Iterator[tuple[bytes, int, int]]:
     """Yield the lines of at most `limit` bytes read from the stream as (block, start, end):
-    positions in the block read, without the newline (no copy per line)."""
+    positions in the block read, without the newline (no copy per line; only a line that
+    spans two blocks is copied, never the block it ends in)."""
     tail = b""
     left = limit
     while True:
@@ -56,16 +57,24 @@ def _lines(stream: BinaryIO, limit: int | None) -> Iterator[tuple[bytes, int, in
             break
         if left is not None:
             left -= len(block)
-        buf = tail + block if tail else block
-        find = buf.find
+        find = block.find
         pos = 0
+        if tail:
+            nl = find(b"\n")
+            if nl < 0:
+                tail += block
+                continue
+            line = tail + block[:nl]
+            tail = b""
+            yield line, 0, len(line)
+            pos = nl + 1
         while True:
             nl = find(b"\n", pos)
             if nl < 0:
                 break
-            yield buf, pos, nl
+            yield block, pos, nl
             pos = nl + 1
-        tail = buf[pos:]
+        tail = block[pos:]
     if tail:
         yield tail, 0, len(tail)
 
@@ -102,6 +111,9 @@ def read_jsonl(
     chunk_records: int = CHUNK_RECORDS,
     stats: dict | None = None,
     handover: Handover | None = None,
+    parser=None,
+    shape=None,
+    chunk_bytes: int = CHUNK_BYTES,
 ) -> Iterator[RawChunk]:
     """Parse `path` (or its newline-aligned byte range [start, end)) into columnar chunks
     (inputs/columns.py).
@@ -109,7 +121,10 @@ def read_jsonl(
     Blank lines are skipped; a line that is not a JSON object holds its place with its
     problem, so the caller can count and report it. `stats["lines"]` gets the number of
     lines consumed. With `handover` (for a plain file), the range may end early where its rest
-    was handed over to another reader.
+    was handed over to another reader. A framework's reader passes its own simd.SampleParser
+    (`parser`) and `shape`, which maps each chunk of parsed records onto slime's sample fields
+    (a RawChunk in row form in, a RawChunk out) in place of inputs/columns.py's `columnar`,
+    and may let a chunk hold more JSON (`chunk_bytes`) when its records keep little of it.
     """
     display = display or path
     try:
@@ -120,7 +135,8 @@ def read_jsonl(
     from .simd import SampleParser
 
     loads = orjson.loads
-    fast = SampleParser().parse
+    fast = (parser or SampleParser()).parse
+    finish = shape or columnar
     fast_tries = fast_misses = 0
     try:
         if start:
@@ -164,12 +180,12 @@ def read_jsonl(
             numbers.append(line_no)
             records.append(rec)
             held += b - a
-            if len(records) >= chunk_records or held >= CHUNK_BYTES:
-                yield columnar(RawChunk(display, "line", numbers, records, problems))
+            if len(records) >= chunk_records or held >= chunk_bytes:
+                yield finish(RawChunk(display, "line", numbers, records, problems))
                 numbers, records, problems = [], [], {}
                 held = 0
         if records:
-            yield columnar(RawChunk(display, "line", numbers, records, problems))
+            yield finish(RawChunk(display, "line", numbers, records, problems))
         if stats is not None:
             stats["lines"] = line_no - first_line + 1
     except (OSError, EOFError, ValueError, zlib.error, _ZstdError) as e:

@@ -2,12 +2,8 @@
 at most one part per MIN_PART_BYTES of file. A row group is never cut: Parquet has no row
 seek inside one (without a page index), so a part starting mid-group would decode and drop
 every row before it. A file of one row group (pyarrow writes up to a million rows as one)
-is read whole, its columns decoded on the spare cores (inputs/parquet.py). The converting
-process reads only the footer here (core/thrift.py; it imports no pyarrow for a local file)."""
+is read whole, its columns decoded on the spare cores (inputs/parquet.py)."""
 from __future__ import annotations
-
-import functools
-import os
 
 from ..core import storage
 
@@ -23,52 +19,9 @@ def split(inp, parts: int, min_bytes: int | None = None) -> list[tuple[int, int 
     return [(0, None)] if n == 1 else [(k, n) for k in range(n)]
 
 
-def footer(path: str) -> tuple[list[str], int] | None:
-    """A local Parquet file's top-level column names and row-group count, read from its footer
-    without pyarrow (None for a URI, or when the footer cannot be read: the reader reports why).
-    Discovery and part planning both ask: the footer is decoded once per file version."""
-    if storage.is_uri(path):
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return _footer(path, st.st_size, st.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=256)
-def _footer(path: str, size: int, mtime_ns: int) -> tuple[list[str], int] | None:
-    from ..core.thrift import MAGIC, decode_struct
-
-    try:
-        if size < 12:
-            return None
-        with open(path, "rb") as f:
-            f.seek(size - 8)
-            tail = f.read(8)
-            n = int.from_bytes(tail[:4], "little")
-            if tail[4:] != MAGIC or n > size - 12:
-                return None
-            f.seek(size - 8 - n)
-            meta = decode_struct(f.read(n))
-        elements = meta.get(2).items
-        names, k = [], 1
-        for _ in range(elements[0].get(5, 0)):  # the root's children, each with its subtree
-            names.append(elements[k].get(4).decode())
-            todo = 1
-            while todo:
-                todo += (elements[k].get(5) or 0) - 1
-                k += 1
-        return names, len(meta.get(4).items)
-    except (OSError, ValueError, AttributeError, IndexError, TypeError, UnicodeDecodeError):
-        return None
-
-
 def _row_groups(path: str) -> int:
-    """The file's row-group count (1 when the footer cannot be read: the reader reports why)."""
-    known = footer(path)
-    if known is not None:
-        return known[1]
+    """The file's row-group count, from its footer (1 when it cannot be read: the reader
+    reports why). Asked only when a file is big enough to be cut into parts."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -42,6 +42,10 @@ Allowed, each with the dump content that needs it:
   ``multimodal_inputs``) and sets (free-form ``metadata`` values); each is a strict wrapper that
   accepts only the arguments pickle itself writes.
 * A ``byteorder`` record of ``big``: storages of a dump saved on a big-endian host are swapped.
+* ``miles.utils.types.AdapterRef`` and ``miles.utils.types.RewardSpec`` -- the frozen dataclasses
+  of miles' ``Sample.adapter`` / ``Sample.reward_spec`` (radixark/miles@31f1ca96:
+  miles/utils/types.py:9-23), pickled as NEWOBJ of the class plus BUILD of its field dict. Each
+  comes back as a ``PlainData``: a dict of the fields, nothing of miles imported or run.
 
 Not allowed (among everything else), since no rollout dump holds them: complex tensors and the
 conj/neg view bits, ``_rebuild_tensor_v3`` (the uint16/32/64 and float8 dtypes),
@@ -64,6 +68,7 @@ import numpy as np
 
 __all__ = [
     "ALLOWED_GLOBALS",
+    "PlainData",
     "PtFormatError",
     "UnsafePickleError",
     "load_pt",
@@ -222,6 +227,39 @@ class _Storage:
 # --------------------------------------------------------------------------- allowlisted callables
 
 
+class PlainData(dict):
+    """A dataclass instance of an allowlisted class, read as the dict of its fields. `NEWOBJ`
+    takes no arguments; `BUILD` takes only a dict of str keys (or its (dict, None) form)."""
+
+    __slots__ = ()
+    _class_name = "?"
+
+    def __new__(cls, *args: Any) -> "PlainData":
+        if args:
+            raise PtFormatError(f"pickle tried to create {cls._class_name} with arguments")
+        return dict.__new__(cls)
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2 and state[1] is None:
+            state = state[0]
+        if not isinstance(state, dict) or not all(isinstance(k, str) for k in state) or self:
+            raise PtFormatError(f"pickle tried to BUILD {self._class_name} from {type(state).__name__}")
+        dict.update(self, state)
+
+    def __reduce__(self):  # never re-pickle these
+        raise TypeError("pt_pickle plain data is not picklable")
+
+    def __repr__(self) -> str:
+        return f"{self._class_name}({dict.__repr__(self)})"
+
+
+# dataclasses read as PlainData: module.name -> the dump content that needs it
+_PLAIN_CLASSES = (
+    "miles.utils.types.AdapterRef",  # miles Sample.adapter (multi-LoRA routing)
+    "miles.utils.types.RewardSpec",  # miles Sample.reward_spec (per-sample reward dispatch)
+)
+
+
 class _SafeCallable(_Frozen):
     __slots__ = ("_fn", "_name")
 
@@ -344,8 +382,12 @@ def _build_allowlist() -> dict[str, Any]:
 
 
 _ALLOWED: dict[str, Any] = _build_allowlist()
+# the classes NEWOBJ may instantiate (types, so kept apart from the inert tokens above)
+_PLAIN_TYPES: dict[str, type] = {
+    full: type(full.rsplit(".", 1)[1], (PlainData,), {"__slots__": (), "_class_name": full}) for full in _PLAIN_CLASSES
+}
 #: Every global name the restricted unpickler resolves (``"module.name"``), sorted.
-ALLOWED_GLOBALS: tuple[str, ...] = tuple(sorted(_ALLOWED))
+ALLOWED_GLOBALS: tuple[str, ...] = tuple(sorted([*_ALLOWED, *_PLAIN_TYPES]))
 
 
 # --------------------------------------------------------------------------- archive access
@@ -454,7 +496,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         full = f"{module}.{name}"
-        obj = _ALLOWED.get(full)
+        obj = _ALLOWED.get(full) or _PLAIN_TYPES.get(full)
         if obj is None:
             raise UnsafePickleError(full, self._archive.path)
         return obj

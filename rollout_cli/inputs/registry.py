@@ -12,13 +12,15 @@ from typing import Iterator
 
 from .base import RawChunk, ReadInfo, ReadRequest
 
-__all__ = ["RawChunk", "ReadInfo", "ReadRequest", "Reading", "FORMATS", "TRAIN_FORMATS", "read_input", "read_train",
-           "split_input"]
+__all__ = ["RawChunk", "ReadInfo", "ReadRequest", "Reading", "FORMATS", "DETECT", "CONTENT_GROUPS", "TRAIN_FORMATS",
+           "read_input", "read_train", "split_input", "detector"]
 
 FORMATS = {
     "jsonl": "rollout_cli.inputs.jsonl",
     "parquet": "rollout_cli.inputs.parquet",
     "pt": "rollout_cli.inputs.slime_pt",
+    "nemo_rl": "rollout_cli.inputs.nemo_rl",
+    "miles": "rollout_cli.inputs.miles",
 }
 # The trainer's side of a step: format -> module with read_train(inp, trust_pickle) -> TrainDump.
 TRAIN_FORMATS = {
@@ -28,7 +30,19 @@ TRAIN_FORMATS = {
 SPLITTERS = {
     "jsonl": "rollout_cli.inputs.jsonl",
     "parquet": "rollout_cli.inputs.parquet_parts",
+    "nemo_rl": "rollout_cli.inputs.nemo_rl",
 }
+# Formats recognised from a file's path and first bytes, asked in this order (inputs/discover.py)
+# for every file with a known extension before the extension's format is taken. Each module has
+# `claims(path) -> bool`, and may have `step_and_split(path) -> (step, split) | None` (where its
+# path carries them) and `skip_note(path) -> str | None` (a claimed file that holds no train
+# data); like the splitters, these modules import no numpy or pyarrow.
+DETECT = ("nemo_rl", "miles")
+# Formats read from plain JSONL byte ranges whose rest a busy reader may hand over (run/handover.py).
+HANDOVER = frozenset({"jsonl", "nemo_rl"})
+# Formats whose group_index is a key of the prompt's content (each part of a step is read on its
+# own): the step's finish renumbers the keys 0, 1, ... in order of first appearance.
+CONTENT_GROUPS = frozenset({"nemo_rl"})
 
 
 class Reading:
@@ -54,6 +68,11 @@ def split_input(inp, parts: int) -> list[tuple[int, int | None]]:
     if name is None or parts <= 1:
         return [(0, None)]
     return importlib.import_module(name).split(inp, parts)
+
+
+def detector(fmt: str):
+    """The module of a format named in DETECT (or forced by --input-format), imported."""
+    return importlib.import_module(FORMATS[fmt])
 
 
 def read_train(inp, *, trust_pickle: bool = False):

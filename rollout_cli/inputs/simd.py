@@ -53,10 +53,17 @@ def _lists(v) -> tuple[int, int]:
 
 
 class SampleParser:
-    """Parses one JSON object per call; keep one per reader (it reuses its buffers)."""
+    """Parses one JSON object per call; keep one per reader (it reuses its buffers).
 
-    def __init__(self) -> None:
+    `lists`: field -> buffer type of the numeric lists to hand over as arrays (slime's fields
+    by default). `wrapped`: fields of `lists` written as a one-element list of the numeric
+    list (``"token_ids": [[1, 2]]``, as a batch sliced to one row is); such a field comes out
+    as the inner list's array."""
+
+    def __init__(self, lists: dict[str, str] | None = None, wrapped: frozenset[str] = frozenset()) -> None:
         self._parser = simdjson.Parser()
+        self._lists = NUMERIC_LISTS if lists is None else lists
+        self._wrapped = wrapped
 
     def parse(self, block: bytes, start: int, end: int) -> dict | None:
         """The object on `block[start:end]`, or None when orjson must decide."""
@@ -75,9 +82,20 @@ class SampleParser:
         rec = {}
         v = None
         lists = chars = 0  # lists met, and '[' characters met in strings and keys
+        numeric, wrapped = self._lists, self._wrapped
         for k in keys:
             v = doc[k]
-            kind = NUMERIC_LISTS.get(k)
+            kind = numeric.get(k)
+            if kind is not None and k in wrapped:
+                inner = v[0] if isinstance(v, simdjson.Array) and len(v) == 1 else None
+                if isinstance(inner, simdjson.Array):
+                    rec[k] = np.frombuffer(inner.as_buffer(of_type=kind), dtype=_DTYPES[kind])
+                    del inner
+                    lists += 2
+                    chars += k.count("[")
+                    continue
+                del inner
+                kind = None  # not the wrapped shape: kept as parsed, for the reader to word
             if kind is not None and isinstance(v, simdjson.Array):
                 # as_buffer flattens nested lists: the bracket count below rules them out
                 rec[k] = np.frombuffer(v.as_buffer(of_type=kind), dtype=_DTYPES[kind])

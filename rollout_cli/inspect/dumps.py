@@ -18,10 +18,10 @@ import pyarrow.compute as pc
 
 from ..core.errors import Location, Problem
 from ..inputs.discover import InputFile
-from ..inputs.registry import read_input
+from ..inputs.registry import CONTENT_GROUPS, read_input
 from ..inputs.units import Unit, claim_step, in_steps, record_step, train_dump_note, unit_step
 from ..pipeline.ids import reused_ids
-from ..pipeline.records import id_inputs, locator, summary_only
+from ..pipeline.records import dense_groups, id_inputs, locator, summary_only
 from ..pipeline.step import StepFields, compute_step
 from ..pipeline.validate import ID_EXPLICIT, NormChunk, normalize_chunk, pre_schema
 from .anomalies import Anomalies, loc_dict, problem_kind, row_anomalies
@@ -94,6 +94,8 @@ def dump_step(unit: Unit, opts: InspectOptions, anomalies: Anomalies, seen: dict
     id_state, explicit, group_index = id_inputs(read.chunks)
     pre = read.pre_table()
     read.small = []
+    if inp.format in CONTENT_GROUPS:  # as convert's finish renumbers them
+        group_index, pre = dense_groups(group_index, pre)
     sf = compute_step(
         id_state=id_state, explicit=explicit, group_index=group_index, problems=read.problems, where=where,
         row_pos=pre.column("_pos").to_numpy(), reward_values=pre.column("_reward_value").to_numpy(),

@@ -3,7 +3,7 @@ record batch at a time and only the small columns (never `tokens`); rejects.json
 manifest's anomalies listed as the anomalies of dumps are."""
 from __future__ import annotations
 
-import os
+import io
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -12,7 +12,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core import layout
+from ..core import layout, storage
 from ..core.errors import IntegrityError, InvalidInputError, UsageError
 from ..inputs.units import in_steps
 from ..output import manifest as manifest_mod
@@ -89,7 +89,7 @@ def _read_shard(path: str, k: int, got: _Shards) -> None:
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path, memory_map=True)
+        pf = pq.ParquetFile(storage.open_read(path, seekable=True)) if storage.is_uri(path) else pq.ParquetFile(path, memory_map=True)
         names = set(pf.schema_arrow.names)
         missing = [c for c in OUT_COLUMNS if c not in names and c not in ("source_name",)]
         if missing:
@@ -143,7 +143,7 @@ def output_steps(out: str, m: dict, opts: InspectOptions, anomalies: Anomalies, 
         seen.add((split, step))
         got = _Shards()
         for k, sh in enumerate(s.get("shards", [])):
-            path = os.path.join(out, sh["path"])
+            path = storage.join(out, sh["path"])
             got.names.append(path)
             _read_shard(path, k, got)
         keys, groups_known = _prompt_keys([g for p in got.parts for g in p.column("group_index").to_pylist()], mopts)
@@ -166,9 +166,9 @@ def _reject_anomalies(out: str, m: dict, split: str, step: int, anomalies: Anoma
     info = m.get("rejects")
     if not info:
         return
-    path = os.path.join(out, info.get("path", layout.REJECTS))
+    path = storage.join(out, info.get("path", layout.REJECTS))
     try:
-        f = open(path, "rb")
+        f = io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else open(path, "rb")
     except OSError as e:
         raise InvalidInputError(f"{path}: cannot open: {e.strerror or e}") from None
     with f:

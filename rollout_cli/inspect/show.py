@@ -2,11 +2,11 @@
 read once for the ids (dumps.dump_step), then again for the text of the wanted samples only."""
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pyarrow as pa
 
+from ..core import storage
 from ..core.errors import InvalidInputError, UsageError
 from .aggregate import r6
 from .anomalies import Anomalies, loc_dict
@@ -188,9 +188,9 @@ def _output_views(out: str, s: dict, opts: InspectOptions, want_ids: list[int]) 
     wanted = np.array(want_ids, dtype=np.int64)
     text = False
     for sh in s.get("shards", []):
-        path = os.path.join(out, sh["path"])
+        path = storage.join(out, sh["path"])
         try:
-            pf = pq.ParquetFile(path, memory_map=True)
+            pf = pq.ParquetFile(storage.open_read(path, seekable=True)) if storage.is_uri(path) else pq.ParquetFile(path, memory_map=True)
             names = pf.schema_arrow.names
             text = all(c in names for c in _TEXT)
             cols = [c for c in OUT_COLUMNS + list(_TEXT) if c in names]

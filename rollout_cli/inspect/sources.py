@@ -8,7 +8,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from ..core import layout
+from ..core import layout, storage
 from ..core.errors import UsageError
 from ..inputs.units import Unit, plan_units
 from .anomalies import Anomalies
@@ -33,8 +33,8 @@ def resolve(paths: list[str], opts: InspectOptions) -> Sources:
         raise UsageError("no input given")
     outs = []
     for p in paths:
-        if os.path.basename(p) == layout.MANIFEST and os.path.isfile(p):
-            outs.append(os.path.dirname(p) or ".")
+        if p.rstrip("/").rsplit("/", 1)[-1] == layout.MANIFEST and storage.is_file(p):
+            outs.append(p.rstrip("/")[: -len(layout.MANIFEST) - 1] if storage.is_uri(p) else os.path.dirname(p) or ".")
         elif is_output(p):
             outs.append(p)
     if outs:

@@ -17,6 +17,10 @@ Fallback: when the IPC copy is absent, the Parquet shard is read with
 which runs at about 0.1x memcpy speed (0.6-1 GB/s of list payload on a 2-vCPU machine), plus one concatenation
 when the shard has several row groups.  The tensors are then views of that decoded Arrow memory.
 
+On an object store (`s3://` OUT) nothing can be mapped: a shard's IPC copy (or Parquet file) is
+read into private memory in one request and the tensors are views of it; the paths are the
+manifest's (core/layout.py's generation folders).
+
 Nothing here loops in Python over tokens (or over samples, except to build the Python lists of
 `to_slime_train_data()`).
 """
@@ -33,7 +37,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..core import layout
+from ..core import layout, storage
 from ..output import manifest as manifest_mod
 from ..core import hashing
 from ..core.arrays import numpy_dtype
@@ -366,8 +370,14 @@ class _Region:
     """A private (copy-on-write) mapping of a whole file; views into it keep it alive."""
 
     def __init__(self, path: str):
-        with open(path, "rb") as f:
-            self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        if storage.is_uri(path):  # an object store has nothing to map: the file is read into memory once
+            with storage.open_read(path, seekable=True) as f:
+                self.mm = bytearray(f.size())
+                if f.readinto(self.mm) != len(self.mm):
+                    raise OSError(f"{path}: short read")
+        else:
+            with open(path, "rb") as f:
+                self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         self.buffer = pa.py_buffer(self.mm)
         self.address = self.buffer.address
         self.size = self.buffer.size
@@ -661,7 +671,7 @@ class Dataset:
     def _safe_path(self, rel: Any, top: str) -> str:
         if not layout.is_safe(rel, (top,)):
             raise IntegrityError(f"{layout.manifest_path(self.root)}: shard path {rel!r} is outside {top}/ (or not a normalised relative path)")
-        return os.path.join(self.root, rel)
+        return storage.join(self.root, rel) if storage.is_uri(self.root) else os.path.join(self.root, rel)
 
     def shard_info(self, step: int, shard: int) -> dict:
         """The manifest entry of one shard (path, rows, bytes, checksum, mmap copy)."""
@@ -696,7 +706,7 @@ class Dataset:
         parquet, ipc = self.paths(step, shard)
         if source == "arrow" and ipc is None:
             raise UsageError(f"{parquet}: no Arrow IPC copy (converted with --no-mmap)")
-        if source == "auto" and ipc is not None and not os.path.exists(ipc):
+        if source == "auto" and ipc is not None and not storage.exists(ipc):
             if not self._warned_missing_ipc:
                 warnings.warn(f"{ipc}: listed in the manifest but missing; reading Parquet instead (slower)",
                               RuntimeWarning, stacklevel=2)
@@ -750,11 +760,12 @@ class Dataset:
         parts = []
         for r in range(self.num_shards):
             parquet, ipc = self.paths(step, r)
-            if ipc is not None and os.path.exists(ipc):
-                with pa.memory_map(ipc) as src:
+            if ipc is not None and storage.exists(ipc):
+                with (storage.open_read(ipc, seekable=True) if storage.is_uri(ipc) else pa.memory_map(ipc)) as src:
                     t = pa.ipc.open_file(src).read_all().select(cols)
             else:
-                t = pq.read_table(parquet, columns=cols, memory_map=True)
+                t = pq.read_table(storage.open_read(parquet, seekable=True) if storage.is_uri(parquet) else parquet,
+                                  columns=cols, memory_map=not storage.is_uri(parquet))
             parts.append(t)
         for d in sched.get("dropped", []):
             parts.append(pa.table({"rollout_position": pa.array(d["positions"], pa.int64()),
@@ -793,16 +804,19 @@ class Dataset:
     def _read_parquet(self, path: str, info: dict, verify: bool, step: int, shard: int) -> PackedBatch:
         import pyarrow.parquet as pq
 
+        remote = storage.is_uri(path)
         try:
-            size = os.path.getsize(path)
+            data = storage.read_bytes(path) if remote else None  # an object is read once, then checked
+            size = len(data) if remote else os.path.getsize(path)
         except OSError as e:
             raise IntegrityError(f"{path}: missing: {e}") from None
         self._check_size(path, info, size)
         if verify:
-            _digest_check(path, info)
+            _digest_check(path, info, data)
+        source = pa.BufferReader(data) if remote else path
         try:
-            present = pq.read_schema(path, memory_map=True).names
-            table = pq.read_table(path, columns=[c for c in (*_COLUMNS, *_SCHEDULE) if c in present], memory_map=True)
+            present = pq.read_schema(source, memory_map=not remote).names
+            table = pq.read_table(source, columns=[c for c in (*_COLUMNS, *_SCHEDULE) if c in present], memory_map=not remote)
         except (pa.ArrowInvalid, OSError) as e:
             raise IntegrityError(f"{path}: not a readable Parquet file: {e}") from None
         table = table.combine_chunks()

@@ -1,3 +1,2 @@
-"""Stage 6, write: Parquet and Arrow IPC shards (encoded on several
-threads and stitched), staging and the journaled commit, and the manifest that marks an
-output complete."""
+"""Stage 6, write: Parquet and Arrow IPC shards, staging and the journaled commit, and the
+manifest that marks an output complete."""

@@ -1,8 +1,10 @@
 """The output directory: staging, the exists check, and the atomic commit.
 
-Everything a run writes goes to `OUT/.staging/` first. The commit moves the staged entries into
-place and writes `manifest.json` last: the manifest is the commit marker, so readers trust
-`OUT/data` only when it exists. A `COMMITTING` journal makes an interrupted commit finishable.
+On a local OUT everything a run writes goes to `OUT/.staging/` first. The commit moves the
+staged entries into place and writes `manifest.json` last: the manifest is the commit marker, so
+readers trust `OUT/data` only when it exists. A `COMMITTING` journal makes an interrupted commit finishable.
+On an object store (RemoteStaging) files are written once, in place, in a generation folder of
+the run's own, and the manifest's PUT is the commit.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import uuid
 from ..core import storage
 from ..core.errors import OutputExistsError, UsageError
 from ..core.storage import fsync_dir
-from ..core.layout import ENTRIES, MANIFEST, STAGING
+from ..core import layout
+from ..core.layout import ENTRIES, MANIFEST, STAGING, TREES
 
 JOURNAL = "COMMITTING"
 
@@ -34,6 +37,8 @@ def write_json_atomic(path: str, obj) -> None:
 
 def state(out: str) -> str:
     """'absent', 'empty', 'complete' (has a manifest), 'interrupted' (ours, no manifest) or 'foreign'."""
+    if storage.is_uri(out):
+        return _remote_state(out)
     if not os.path.exists(out):
         return "absent"
     if not os.path.isdir(out):
@@ -136,45 +141,119 @@ def finish_commit(out: str) -> bool:
     return True
 
 
-class RemoteStaging:
-    """Staging for an OUT on an object store (a pyarrow filesystem URI). Object stores have no
-    rename: the commit removes the old manifest first (so the old data is no longer trusted),
-    copies the staged objects into place server-side, and writes the manifest last."""
+RUN = "run.json"  # OUT/.staging/run.json on an object store: the run in flight's generation and options
 
-    def __init__(self, out: str):
+
+class RemoteStaging:
+    """A run on an object store (a pyarrow filesystem URI). There is no rename, so nothing is
+    staged and copied: every file is written once, under a generation folder of this run's own
+    (`OUT/gen/<id>/`, core/layout.py) that no committed manifest names, so the live dataset is
+    never touched. The commit is the one PUT of manifest.json (atomic on S3), which names the
+    new generation's files; then what no manifest lists any more is deleted. A crash before
+    the PUT leaves the old dataset, one after it the new one (with leftovers the next commit
+    removes)."""
+
+    def __init__(self, out: str, generation: str):
         self.out = out
-        self.root = storage.join(out, f"{STAGING}/run")
+        self.generation = generation
+        self.root = storage.join(out, layout.generation_dir(generation))
+        self.committed = False
 
     def path(self, *parts: str) -> str:
         return storage.join(self.root, "/".join(parts))
 
-    def start(self, options: dict) -> None:
-        storage.delete(storage.join(self.out, STAGING))
-        storage.write_bytes(self.path("options.json"), json.dumps(options).encode())
+    @classmethod
+    def start(cls, out: str, options: dict, keep: bool = False) -> "RemoteStaging":
+        """Open a run: a fresh generation, or with keep (--resume) the interrupted run's when it
+        used the same options (never one a committed manifest names)."""
+        pointer = storage.join(out, f"{STAGING}/{RUN}")
+        live = _live_generations(out)
+        if keep and storage.exists(pointer):
+            before = json.loads(storage.read_bytes(pointer))
+            if before.get("options") != options:
+                old = before.get("options") or {}
+                changed = sorted(k for k in set(old) | set(options) if old.get(k) != options.get(k))
+                raise UsageError(
+                    f"--resume: conversion options differ from the interrupted run's ({', '.join(changed)}); use --overwrite to start over"
+                )
+            if layout.is_generation(before.get("generation")) and before["generation"] not in live:
+                return cls(out, before["generation"])
+        run = cls(out, uuid.uuid4().hex)
+        storage.write_bytes(pointer, json.dumps({"generation": run.generation, "options": options}).encode())
+        return run
 
     def abandon(self, keep: bool = False, remove_out: bool = False) -> None:
-        if not keep:
+        """Drop this run's files after a failure (not once its manifest is in place)."""
+        if keep or self.committed:
+            return
+        try:
+            storage.delete(self.root)
             storage.delete(storage.join(self.out, STAGING))
+        except OSError:
+            pass  # what is left is no dataset's, and the next commit removes it
 
     def committing(self) -> bool:
         return False
 
     def commit(self, manifest: dict) -> None:
-        target = storage.join(self.out, MANIFEST)
-        storage.delete(target)
-        for name in ENTRIES:
-            storage.delete(storage.join(self.out, name))
-            src = storage.join(self.root, name)
-            if storage.exists(src):
-                storage.copy_tree(src, storage.join(self.out, name))
-        storage.write_bytes(target, (json.dumps(manifest, indent=1) + "\n").encode())
-        storage.delete(storage.join(self.out, STAGING))
+        """PUT the manifest (the commit point), then remove what it does not list."""
+        storage.write_bytes(storage.join(self.out, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode())
+        self.committed = True
+        try:
+            remove_unlisted(self.out, manifest)
+        except OSError:
+            pass  # leftovers only: readers follow the manifest, and the next commit removes them
+
+
+def listed_files(manifest: dict) -> set[str]:
+    """Every file a manifest names (shards, their IPC copies, rejects), relative to OUT."""
+    names = set()
+    for s in manifest.get("steps") or []:
+        for sh in s.get("shards") or []:
+            names.add(sh["path"])
+            if sh.get("mmap"):
+                names.add(sh["mmap"]["path"])
+    if manifest.get("rejects"):
+        names.add(manifest["rejects"]["path"])
+    return names
+
+
+def _live_generations(out: str) -> set[str]:
+    """The generations the committed manifest at OUT names (none when there is none)."""
+    try:
+        m = json.loads(storage.read_bytes(storage.join(out, MANIFEST)))
+        named = {layout.split_generation(p)[0] for p in listed_files(m)} | {m.get("generation")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return set()
+    return {g for g in named if layout.is_generation(g)}
+
+
+def remove_unlisted(out: str, manifest: dict) -> None:
+    """Delete, under an object-store OUT, what `manifest` does not list: the previous dataset's
+    files (its generation, or the top-level trees of outputs written before generations) and
+    those of interrupted runs, then the staging pointer. A tree or generation with nothing
+    listed goes in one call."""
+    keep = listed_files(manifest)
+    if layout.REJECTS not in keep and storage.exists(storage.join(out, layout.REJECTS)):
+        storage.delete_file(storage.join(out, layout.REJECTS))
+    gens = storage.files_under(storage.join(out, layout.GENERATIONS))
+    trees = [t for t in TREES] + sorted({f"{layout.GENERATIONS}/{rel.split('/', 1)[0]}" for rel in gens})
+    for top in trees:
+        base = storage.join(out, top)
+        files = storage.files_under(base)
+        if not any(f"{top}/{rel}" in keep for rel in files):
+            storage.delete(base)
+            continue
+        for rel in sorted(files):
+            if f"{top}/{rel}" not in keep:
+                storage.delete_file(storage.join(base, rel))
+    storage.delete(storage.join(out, STAGING))
 
 
 def _remote_state(out: str) -> str:
     if storage.exists(storage.join(out, MANIFEST)):
         return "complete"
-    if any(storage.exists(storage.join(out, n)) for n in (*ENTRIES, STAGING)):
+    if any(storage.exists(storage.join(out, n)) for n in (*ENTRIES, STAGING, layout.GENERATIONS)):
         return "interrupted"
     return "empty"
 
@@ -182,15 +261,11 @@ def _remote_state(out: str) -> str:
 def prepare(out: str, *, overwrite: bool = False, resume: bool = False, options: dict | None = None) -> Staging:
     """Check OUT may be written and open a fresh staging area."""
     if storage.is_uri(out):
-        if resume:
-            raise UsageError("--resume needs a local OUT; on an object store, convert again with --overwrite")
         st = _remote_state(out)
-        if st != "empty" and not overwrite:
+        if st != "empty" and not (overwrite or resume):
             what = "holds a converted dataset (manifest.json)" if st == "complete" else "holds an interrupted run"
-            raise OutputExistsError(f"{out}: {what}; pass --overwrite to replace it")
-        remote = RemoteStaging(out)
-        remote.start(options or {})
-        return remote  # type: ignore[return-value]
+            raise OutputExistsError(f"{out}: {what}; pass --overwrite to replace it or --resume to continue it")
+        return RemoteStaging.start(out, options or {}, keep=resume)  # type: ignore[return-value]
     st = state(out)
     if st == "foreign":
         raise OutputExistsError(f"{out}: exists and is not a rollout-cli output (not empty); choose another OUT")

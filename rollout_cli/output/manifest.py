@@ -10,24 +10,34 @@ from ..core.versions import FORMAT, SCHEMA_VERSION, __version__
 from ..core import layout
 
 
+SIZE_MTIME = "size+mtime"  # the `fingerprint` of an input on an object store: what its listing reports
+
+
 def file_fingerprint(path: str) -> dict:
-    """Size, mtime and BLAKE3 digest of an input file."""
+    """Size, mtime and BLAKE3 digest of a local input file. An input on an object store is not
+    read a second time to be hashed: its fingerprint is the size and modification time the
+    store reports (`"fingerprint": "size+mtime"`; an object rewritten gets a new mtime)."""
     if storage.is_uri(path):
         info = storage.file_info(path)
-        h = hashing.new()
-        with storage.open_read(path) as f:
-            while True:
-                block = f.read(8 << 20)
-                if not block:
-                    break
-                h.update(block)
-        return {"size": info.size, "mtime_ns": info.mtime_ns or 0, hashing.ALGORITHM: h.hexdigest()}
+        return {"size": info.size, "mtime_ns": info.mtime_ns or 0, "fingerprint": SIZE_MTIME}
     st = os.stat(path)
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, hashing.ALGORITHM: hashing.file_digest(path)}
 
 
+def same_content(a: dict | None, b: dict | None) -> bool:
+    """Whether two fingerprints name the same bytes: size and BLAKE3, or (object stores) size
+    and mtime."""
+    if not (a and b) or a.get("size") != b.get("size"):
+        return False
+    if a.get("fingerprint") == SIZE_MTIME or b.get("fingerprint") == SIZE_MTIME:
+        return a.get("fingerprint") == b.get("fingerprint") and a.get("mtime_ns") is not None and a.get("mtime_ns") == b.get("mtime_ns")
+    return a.get(hashing.ALGORITHM) is not None and a.get(hashing.ALGORITHM) == b.get(hashing.ALGORITHM)
+
+
 def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict, rejects: dict | None,
-          anomalies: list[dict], volatile: dict) -> dict:
+          anomalies: list[dict], volatile: dict, generation: str | None = None) -> dict:
+    """The manifest. `generation` (object stores only) names the folder OUT/gen/<id>/ this
+    run wrote its files in; local manifests have no such key."""
     return {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
@@ -39,6 +49,7 @@ def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict,
         "rejects": rejects,
         "anomalies": anomalies,
         "volatile": volatile,
+        **({"generation": generation} if generation else {}),
     }
 
 
@@ -56,8 +67,7 @@ def read(out: str) -> dict:
     manifest reader: convert's --resume, the loader, inspect and verify all use it)."""
     path = layout.manifest_path(out)
     try:
-        with open(path, "rb") as f:
-            m = json.loads(f.read())
+        m = json.loads(storage.read_bytes(path))
     except FileNotFoundError:
         raise ManifestError(path, "manifest", "missing: not a complete rollout-cli output (an interrupted run, or not converted)",
                            parsed=False) from None

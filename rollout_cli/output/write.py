@@ -2,8 +2,6 @@
 bytes as they are written, fsynced, into the staging area."""
 from __future__ import annotations
 
-import concurrent.futures as cf
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,9 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..core import arrays, hashing, storage
-from ..core.cores import usable_cores
 from ..core.options import DEFAULT_ROW_GROUP_BYTES
-from .stitch import Stitcher
 from ..core.schema import DICTIONARY_COLUMNS, LIST_COLUMNS
 
 # pyarrow's list-column encoder holds several times the values it is given in scratch memory
@@ -109,117 +105,25 @@ def _writer_options(names: list[str], compression: str, compression_level: int |
     )
 
 
-def column_groups(table: pa.Table) -> list[list[str]]:
-    """How each row group is cut for encoding: every list column that holds values alone (they
-    carry nearly all the bytes), the other columns together; in schema order."""
-    heavy = [c for c in table.column_names if c in LIST_COLUMNS and list_lengths(table.column(c)).any()]
-    rest = [c for c in table.column_names if c not in heavy]
-    return [[c] for c in heavy] + ([rest] if rest else [])
-
-
-def _encode(table: pa.Table, options: dict) -> pa.Buffer:
-    # bounded batches (ENCODE_BATCH_BYTES); the cut depends on the data only
-    cuts = row_group_bounds(table, ENCODE_BATCH_BYTES)
-    table = pa.Table.from_batches([b for s, e in cuts for b in table.slice(s, e - s).to_batches()], schema=table.schema)
-    kw = dict(row_group_size=max(table.num_rows, 1), **_writer_options(table.column_names, **options))
-    try:
-        # a buffer as large as the encoding can get, written once: a growing one is reallocated
-        # and copied as it doubles; pages never written are never touched, so they cost no memory
-        buf = pa.allocate_buffer(_encoded_bound(table))
-        sink = pa.FixedSizeBufferWriter(buf)
-        pq.write_table(table, sink, **kw)
-        return buf.slice(0, sink.tell())
-    except (OSError, MemoryError):
-        # "write out of bounds" (the bound was wrong after all) or no address space for it
-        # (a capped virtual memory): encode again into a growing buffer
-        grow = pa.BufferOutputStream()
-        pq.write_table(table, grow, **kw)
-        return grow.getvalue()
-
-
-def _encoded_bound(table: pa.Table) -> int:
-    """More bytes than the Parquet encoding of `table` can take: PLAIN widens 8- and 16-bit
-    integers to 32 bits, levels and page headers add a little, and an incompressible page
-    comes out slightly larger than it went in."""
-    return 4 * table.nbytes + 64 * table.num_rows + (1 << 20)
-
-
-def _write_stitched(table: pa.Table, bounds: list[tuple[int, int]], options: dict, sink, threads: int) -> bool:
-    """Encode the row groups' column pieces on `threads` threads and stitch them into `sink`.
-    False, with nothing written, when the stitcher does not fully understand what this
-    pyarrow writes (a footer field it does not know, say): the caller then writes the file
-    with pyarrow's own writer."""
-    groups = column_groups(table)
-    jobs = [table.slice(s, e - s).select(cols) for s, e in bounds for cols in groups]
-    try:
-        stitcher = Stitcher(_encode(table.schema.empty_table(), options))
-    except ValueError:
-        return False
-    threads = max(1, min(threads, len(jobs)))
-    window = threads + len(groups)  # pieces in flight: every thread stays busy, memory stays bounded
-    pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="rollout-cli-parquet")
-    try:
-        futures: dict[int, cf.Future] = {}
-        for j in range(min(window, len(jobs))):
-            futures[j] = pool.submit(_encode, jobs[j], options)
-        for k in range(len(bounds)):
-            members = []
-            for g in range(len(groups)):
-                j = k * len(groups) + g
-                try:
-                    members.append((stitcher.parse(futures.pop(j).result(), j), 0, j))
-                except ValueError:
-                    if k == 0:  # pieces are written as the template is: this one too
-                        return False
-                    raise
-                if j + window < len(jobs):
-                    futures[j + window] = pool.submit(_encode, jobs[j + window], options)
-            if k == 0:
-                sink.write(stitcher.header())
-            for part in stitcher.add(members, k):
-                sink.write(part)
-        sink.write(stitcher.footer())
-        return True
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _write_direct(table: pa.Table, bounds: list[tuple[int, int]], options: dict, sink) -> None:
-    """pyarrow's own writer, one row group per bound, on one thread: the same bytes as the
-    stitched file."""
-    with pq.ParquetWriter(pa.PythonFile(sink, mode="w"), table.schema,
-                          **_writer_options(table.column_names, **options)) as writer:
-        for s, e in bounds:
-            group = table.slice(s, e - s)
-            cuts = row_group_bounds(group, ENCODE_BATCH_BYTES)  # as _encode batches a piece
-            group = pa.Table.from_batches([b for a, z in cuts for b in group.slice(a, z - a).to_batches()],
-                                          schema=table.schema)
-            writer.write_table(group, row_group_size=max(e - s, 1))
-
-
 def write_parquet(table: pa.Table, path: str, *, compression: str = "zstd", compression_level: int | None = 1,
-                  row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES, threads: int | None = None) -> WrittenFile:
-    """Write `table` to `path` deterministically; return its size, digest and row-group count.
-
-    pyarrow encodes a file on one thread. With `threads` > 1 (default: the usable cores) each
-    row group is cut into column pieces (`column_groups`) that are encoded as separate
-    in-memory Parquet files on that many threads, then stitched into one file by copying
-    their column chunks (output/stitch.py); with one thread, or where the stitcher does not
-    understand the footer this pyarrow writes, pyarrow's writer writes the file itself. The
-    bytes are the same either way, whatever the thread count."""
-    options = {"compression": compression, "compression_level": compression_level}
-    threads = threads or usable_cores()
+                  row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES) -> WrittenFile:
+    """Write `table` to `path` deterministically, one row group per `row_group_bounds`, each
+    handed to pyarrow's writer in batches of about ENCODE_BATCH_BYTES (so the bytes depend on
+    the rows only, never on how the table is chunked); return its size, digest and row-group
+    count."""
+    options = _writer_options(table.column_names, compression, compression_level)
+    bounds = row_group_bounds(table, row_group_bytes)
     sink = _HashingFile(path)
     try:
-        if table.num_rows == 0:
-            bounds = [(0, 0)]
-            with pq.ParquetWriter(pa.PythonFile(sink, mode="w"), table.schema,
-                                  **_writer_options(table.column_names, **options)) as writer:
+        with pq.ParquetWriter(pa.PythonFile(sink, mode="w"), table.schema, **options) as writer:
+            if table.num_rows == 0:
                 writer.write_table(table)
-        else:
-            bounds = row_group_bounds(table, row_group_bytes)
-            if threads <= 1 or not _write_stitched(table, bounds, options, sink, threads):
-                _write_direct(table, bounds, options, sink)
+            for s, e in bounds if table.num_rows else ():
+                group = table.slice(s, e - s)
+                cuts = row_group_bounds(group, ENCODE_BATCH_BYTES)
+                group = pa.Table.from_batches([b for a, z in cuts for b in group.slice(a, z - a).to_batches()],
+                                              schema=table.schema)
+                writer.write_table(group, row_group_size=max(e - s, 1))
     finally:
         sink.close()
     return WrittenFile(sink.size, sink.hasher.hexdigest(), len(bounds))

@@ -34,3 +34,20 @@ def id_inputs(chunks: Sequence[NormChunk]) -> tuple[np.ndarray, np.ndarray, list
 def summary_only(nc: NormChunk) -> NormChunk:
     """A chunk's per-record summaries without its rows (what a step keeps of every chunk)."""
     return NormChunk(nc.source, nc.kind, nc.numbers, nc.id_state, nc.explicit_id, nc.group_index, nc.valid)
+
+
+def dense_groups(group_index: list, pre=None):
+    """Group keys renumbered 0, 1, ... in order of first appearance (None stays None), for a
+    format whose group_index is a key of the prompt's content (inputs.registry.CONTENT_GROUPS);
+    with `pre` (a table of valid rows with `_pos` and `group_index`), that table's column too.
+    Returns the list, or (list, table) when `pre` is given."""
+    order: dict = {}
+    dense = [None if g is None else order.setdefault(g, len(order)) for g in group_index]
+    if pre is None:
+        return dense
+    import pyarrow as pa
+
+    table = np.fromiter((-1 if g is None else g for g in dense), dtype=np.int64, count=len(dense))
+    col = pa.array(table[pre.column("_pos").to_numpy()], pa.int64()) if pre.num_rows else pa.array([], pa.int64())
+    k = pre.schema.get_field_index("group_index")
+    return dense, pre.set_column(k, pre.schema.field(k), col)

@@ -129,12 +129,14 @@ def _clip(s: str | None) -> str | None:
 def _pick_details(anomalies: list[dict], tables: dict[int, dict], budget: int,
                   first: list[tuple[int, int]] = ()) -> list[tuple[int, int]]:
     """Rollouts to embed in full: `first` (the trainer section's), those anomalies name, then
-    round-robin over the steps."""
+    round-robin over the steps. Only rollouts that have rows: an anomaly may name one whose
+    samples were all rejected."""
     picked: list[tuple[int, int]] = []
     seen: set = set()
+    present = {step: {int(i) for i in t["rollouts"]["id"]} for step, t in tables.items()}
 
     def take(step: int, rid: int) -> None:
-        if len(picked) < budget and (step, rid) not in seen and step in tables:
+        if len(picked) < budget and (step, rid) not in seen and rid in present.get(step, ()):
             seen.add((step, rid))
             picked.append((step, rid))
 

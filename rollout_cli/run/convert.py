@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import errno
 import os
+import shutil
+import tempfile
 import time
 from typing import Callable
 
@@ -131,6 +134,7 @@ class _Scheduler:
                  staging_root: str, notes: list[str], progress, on_done):
         self.engine, self.units, self.opts, self.budget = engine, units, opts, budget
         self.staging_root, self.notes, self.progress, self.on_done = staging_root, notes, progress, on_done
+        self.parts_root = staging_root  # where parsed parts are staged (a local folder for a remote OUT)
         self.remote = getattr(engine, "remote", False)
         self.pending: dict = {}  # engine handle -> (kind, key)
         self.parts_of: dict[int, int] = {}  # parts made per unit (they are numbered in that order)
@@ -246,7 +250,7 @@ class _Scheduler:
         victim = max(candidates, key=self._size)
         u = victim.unit
         k = self.parts_of[u]
-        taker = PartTask(u, k, victim.input, 0, None, _staged(self.staging_root, f"parts/u{u:05d}-p{k:04d}.arrow"),
+        taker = PartTask(u, k, victim.input, 0, None, _staged(self.parts_root, f"parts/u{u:05d}-p{k:04d}.arrow"),
                          take_from=victim.stage_path)
         self.asked.add(victim.stage_path)
         self.parts_of[u] += 1
@@ -260,9 +264,16 @@ def _reject_problem(r: dict) -> Problem:
 
 
 def prev_fp(prev: dict, display: str) -> dict:
+    """An input's fingerprint as the previous manifest records it (an object's mtime, which
+    identifies it, from the volatile section it is kept in)."""
     for i in prev.get("inputs", []):
         if i["path"] == display:
-            return {k: i[k] for k in ("size", "mtime_ns", hashing.ALGORITHM) if k in i}
+            fp = {k: i[k] for k in ("size", "mtime_ns", hashing.ALGORITHM, "fingerprint") if k in i}
+            if fp.get("fingerprint") == manifest_mod.SIZE_MTIME:
+                mtime = (prev.get("volatile") or {}).get("input_mtime_ns", {}).get(display)
+                if mtime is not None:
+                    fp["mtime_ns"] = mtime
+            return fp
     return {}
 
 
@@ -276,8 +287,7 @@ def _result_from_dict(d: dict) -> UnitResult:
     return UnitResult(**d)
 
 
-def _same_content(a: dict | None, b: dict | None) -> bool:
-    return bool(a and b) and a.get("size") == b.get("size") and a.get(hashing.ALGORITHM) == b.get(hashing.ALGORITHM)
+_same_content = manifest_mod.same_content
 
 
 def _unit_files(res: UnitResult) -> list[str]:
@@ -289,8 +299,16 @@ def _unit_files(res: UnitResult) -> list[str]:
     return files
 
 
+_LINK_REFUSED = {errno.EPERM, errno.EXDEV, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EACCES, errno.ENOSYS}
+
+
 def _link_into_staging(out: str, staging_root: str, rels: list[str]) -> bool:
-    """Hard-link committed files into the staging tree (their bytes and inodes stay untouched)."""
+    """Hard-link committed files into the staging tree (their bytes and inodes stay untouched),
+    or copy them where the file system has no hard links (some network and overlay ones). On
+    an object store the files stay where they are: the new manifest names them in the
+    generation that wrote them (a file of the old top-level layout is converted again)."""
+    if storage.is_uri(out):
+        return all(layout.split_generation(rel)[0] is not None and storage.is_file(storage.join(out, rel)) for rel in rels)
     for rel in rels:
         src = os.path.join(out, rel)
         if not os.path.exists(src):
@@ -299,7 +317,14 @@ def _link_into_staging(out: str, staging_root: str, rels: list[str]) -> bool:
         dst = _staged(staging_root, rel)
         if os.path.exists(dst):
             os.remove(dst)
-        os.link(os.path.join(out, rel), dst)
+        try:
+            os.link(os.path.join(out, rel), dst)
+        except OSError as e:
+            if e.errno not in _LINK_REFUSED:
+                raise
+            shutil.copyfile(os.path.join(out, rel), dst)  # a copy of committed bytes, synced like any staged file
+            with open(dst, "rb+") as f:
+                os.fsync(f.fileno())
     return True
 
 
@@ -308,11 +333,10 @@ def _previous_results(out: str, prev: dict) -> dict[str, UnitResult]:
     rejects_by: dict[tuple, list] = {}
     rj = prev.get("rejects")
     if rj:
-        with open(os.path.join(out, rj["path"]), "rb") as f:
-            for line in f:
-                if line.strip():
-                    r = orjson.loads(line)
-                    rejects_by.setdefault((r.get("split"), r.get("step")), []).append(r)
+        for line in storage.read_bytes(storage.join(out, rj["path"])).splitlines():
+            if line.strip():
+                r = orjson.loads(line)
+                rejects_by.setdefault((r.get("split"), r.get("step")), []).append(r)
     inputs = {i["path"]: i for i in prev.get("inputs", [])}
     found = {}
     for st in prev.get("steps", []):
@@ -334,15 +358,15 @@ def _resume_plan(out: str, units: list[Unit], opts: ConvertOptions, staging_root
                  fingerprints: dict[str, dict], notes: list[str]) -> tuple[dict[int, UnitResult], list[UnitResult]]:
     """Which units need no work: finished by an interrupted run, or unchanged since the last one.
     Returns (reused per unit index, kept steps whose input is gone)."""
-    done_dir = os.path.join(staging_root, "done")
+    done_dir = storage.join(staging_root, "done")
     staged_done: dict[str, dict] = {}
-    if os.path.isdir(done_dir):
-        for name in sorted(os.listdir(done_dir)):
-            with open(os.path.join(done_dir, name), "rb") as f:
-                rec = orjson.loads(f.read())
-            staged_done[rec["result"]["input"]["display"]] = rec
+    names = sorted(storage.files_under(done_dir)) if storage.is_uri(done_dir) else (
+        sorted(os.listdir(done_dir)) if os.path.isdir(done_dir) else [])
+    for name in names:
+        rec = orjson.loads(storage.read_bytes(storage.join(done_dir, name)))
+        staged_done[rec["result"]["input"]["display"]] = rec
     committed = _previous_results(out, prev) if prev else {}
-    prev_inputs = {i["path"]: i for i in (prev or {}).get("inputs", [])}
+    prev_inputs = {i["path"]: prev_fp(prev, i["path"]) for i in (prev or {}).get("inputs", [])}
     reused: dict[int, UnitResult] = {}
     for k, unit in enumerate(units):
         d = unit.input.display
@@ -350,7 +374,7 @@ def _resume_plan(out: str, units: list[Unit], opts: ConvertOptions, staging_root
         rec = staged_done.get(d)
         if rec and _same_content(rec["fingerprint"], fp):
             res = _result_from_dict(rec["result"])
-            if all(os.path.exists(os.path.join(staging_root, rel)) for rel in _unit_files(res)):
+            if all(storage.exists(storage.join(staging_root, rel)) for rel in _unit_files(res)):
                 reused[k] = res
                 continue
         if d in committed and _same_content(prev_inputs.get(d), fp):
@@ -369,8 +393,6 @@ def _resume_plan(out: str, units: list[Unit], opts: ConvertOptions, staging_root
 
 
 def _record_done(staging_root: str, res: UnitResult, fingerprint: dict | None) -> None:
-    if storage.is_uri(staging_root):
-        return  # --resume needs a local OUT
     path = _staged(staging_root, f"done/{res.split}-{res.step:012d}.json")
     storage.write_durable(path, orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
 
@@ -401,7 +423,8 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
         prev = _resumed_manifest(out, opts, recorded)
         fingerprints: dict[str, dict] = {}
         results = _convert_units(out, units, opts, staging.root, prev, fingerprints, notes, progress)
-        m = _manifest(results, opts, recorded, prev, fingerprints, _write_rejects(staging, results), t0)
+        m = _manifest(results, opts, recorded, prev, fingerprints, _write_rejects(staging, results), t0,
+                      getattr(staging, "generation", None))
         staging.commit(m)
     except BaseException as e:
         _leave_output(out, staging, keep=opts.resume or isinstance(e, KeyboardInterrupt), created=created)
@@ -456,17 +479,21 @@ def _run(units: list[Unit], opts: ConvertOptions, staging_root: str, fingerprint
          notes: list[str], progress) -> list[UnitResult]:
     """Convert `units` on the engine the options choose; each finished step is recorded in
     staging (for --resume) as it comes back."""
+    parts_root = staging_root
     if opts.engine == "ray":
         engine = make_engine("ray", opts.workers or 0, opts.ray_address)
         tasks = _plan_parts(units, opts.workers or engine.slots(), staging_root)
     else:
         workers = opts.worker_count()
-        tasks = _plan_parts(units, workers, staging_root)
+        if storage.is_uri(staging_root):  # parsed rows stay on this machine: only shards are uploaded
+            parts_root = tempfile.mkdtemp(prefix="rollout-cli-parts-")
+        tasks = _plan_parts(units, workers, parts_root)
         engine = make_engine("local", min(workers, max(len(tasks), len(units))), preload=WORKER_MODULES,
                              inline=True if workers <= 1 else None)
     budget = max(1, opts.max_errors if opts.max_errors is not None else 20) if opts.on_error == "fail" else None
     scheduler = _Scheduler(engine, units, tasks, opts, budget, staging_root, notes, progress,
                          on_done=lambda r: _record_done(staging_root, r, fingerprints.get(r.input.path)))
+    scheduler.parts_root = parts_root
     try:
         return scheduler.run(_Fingerprints(fingerprints, units))
     except StepProblems as e:
@@ -476,6 +503,8 @@ def _run(units: list[Unit], opts: ConvertOptions, staging_root: str, fingerprint
         raise InvalidInputError(f"{len(shown)} invalid sample(s){more}: {shown[0]}", shown) from None
     finally:
         engine.shutdown()
+        if parts_root != staging_root:
+            shutil.rmtree(parts_root, ignore_errors=True)
 
 
 def _check_distinct_steps(results: list[UnitResult]) -> None:
@@ -491,7 +520,8 @@ def _write_rejects(staging, results: list[UnitResult]) -> dict | None:
         return None
     data = b"".join(orjson.dumps(r) + b"\n" for r in rejects)
     storage.write_durable(staging.path(layout.REJECTS), data)
-    return {"path": layout.REJECTS, "count": len(rejects), "blake3": hashing.bytes_digest(data)}
+    return {"path": layout.in_generation(getattr(staging, "generation", None), layout.REJECTS), "count": len(rejects),
+            "blake3": hashing.bytes_digest(data)}
 
 
 def _inputs_info(results: list[UnitResult], fingerprints: dict[str, dict], prev: dict | None) -> tuple[list[dict], dict[str, int]]:
@@ -540,17 +570,34 @@ def _counts(results: list[UnitResult], schedule: str | None) -> dict:
 
 
 def _manifest(results: list[UnitResult], opts: ConvertOptions, recorded: dict, prev: dict | None,
-              fingerprints: dict[str, dict], rejects: dict | None, t0: float) -> dict:
+              fingerprints: dict[str, dict], rejects: dict | None, t0: float, generation: str | None = None) -> dict:
     inputs, mtimes = _inputs_info(results, fingerprints, prev)
+    steps = [_step_info(res) for res in results]
+    if generation:
+        for st in steps:
+            st["shards"] = [_in_generation(sh, generation) for sh in st["shards"]]
     return manifest_mod.build(
+        generation=generation,
         options=recorded,
         inputs=inputs,
-        steps=[_step_info(res) for res in results],
+        steps=steps,
         counts=_counts(results, opts.schedule),
         rejects=rejects,
         anomalies=[a for r in results for a in r.anomalies],
         volatile={"created_unix": round(t0, 3), "seconds": round(time.time() - t0, 3), "input_mtime_ns": mtimes},
     )
+
+
+def _in_generation(shard: dict, generation: str) -> dict:
+    """A shard's manifest entry with its files' paths inside OUT on an object store: in this
+    run's generation, or the earlier one a step reused by --resume was written in."""
+    def place(rel: str) -> str:
+        return rel if layout.split_generation(rel)[0] is not None else layout.in_generation(generation, rel)
+
+    shard = dict(shard, path=place(shard["path"]))
+    if shard.get("mmap"):
+        shard["mmap"] = dict(shard["mmap"], path=place(shard["mmap"]["path"]))
+    return shard
 
 
 def _leave_output(out: str, staging, keep: bool, created: bool) -> None:

@@ -23,6 +23,7 @@ import time
 
 from ..core import storage
 from ..inputs.jsonl import next_line_start
+from ..inputs.registry import HANDOVER
 
 # the least a range must have left to be split: the taker's start costs a few milliseconds
 MIN_REST_BYTES = 8 << 20
@@ -34,7 +35,7 @@ def can_hand_over(task) -> bool:
     """Whether a part (a tasks.PartTask) can hand the rest of its range over: a plain local
     JSONL file, staged locally."""
     path = task.input.path
-    return (task.input.format == "jsonl" and path != "-" and not path.endswith((".gz", ".zst"))
+    return (task.input.format in HANDOVER and path != "-" and not path.endswith((".gz", ".zst"))
             and not storage.is_uri(path) and not storage.is_uri(task.stage_path))
 
 

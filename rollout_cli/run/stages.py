@@ -15,14 +15,14 @@ from ..core.cores import usable_cores
 from ..core.errors import Location, Problem
 from .handover import Offer, can_hand_over, take_over
 from ..inputs.units import in_steps, record_step, train_dump_note, unit_step
-from ..pipeline.records import id_inputs, locator
+from ..pipeline.records import dense_groups, id_inputs, locator
 from ..pipeline.arena import ValueArena
 from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
 from ..core.options import ConvertOptions
 from ..core import layout
 from ..output.commit import staged_path as _staged
 from ..pipeline.plan import ShardPlan, plan_shards
-from ..inputs.registry import read_input
+from ..inputs.registry import CONTENT_GROUPS, read_input
 from ..core.schema import SCHEDULE_COLUMNS, train_schema
 from ..pipeline.fields import STEP_FIELDS, group_fields, step_fields
 from ..pipeline.schedule import ScheduleConfig, build_schedule, trailing_warning
@@ -273,6 +273,8 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         pre = _one_chunk(held, pre_schema(opts.keep_text), threads)
     else:
         pre = _read_staged(parts, bases, pre_schema(opts.keep_text))
+    if inp.format in CONTENT_GROUPS:  # keys of the prompt's content, the same in every part
+        group_index, pre = dense_groups(group_index, pre)
     sf = compute_step(
         id_state=id_state, explicit=explicit, group_index=group_index, problems=problems, where=where,
         row_pos=pre.column("_pos").to_numpy(), reward_values=pre.column("_reward_value").to_numpy(),
@@ -308,11 +310,10 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         # one contiguous chunk per column (take() may leave several), as the loader maps it
         part = (table.take(pa.array(rows)) if opts.shards > 1 or placed is not None else table).combine_chunks()
         mrel = layout.mmap_path(inp.split, step, r, opts.shards)
-        with cf.ThreadPoolExecutor(1) as side:  # the IPC copy is written while the Parquet pieces are encoded
+        with cf.ThreadPoolExecutor(1) as side:  # the IPC copy is written while the Parquet shard is encoded
             mmap_job = side.submit(write_ipc, part, _staged(staging_root, mrel)) if opts.mmap else None
             wf = write_parquet(part, _staged(staging_root, rel), compression=opts.compression,
-                               compression_level=opts.compression_level, row_group_bytes=opts.row_group_bytes,
-                               threads=threads)
+                               compression_level=opts.compression_level, row_group_bytes=opts.row_group_bytes)
             mf = mmap_job.result() if mmap_job is not None else None
         info = {
             "path": rel,

@@ -17,6 +17,7 @@ schema_version     the manifest's and every shard's schema version is the one th
 manifest_structure the manifest has the fields and types verify needs; paths stay inside OUT
 duplicate_step     no (split, step) appears twice
 shard_layout       a step has `options.shards` shards named {data|eval}/step-S/shard-r-of-N.parquet
+                   (on an object store inside a generation folder gen/<id>/, core/layout.py)
 file_present       every file the manifest lists exists
 size               its size is the recorded `bytes`
 checksum           its digest (the manifest's `blake3`, or `sha256`, key) is the recorded one (full mode)
@@ -48,16 +49,23 @@ schedule           --schedule slime: the step's record adds up (one num_microbat
                    shards and dropped rollouts; each shard runs num_microbatches[s] micro-batches per optimizer
                    step, in order; no rollout spans two optimizer steps (full mode)
 rejects            rejects.jsonl matches the manifest: count, line count, checksum, per-step counts
-unexpected_file    nothing under OUT/data, OUT/eval or OUT/mmap that the manifest does not list
+unexpected_file    nothing under OUT/data, OUT/eval or OUT/mmap (and, on an object store, under
+                   those trees of the manifest's generation) that the manifest does not list;
+                   other generations' files (an earlier dataset's, an interrupted run's: the next
+                   commit removes them) are noted, not failed
+
+OUT may be a local folder or an object-store URI (`s3://bucket/out`): files are then read
+through the pyarrow filesystem, each once.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 from typing import Any
 
-from ..core import hashing
+from ..core import hashing, storage
 from ..core.hashing import DIGEST_KEYS, digest_of, file_digest  # noqa: F401 (re-exported)
 from ..core.errors import IntegrityError, UsageError
 from ..core import layout
@@ -159,13 +167,15 @@ def _structure(m: dict, rep: _Report) -> bool:
             need_int(counts, k, "counts")
     if not isinstance(m.get("inputs", []), list):
         bad.append("inputs: expected a list")
+    if "generation" in m and not layout.is_generation(m["generation"]):
+        bad.append(f"generation: expected lowercase hex digits, got {m['generation']!r}")
     rj = m.get("rejects")
     if rj is not None:
         if not isinstance(rj, dict):
             bad.append(f"rejects: expected an object or null, got {type(rj).__name__}")
         else:
-            if rj.get("path") != REJECTS:
-                bad.append(f"rejects.path: expected 'rejects.jsonl', got {rj.get('path')!r}")
+            if rj.get("path") != layout.in_generation(m.get("generation"), REJECTS):
+                bad.append(f"rejects.path: expected {layout.in_generation(m.get('generation'), REJECTS)!r}, got {rj.get('path')!r}")
             need_int(rj, "count", "rejects")
             need_digest(rj, "rejects")
     steps = m.get("steps")
@@ -248,11 +258,11 @@ def _manifest_arithmetic(m: dict, rep: _Report) -> None:
             rep.fail(MANIFEST, "shard_layout", f"{label}: {len(shards)} shards, options.shards is {n_shards}")
         for r, sh in enumerate(shards):
             want = layout.shard_path(s["split"], s["step"], r, len(shards))
-            if sh["path"] != want:
+            if not _laid_out(sh["path"], want, m):
                 rep.fail(MANIFEST, "shard_layout", f"{label}: shard {r} is {sh['path']!r}, expected {want!r}")
             mm = sh.get("mmap")
             want_mm = layout.mmap_path(s["split"], s["step"], r, len(shards))
-            if mm is not None and mm["path"] != want_mm:
+            if mm is not None and not _laid_out(mm["path"], want_mm, m):
                 rep.fail(MANIFEST, "shard_layout", f"{label}: shard {r}'s mmap copy is {mm['path']!r}, expected {want_mm!r}")
             for p in (sh["path"], mm["path"] if mm else None):
                 if p is None:
@@ -282,6 +292,26 @@ def _manifest_arithmetic(m: dict, rep: _Report) -> None:
         n_in = sum(i["samples"] for i in inputs)
         if n_in != counts["input_samples"]:
             rep.fail(MANIFEST, "counts", f"inputs hold {n_in} samples, counts.input_samples is {counts['input_samples']}")
+
+
+def _laid_out(path: str, want: str, m: dict) -> bool:
+    """`path` is the layout path `want`: as it is (local), or inside a generation folder when the
+    manifest names one (object stores; a step --resume reused keeps its earlier generation)."""
+    if path == want:
+        return True
+    generation, inner = layout.split_generation(path)
+    return generation is not None and "generation" in m and inner == want
+
+
+def _full(out: str, rel: str) -> str:
+    return storage.join(out, rel) if storage.is_uri(out) else os.path.join(out, *rel.split("/"))
+
+
+def _open(full: str):
+    """A random-access file for pyarrow: a memory map locally, a remote file otherwise."""
+    import pyarrow as pa
+
+    return storage.open_read(full, seekable=True) if storage.is_uri(full) else pa.memory_map(full)
 
 
 def _schedule_record(label: str, s: dict, opts: dict, rep: _Report) -> None:
@@ -314,10 +344,17 @@ def _check_bytes(rel: str, full: str, entry: dict, rep: _Report) -> bool:
     want_bytes = entry["bytes"]
     algorithm, want = digest_of(entry)
     rep.files.append(rel)
-    if not os.path.isfile(full):
-        rep.fail(rel, "file_present", "listed in the manifest but missing" if not os.path.lexists(full) else "listed in the manifest but not a regular file")
+    if storage.is_uri(full):  # one HEAD for presence and size
+        from pyarrow import fs as pafs
+
+        info = storage.file_info(full)
+        is_file, present, size = info.type == pafs.FileType.File, info.type != pafs.FileType.NotFound, info.size
+    else:
+        is_file, present = os.path.isfile(full), os.path.lexists(full)
+        size = os.path.getsize(full) if is_file else None
+    if not is_file:
+        rep.fail(rel, "file_present", "listed in the manifest but missing" if not present else "listed in the manifest but not a regular file")
         return False
-    size = os.path.getsize(full)
     rep.bytes += size
     if size != want_bytes:
         rep.fail(rel, "size", f"{size} bytes, the manifest records {want_bytes}")
@@ -325,7 +362,7 @@ def _check_bytes(rel: str, full: str, entry: dict, rep: _Report) -> bool:
     if rep.quick:
         return True
     try:
-        got = file_digest(full, algorithm)
+        got = storage.file_digest(full, algorithm)
     except OSError as e:
         rep.fail(rel, "readable", f"cannot read: {e}")
         return False
@@ -580,7 +617,7 @@ def _check_parquet_shard(rel: str, full: str, sh: dict, step: int, shard_no: int
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(full)
+        pf = pq.ParquetFile(_open(full) if storage.is_uri(full) else full)
         schema = pf.schema_arrow
     except (OSError, pa.ArrowException) as e:
         rep.fail(rel, "readable", f"not a readable Parquet file: {e}")
@@ -598,7 +635,7 @@ def _check_parquet_shard(rel: str, full: str, sh: dict, step: int, shard_no: int
     mm_table = None
     if mm_full is not None and mm_ok:
         try:
-            mm_table = pa.ipc.open_file(pa.memory_map(mm_full)).read_all()
+            mm_table = pa.ipc.open_file(_open(mm_full)).read_all()
         except (OSError, pa.ArrowException):
             mm_table = None  # reported by the IPC check
     mm_rel = sh["mmap"]["path"] if sh.get("mmap") else None
@@ -641,7 +678,7 @@ def _check_ipc(rel: str, full: str, sh: dict, expected, rep: _Report) -> bool:
     import pyarrow as pa
 
     try:
-        reader = pa.ipc.open_file(pa.memory_map(full))
+        reader = pa.ipc.open_file(_open(full))
         schema = reader.schema
         rows = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
     except (OSError, pa.ArrowException) as e:
@@ -661,9 +698,9 @@ def _check_step(out: str, s: dict, expected, rep: _Report, rollout_baseline: boo
     for r, sh in enumerate(s["shards"]):
         rep.shards += 1
         rel = sh["path"]
-        full = os.path.join(out, *rel.split("/"))
+        full = _full(out, rel)
         mm = sh.get("mmap")
-        mm_full = os.path.join(out, *mm["path"].split("/")) if mm else None
+        mm_full = _full(out, mm["path"]) if mm else None
         mm_ok = False
         if mm:
             mm_ok = _check_bytes(mm["path"], mm_full, mm, rep) and _check_ipc(mm["path"], mm_full, sh, expected, rep)
@@ -736,19 +773,21 @@ def _schedule_rows(label: str, s: dict, st: _StepState, paths: list[str], rep: _
 
 def _check_rejects(out: str, m: dict, rep: _Report) -> None:
     rj = m.get("rejects")
-    path = os.path.join(out, REJECTS)
+    name = layout.in_generation(m.get("generation"), REJECTS)
+    path = _full(out, name)
     counts = m["counts"]
     if rj is None:
         if counts["rejected"]:
             rep.fail(MANIFEST, "rejects", f"counts.rejected is {counts['rejected']} but the manifest lists no rejects.jsonl")
-        if os.path.lexists(path):
-            rep.fail(REJECTS, "unexpected_file", "present, but the manifest records no rejected samples")
+        for n in dict.fromkeys((REJECTS, name)):
+            if storage.exists(_full(out, n)) if storage.is_uri(out) else os.path.lexists(_full(out, n)):
+                rep.fail(n, "unexpected_file", "present, but the manifest records no rejected samples")
         return
-    rep.files.append(REJECTS)
+    rep.files.append(name)
     if rj["count"] != counts["rejected"]:
-        rep.fail(REJECTS, "rejects", f"rejects.count {rj['count']} != counts.rejected {counts['rejected']}")
-    if not os.path.isfile(path):
-        rep.fail(REJECTS, "file_present", "listed in the manifest but missing")
+        rep.fail(name, "rejects", f"rejects.count {rj['count']} != counts.rejected {counts['rejected']}")
+    if not storage.is_file(path):
+        rep.fail(name, "file_present", "listed in the manifest but missing")
         return
     algorithm, want = digest_of(rj)
     h = hashing.new(algorithm)
@@ -756,7 +795,7 @@ def _check_rejects(out: str, m: dict, rep: _Report) -> None:
     per_step: dict = {}
     unparsed = 0
     size = 0
-    with open(path, "rb") as f:
+    with (io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else open(path, "rb")) as f:
         for line in f:
             size += len(line)
             if not rep.quick:
@@ -775,21 +814,21 @@ def _check_rejects(out: str, m: dict, rep: _Report) -> None:
             per_step[key] = per_step.get(key, 0) + 1
     rep.bytes += size
     if lines != rj["count"]:
-        rep.fail(REJECTS, "rejects", f"{lines} lines, the manifest records {rj['count']} rejected samples")
+        rep.fail(name, "rejects", f"{lines} lines, the manifest records {rj['count']} rejected samples")
     if rep.quick:
         return
     rep.hashed += size
     if h.hexdigest() != want:
-        rep.fail(REJECTS, "checksum", f"{algorithm} {h.hexdigest()}, the manifest records {want}")
+        rep.fail(name, "checksum", f"{algorithm} {h.hexdigest()}, the manifest records {want}")
         return
     if unparsed:
-        rep.fail(REJECTS, "rejects", f"{unparsed} line(s) are not reject records with split and step")
+        rep.fail(name, "rejects", f"{unparsed} line(s) are not reject records with split and step")
     for s in m["steps"]:
         got = per_step.pop((s["split"], s["step"]), 0)
         if got != s["rejected"]:
-            rep.fail(REJECTS, "rejects", f"{s['split']} step {s['step']}: {got} rejects listed, the manifest records {s['rejected']}")
+            rep.fail(name, "rejects", f"{s['split']} step {s['step']}: {got} rejects listed, the manifest records {s['rejected']}")
     for (split, step), n in sorted(per_step.items(), key=str):
-        rep.fail(REJECTS, "rejects", f"{n} rejects of {split} step {step}, which the manifest does not list")
+        rep.fail(name, "rejects", f"{n} rejects of {split} step {step}, which the manifest does not list")
 
 
 def _stray_files(out: str, m: dict, rep: _Report) -> None:
@@ -799,7 +838,12 @@ def _stray_files(out: str, m: dict, rep: _Report) -> None:
             expected.add(sh["path"])
             if sh.get("mmap"):
                 expected.add(sh["mmap"]["path"])
-    for top in TREES:
+    generation = m.get("generation")
+    tops = [*TREES, *(f"{layout.generation_dir(generation)}/{t}" for t in TREES if generation)]
+    if storage.is_uri(out):
+        _stray_objects(out, expected, tops, generation, rep)
+        return
+    for top in tops:
         root = os.path.join(out, top)
         if not os.path.lexists(root):
             continue
@@ -817,10 +861,40 @@ def _stray_files(out: str, m: dict, rep: _Report) -> None:
                 if rel not in expected:
                     rep.fail(rel, "unexpected_file", "not listed in the manifest (a leftover, or added after conversion)")
     for name in sorted(os.listdir(out)):
-        if name not in (MANIFEST, REJECTS, STAGING) + TREES:
+        if name not in (MANIFEST, REJECTS, STAGING, layout.GENERATIONS) + TREES:
             rep.notes.append(f"{name}: not part of a rollout-cli output (ignored)")
+    gens = os.path.join(out, layout.GENERATIONS)
+    for g in sorted(os.listdir(gens)) if os.path.isdir(gens) else []:
+        _other_generation(g, generation, expected, rep)
     if os.path.isdir(os.path.join(out, STAGING)):
         rep.notes.append(".staging: leftover staging area of a finished commit (ignored; a rerun removes it)")
+
+
+def _other_generation(g: str, generation: str | None, expected: set[str], rep: _Report) -> None:
+    if g != generation and not any(p.startswith(f"{layout.GENERATIONS}/{g}/") for p in expected):
+        rep.notes.append(f"{layout.GENERATIONS}/{g}: files of an earlier dataset or an interrupted run, not listed "
+                         "in the manifest (ignored; the next commit removes them)")
+
+
+def _stray_objects(out: str, expected: set[str], tops: list[str], generation: str | None, rep: _Report) -> None:
+    """_stray_files on an object store: one listing of OUT."""
+    files = storage.files_under(out)
+    seen_tops: set[str] = set()
+    for rel in sorted(files):
+        if any(rel.startswith(t + "/") for t in tops):
+            if rel not in expected:
+                rep.fail(rel, "unexpected_file", "not listed in the manifest (a leftover, or added after conversion)")
+            continue
+        top = rel.split("/", 1)[0]
+        if top == layout.GENERATIONS:
+            g = rel.split("/")[1] if rel.count("/") >= 1 else ""
+            if f"{top}/{g}" not in seen_tops:
+                seen_tops.add(f"{top}/{g}")
+                _other_generation(g, generation, expected, rep)
+        elif top not in seen_tops and top not in (MANIFEST, REJECTS) + TREES:
+            seen_tops.add(top)
+            rep.notes.append(".staging: leftover staging area of a finished commit (ignored; a rerun removes it)" if top == STAGING
+                             else f"{top}: not part of a rollout-cli output (ignored)")
 
 
 def verify_output(out: str, quick: bool = False) -> dict:
@@ -828,8 +902,8 @@ def verify_output(out: str, quick: bool = False) -> dict:
     from ..core.schema import train_schema
 
     out = os.fspath(out)
-    if not os.path.isdir(out):
-        raise UsageError(f"{out}: no such directory" if not os.path.exists(out) else f"{out}: not a directory")
+    if not storage.is_dir(out):
+        raise UsageError(f"{out}: no such directory" if not storage.exists(out) else f"{out}: not a directory")
     rep = _Report(out, quick)
     m = _read_manifest(out, rep)
     if m is None or not _structure(m, rep):

@@ -3,55 +3,21 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
 
 import numpy as np
 
 import pytest
 from typer.testing import CliRunner
 
-from conftest import SAMPLE_DATA, tree_digest, write_jsonl, make_sample
+from conftest import SAMPLE_DATA, make_sample, s3_download, tree_digest, write_jsonl
 
 from rollout_cli.core import storage
 from rollout_cli.cli.app import app
 
-import moto.server as moto_server
-import pyarrow.fs as pafs
+from pyarrow import fs as pafs
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on loopback; the endpoint reaches pyarrow through AWS_ENDPOINT_URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    storage._filesystem.cache_clear()
-    fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True)
-    fs.create_dir("bkt")
-    pafs.copy_files(str(SAMPLE_DATA), "bkt/dumps", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
-    yield fs
-    server.stop()
-    storage._filesystem.cache_clear()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-def _download(fs, prefix: str, dest) -> None:
-    pafs.copy_files(prefix, str(dest), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+_download = s3_download
 
 
 def _convert(*args: str) -> tuple[int, str]:
@@ -60,7 +26,10 @@ def _convert(*args: str) -> tuple[int, str]:
 
 
 def _shards(root) -> dict:
-    return {k: v[1] for k, v in tree_digest(root).items() if not k.endswith("manifest.json")}
+    """Each file's digest by its layout path (an object store's generation folder left out)."""
+    from rollout_cli.core import layout
+
+    return {layout.split_generation(k)[1]: v[1] for k, v in tree_digest(root).items() if not k.endswith("manifest.json")}
 
 
 def test_uri_helpers():
@@ -87,16 +56,24 @@ def test_s3_inputs_and_output_give_the_local_bytes(s3, tmp_path, fmt):
 
 
 def test_s3_output_exists_overwrite_and_resume(s3, tmp_path):
+    import json
+
     uri = "s3://bkt/out-exists"
     assert _convert(str(SAMPLE_DATA / "jsonl"), uri)[0] == 0
     assert _convert(str(SAMPLE_DATA / "jsonl"), uri)[0] == 5
-    assert _convert(str(SAMPLE_DATA / "jsonl"), uri, "--resume")[0] == 2
+    before = json.loads(storage.read_bytes(f"{uri}/manifest.json"))
+    # --resume with nothing changed: every step is reused in place, nothing is uploaded again
+    assert _convert(str(SAMPLE_DATA / "jsonl"), uri, "--resume")[0] == 0
+    after = json.loads(storage.read_bytes(f"{uri}/manifest.json"))
+    assert after["steps"] == before["steps"] and after["generation"] != before["generation"]
     # --overwrite with fewer steps: the old steps are gone, the new manifest matches
     code, _ = _convert(str(SAMPLE_DATA / "jsonl"), uri, "--overwrite", "--steps", "2")
     assert code == 0
     _download(s3, "bkt/out-exists", tmp_path / "o")
-    assert sorted(p.name for p in (tmp_path / "o" / "data").iterdir()) == ["step-000002"]
-    assert not (tmp_path / "o" / "eval").exists()
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert sorted(p.name for p in (tmp_path / "o" / "gen").iterdir()) == [m["generation"]]
+    assert sorted(p.name for p in (tmp_path / "o" / "gen" / m["generation"] / "data").iterdir()) == ["step-000002"]
+    assert not (tmp_path / "o" / "gen" / m["generation"] / "eval").exists() and not (tmp_path / "o" / "data").exists()
     r = CliRunner().invoke(app, ["verify", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
 

@@ -154,3 +154,17 @@ def test_bad_sources_and_dest(tmp_path):
         export_slime_pt(str(tmp_path / "out"), str(tmp_path / "file"))
     rows = read_rows(tmp_path / "out", step=1)
     assert [r["rollout_position"] for r in rows] == list(range(16))
+
+
+def test_an_object_store_output_exports_as_the_local_one(s3, tmp_path):
+    """export reads an s3:// output's shards through its manifest (a generation folder): the
+    same .pt files as from the local output of the same input."""
+    opts = dict(shards=2, keep_text=True)
+    src = str(SAMPLE_DATA / "jsonl" / "rollout_data")
+    convert([src], str(tmp_path / "out"), copts(**opts))
+    convert([src], "s3://bkt/export-out", copts(**opts))
+    local = export_slime_pt(str(tmp_path / "out"), str(tmp_path / "local"))
+    remote = export_slime_pt("s3://bkt/export-out", str(tmp_path / "remote"))
+    assert remote["files"] == local["files"] and remote["samples"] == local["samples"] > 0
+    for f in local["files"]:
+        assert (tmp_path / "remote" / f["path"]).read_bytes() == (tmp_path / "local" / f["path"]).read_bytes()

@@ -260,7 +260,16 @@ def test_parquet_on_several_workers_gives_the_same_shards(tmp_path, monkeypatch,
 
 
 def test_registry_names_a_module_per_format():
-    assert set(FORMATS) == {"jsonl", "parquet", "pt"}
+    import importlib
+
+    from rollout_cli.inputs.registry import CONTENT_GROUPS, DETECT, SPLITTERS
+
+    assert {"jsonl", "parquet", "pt", "nemo_rl", "miles"} <= set(FORMATS)
+    assert set(DETECT) <= set(FORMATS) and set(SPLITTERS) <= set(FORMATS) and CONTENT_GROUPS <= set(FORMATS)
+    for name, module in FORMATS.items():
+        assert callable(importlib.import_module(module).read), name
+    for name in DETECT:
+        assert callable(importlib.import_module(FORMATS[name]).claims), name
 
 
 def test_reading_reports_what_the_file_says(tmp_path):
@@ -296,24 +305,7 @@ def test_sample_data_in_json_text_gives_the_same_shards(tmp_path, keep_text):
     assert _shards(data / "parquet" / "rollout_data", tmp_path / "p", keep_text=keep_text) == want
 
 
-def test_the_footer_read_without_pyarrow_names_the_columns_and_row_groups(tmp_path):
-    path = tmp_path / "3.parquet"
-    t = pa.table({
-        "tokens": pa.array([[1, 2], [3]], pa.list_(pa.int64())),
-        "metadata": pa.array([{"a": 1, "b": {"c": "x"}}, None]),
-        "reward": pa.array([{"k": 1.0}, {"k": 2.0}], pa.map_(pa.string(), pa.float64())),
-        "rollout_routed_experts": pa.array([[[[1]]], None], pa.list_(pa.list_(pa.list_(pa.int32())))),
-        "status": ["completed", "truncated"],
-    })
-    pq.write_table(t, path, row_group_size=1)
-    assert parquet_parts.footer(str(path)) == (t.column_names, 2)
-    data = path.read_bytes()
-    for bad in (data[:-1], data[:-20] + data[-8:], b"PAR1" * 2, b""):
-        path.write_bytes(bad)
-        assert parquet_parts.footer(str(path)) is None
-
-
-def test_planning_a_local_parquet_step_imports_no_pyarrow(tmp_path):
+def test_a_parquet_step_is_planned_in_parts_of_whole_row_groups(tmp_path):
     import subprocess
     import sys
 
@@ -322,6 +314,6 @@ def test_planning_a_local_parquet_step_imports_no_pyarrow(tmp_path):
     code = ("import sys\nfrom rollout_cli.inputs.units import plan_units\nfrom rollout_cli.core.options import ConvertOptions\n"
             "from rollout_cli.inputs import parquet_parts\n"
             f"units, _, _ = plan_units([{str(path.parent)!r}], ConvertOptions(), {str(tmp_path / 'out')!r})\n"
-            "print(units[0].input.step, len(parquet_parts.split(units[0].input, 8, min_bytes=1)), 'pyarrow' in sys.modules)")
+            "print(units[0].input.step, len(parquet_parts.split(units[0].input, 8, min_bytes=1)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["3", "4", "False"]  # 4 parts: one per row group
+    assert out == ["3", "4"]  # 4 parts: one per row group

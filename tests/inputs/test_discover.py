@@ -279,3 +279,88 @@ def test_output_inside_input_folder_is_not_read_back(tmp_path):
     second = convert([str(tmp_path / "dumps")], str(out), copts(on_error="skip", mmap=True, overwrite=True))
     assert second["counts"] == first["counts"]
     assert len(read_rows(out)) == 3
+
+
+# ------------------------------------------------------------------------------ frameworks' dumps (registry.DETECT)
+
+
+def _nemo_step(path, val=False):
+    from framework_dumps import Conversation, Turn, nemo_rl_batch, write_batched_jsonl
+
+    rows = [Conversation([1, 2], [Turn([3, 4], True, [-0.5, -0.25])], 1.0), Conversation([1, 2], [Turn([5], True, [-1.0])], 0.0)]
+    write_batched_jsonl(nemo_rl_batch(rows), path)
+    return path
+
+
+def test_frameworks_are_recognised_from_path_and_content(tmp_path):
+    _nemo_step(tmp_path / "logs" / "exp_001" / "train_data_step3.jsonl")
+    _nemo_step(tmp_path / "logs" / "exp_001" / "val_data_step3.jsonl")  # a validation log carrying token ids
+    write_jsonl(tmp_path / "logs" / "exp_002" / "train_data_step4.jsonl", _samples())  # slime-shaped: not claimed
+    files, _, notes = discover([str(tmp_path / "logs")])
+    got = [(f.path.split("logs/")[1], f.format, f.step, f.split, f.step_from) for f in files]
+    assert got == [("exp_001/train_data_step3.jsonl", "nemo_rl", 3, "train", "name"),
+                   ("exp_001/val_data_step3.jsonl", "nemo_rl", 3, "eval", "name"),
+                   ("exp_002/train_data_step4.jsonl", "jsonl", 4, "train", "name")]
+    assert notes == []
+
+
+def test_text_only_validation_log_is_skipped_with_a_note():
+    files, _, notes = discover([str(SAMPLE_DATA / "nemo_rl")])
+    assert [(f.format, f.step, f.split) for f in files] == [("nemo_rl", 1, "train"), ("nemo_rl", 2, "train")]
+    (note,) = notes
+    assert "val_data_step2.jsonl" in note and "without token_ids" in note
+
+
+def test_input_format_forces_the_reader(tmp_path):
+    _nemo_step(tmp_path / "run_9.jsonl")  # not a NeMo-RL name: read as slime JSONL unless forced
+    (f,), _, _ = discover([str(tmp_path)])
+    assert f.format == "jsonl"
+    (f,), _, _ = discover([str(tmp_path)], forced="nemo_rl")
+    assert (f.format, f.step, f.split) == ("nemo_rl", 9, "train")
+    units, _, _ = plan_units([str(tmp_path)], copts(input_format="nemo_rl"))
+    assert units[0].input.format == "nemo_rl"
+    with pytest.raises(UsageError, match="--input-format: expected one of .*nemo_rl.*, got 'nemo'"):
+        discover([str(tmp_path)], forced="nemo")
+
+
+def test_input_format_option_on_the_command_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from rollout_cli.cli.app import app
+
+    _nemo_step(tmp_path / "in" / "run_9.jsonl")
+    r = CliRunner().invoke(app, ["convert", str(tmp_path / "in"), str(tmp_path / "out"), "--input-format", "nemo_rl",
+                                 "--workers", "1", "--no-mmap", "--json"])
+    assert r.exit_code == 0, r.output
+    assert [r["group_index"] for r in read_rows(tmp_path / "out")] == [0, 0]
+    r = CliRunner().invoke(app, ["inspect", str(tmp_path / "in"), "--input-format", "nemo_rl", "--json"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["convert", str(tmp_path / "in"), str(tmp_path / "o2"), "--input-format", "x"])
+    assert r.exit_code == 2 and "--input-format" in r.stderr
+
+
+def test_miles_side_files_are_left_out_or_refused(tmp_path):
+    files, _, notes = discover([str(SAMPLE_DATA / "miles")])
+    assert [(f.path.split("miles/")[1], f.format, f.split) for f in files] == [
+        ("rollout_data/1.pt", "pt", "train"), ("rollout_data/2.pt", "pt", "train"), ("rollout_data/eval_2.pt", "pt", "eval")]
+    assert sum("dashboard mirror" in n for n in notes) == 3 and sum("trajectory sidecar" in n for n in notes) == 3
+    alone = tmp_path / "run" / "dashboard_columns"
+    alone.mkdir(parents=True)
+    shutil.copy(SAMPLE_DATA / "miles" / "dashboard_columns" / "rollout_1.parquet", alone)
+    (f,), _, _ = discover([str(tmp_path / "run")])
+    assert (f.format, f.step, f.split) == ("miles", 1, "train")
+    with pytest.raises(InvalidInputError, match="rollout_1.parquet: reward, status, group_index: missing"):
+        convert([str(tmp_path / "run")], str(tmp_path / "out"), copts())
+
+
+def test_planning_framework_dumps_imports_no_numpy(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom rollout_cli.inputs.units import plan_units\nfrom rollout_cli.core.options import ConvertOptions\n"
+            "from rollout_cli.inputs.registry import split_input\n"
+            f"units, _, notes = plan_units([{str(SAMPLE_DATA / 'nemo_rl')!r}, {str(SAMPLE_DATA / 'miles')!r}], ConvertOptions())\n"
+            "parts = [split_input(u.input, 4) for u in units]\n"
+            "print(sorted({u.input.format for u in units}), len(notes), 'numpy' in sys.modules, 'pyarrow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "['nemo_rl', 'pt'] 7 False False"

@@ -248,8 +248,14 @@ def test_property_single_tensor(spec, ops):
 
 @pytest.mark.parametrize("path", SAMPLE_PT, ids=lambda p: str(p.relative_to(REPO)))
 def test_sample_data_files(path):
-    ref = torch.load(path, weights_only=True)
-    assert_matches_torch(ref, load_pt(path))
+    if "miles" in path.parts:  # its samples hold miles' dataclasses: loaded with their stand-ins
+        from framework_dumps import miles_types, plain
+
+        miles_types()
+        ref, got = plain(torch.load(path, weights_only=False)), plain(load_pt(path))
+    else:
+        ref, got = torch.load(path, weights_only=True), load_pt(path)
+    assert_matches_torch(ref, got)
 
 
 def test_slime_like_dump(tmp_path):

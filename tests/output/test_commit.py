@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copts, make_sample, read_rows, shard_bytes, tree_digest, write_jsonl
+from conftest import copts, crashing_s3, make_sample, read_rows, shard_bytes, tree_digest, write_jsonl
 from rollout_cli.output import commit as output
 from rollout_cli.run.convert import convert
 from rollout_cli.core.errors import ExitCode, InvalidInputError, OutputExistsError
@@ -183,3 +183,86 @@ def test_overwrite_drops_entries_the_new_run_does_not_write(tmp_path):
     convert([str(tmp_path / "a" / "3.jsonl")], str(out), copts(overwrite=True))
     assert not (out / "eval").exists()
     assert read_rows(out, "eval") == []
+
+
+# --- object stores: the manifest's PUT is the commit ------------------------------------------
+
+def _s3_state(uri: str) -> dict:
+    """The committed dataset at `uri` (its manifest), after checking it verifies and loads."""
+    from rollout_cli import open_dataset
+    from rollout_cli.output import manifest
+    from rollout_cli.verify.check import verify_output
+
+    result = verify_output(uri)
+    assert result["ok"], result["failures"]
+    m = manifest.read(uri)
+    ds = open_dataset(uri)
+    for step in ds.steps:
+        for r in range(ds.num_shards):
+            assert ds.load(step, r, verify=True).num_samples == ds.shard_info(step, r)["rows"]
+    return m
+
+
+@pytest.mark.parametrize("scenario", ["overwrite", "fresh"])
+def test_object_store_commit_survives_a_crash_at_every_write(s3, tmp_path, monkeypatch, scenario):
+    """An object-store OUT holds the old dataset (none, into a fresh OUT) or the new one,
+    whichever write or delete the converting process dies at: every data object is written
+    once, in a generation folder no manifest names, and the manifest's PUT is the commit."""
+    from pyarrow import fs as pafs
+
+    from rollout_cli.core.errors import OutputError
+    from rollout_cli.output import manifest
+
+    inputs = _inputs(tmp_path)
+    base = f"bkt/crash-{scenario}"
+    old = None
+    if scenario == "overwrite":
+        convert([inputs], f"s3://{base}", copts(shards=1, mmap=True))
+        old = _s3_state(f"s3://{base}")
+        assert old["options"]["shards"] == 1
+
+    def fresh_copy(uri: str) -> None:
+        if old is not None:
+            pafs.copy_files(base, uri, source_filesystem=s3, destination_filesystem=s3)
+
+    # count the writes of an undisturbed run
+    fresh_copy(f"{base}-count")
+    counter = crashing_s3(monkeypatch, s3)
+    convert([inputs], f"s3://{base}-count", copts(shards=2, mmap=True, overwrite=True))
+    monkeypatch.undo()
+    writes = counter.writes
+    kinds = {name for name, _ in writes}
+    assert "open_output_stream" in kinds and (old is None or kinds & {"delete_file", "delete_dir"})
+    # each object is written once: no staging copy, no server-side copy
+    uploads = [p for name, p in writes if name == "open_output_stream"]
+    assert len(uploads) == len(set(uploads)) and "copy_file" not in kinds and "move" not in kinds
+    new = _s3_state(f"s3://{base}-count")
+    assert new["options"]["shards"] == 2
+    put = next(i for i, (name, p) in enumerate(writes) if name == "open_output_stream" and p.endswith("/manifest.json"))
+    assert all(name not in ("delete_file", "delete_dir") for name, _ in writes[:put])  # nothing old goes before the commit
+    seen = set()
+    for k in range(len(writes) + 1):
+        uri = f"{base}-{k}"
+        fresh_copy(uri)
+        handler = crashing_s3(monkeypatch, s3, k)
+        try:
+            convert([inputs], f"s3://{uri}", copts(shards=2, mmap=True, overwrite=True))
+            finished = True
+        except OutputError:
+            finished = False
+        monkeypatch.undo()
+        # a failure after the PUT is in the cleanup, which is best effort: the run has committed
+        assert finished == (k > put) and handler.dead == (k < len(writes))
+        if k <= put and old is None:
+            with pytest.raises(manifest.ManifestError, match="missing"):
+                manifest.read(f"s3://{uri}")
+            got, m = "none", None
+        else:
+            m = _s3_state(f"s3://{uri}")
+            got = "new" if m["options"]["shards"] == 2 else "old"
+        assert got == ("new" if k > put else "old" if old else "none"), (k, writes[k - 1] if k else None)
+        if m is not None:
+            ref = new if got == "new" else old
+            assert [sh["blake3"] for s in m["steps"] for sh in s["shards"]] == [sh["blake3"] for s in ref["steps"] for sh in s["shards"]]
+        seen.add(got)
+    assert seen == {"old" if old else "none", "new"}

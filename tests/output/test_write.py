@@ -1,5 +1,5 @@
-"""write: a shard's Parquet file is encoded as column pieces on several threads and stitched;
-its bytes are those of pyarrow writing the same row groups in one go, whatever the thread count."""
+"""write: a shard's Parquet file is pyarrow writing its row groups in bounded batches: the bytes
+depend on the rows only, not on how the table is chunked or which memory pool is used."""
 from __future__ import annotations
 
 import functools
@@ -69,22 +69,12 @@ def test_list_lengths_read_from_the_buffers():
     assert write.list_lengths(pa.chunked_array([], pa.list_(pa.int32()))).tolist() == []
 
 
-def test_column_groups_put_each_filled_list_column_alone():
-    t = train_table(20)
-    groups = write.column_groups(t)
-    assert groups[:3] == [["tokens"], ["loss_mask"], ["rollout_log_probs"]]
-    rest = groups[3]
-    assert "teacher_log_probs" in rest and "step" in rest  # all-null lists travel with the scalars
-    assert sorted(c for g in groups for c in g) == sorted(t.column_names)
-
-
-@pytest.mark.parametrize("threads", [1, 2, 5])
-def test_stitched_file_is_what_pyarrow_writes_in_one_go(tmp_path, threads):
-    t = train_table(400, seed=threads)
+def test_the_file_is_what_pyarrow_writes_for_the_same_row_groups(tmp_path):
+    t = train_table(400, seed=1)
     rgb = 1 << 16
     bounds = write.row_group_bounds(t, rgb)
     assert len(bounds) > 3
-    wf = write.write_parquet(t, str(tmp_path / "s.parquet"), row_group_bytes=rgb, threads=threads)
+    wf = write.write_parquet(t, str(tmp_path / "s.parquet"), row_group_bytes=rgb)
     data = (tmp_path / "s.parquet").read_bytes()
     assert data == direct(t, bounds)
     assert wf.bytes == len(data) and wf.row_groups == len(bounds)
@@ -93,53 +83,31 @@ def test_stitched_file_is_what_pyarrow_writes_in_one_go(tmp_path, threads):
     assert back.equals(t) and back.schema.metadata == t.schema.metadata
 
 
-def test_bytes_do_not_depend_on_threads_or_chunking(tmp_path):
+def test_bytes_do_not_depend_on_chunking(tmp_path):
     t = train_table(300, seed=3)
-    chunked = pa.Table.from_batches(t.to_batches(max_chunksize=7))
     outs = set()
-    for k, (table, threads) in enumerate([(t, 1), (t, 4), (chunked, 2)]):
-        write.write_parquet(table, str(tmp_path / f"{k}.parquet"), row_group_bytes=1 << 16, threads=threads)
+    for k, table in enumerate([t, pa.Table.from_batches(t.to_batches(max_chunksize=7))]):
+        write.write_parquet(table, str(tmp_path / f"{k}.parquet"), row_group_bytes=1 << 16)
         outs.add((tmp_path / f"{k}.parquet").read_bytes())
     assert len(outs) == 1
 
 
 @pytest.mark.parametrize("backend", pa.supported_memory_backends())
 def test_the_memory_pool_changes_no_byte(tmp_path, backend):
-    """Workers encode from jemalloc (engines.local); the bytes are the same from any pool."""
+    """Workers encode from jemalloc (engines/worker_setup.py); the bytes are the same from any pool."""
     t = train_table(300, seed=4, max_len=3000)
     assert len(write.row_group_bounds(t, write.ENCODE_BATCH_BYTES)) > 2  # several batches
-    write.write_parquet(t, str(tmp_path / "default.parquet"), threads=1)
+    write.write_parquet(t, str(tmp_path / "default.parquet"))
     pool = getattr(pa, f"{backend}_memory_pool")()
     counted = pa.proxy_memory_pool(pool)
     old = pa.default_memory_pool()
     pa.set_memory_pool(counted)
     try:
-        write.write_parquet(t, str(tmp_path / "other.parquet"), threads=2)
+        write.write_parquet(t, str(tmp_path / "other.parquet"))
     finally:
         pa.set_memory_pool(old)
     assert counted.max_memory() > 0  # the encoder did allocate from it
     assert (tmp_path / "default.parquet").read_bytes() == (tmp_path / "other.parquet").read_bytes()
-
-
-def test_an_encoding_larger_than_the_bound_is_redone(tmp_path, monkeypatch):
-    t = train_table(50, seed=4)
-    monkeypatch.setattr(write, "_encoded_bound", lambda table: 64)  # far too small
-    write.write_parquet(t, str(tmp_path / "small.parquet"), threads=2)
-    monkeypatch.undo()
-    write.write_parquet(t, str(tmp_path / "ok.parquet"), threads=2)
-    assert (tmp_path / "small.parquet").read_bytes() == (tmp_path / "ok.parquet").read_bytes()
-
-
-def test_no_room_for_the_sized_buffer_falls_back_to_a_growing_one(tmp_path, monkeypatch):
-    t = train_table(40, seed=6)
-    write.write_parquet(t, str(tmp_path / "ok.parquet"), threads=2)
-
-    def refuse(size):
-        raise MemoryError("capped address space")
-
-    monkeypatch.setattr(write.pa, "allocate_buffer", refuse)
-    write.write_parquet(t, str(tmp_path / "capped.parquet"), threads=2)
-    assert (tmp_path / "capped.parquet").read_bytes() == (tmp_path / "ok.parquet").read_bytes()
 
 
 def test_empty_table(tmp_path):
@@ -161,11 +129,12 @@ def test_ipc_copy_is_one_batch_of_the_table(tmp_path):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 120), seed=st.integers(0, 10_000), rgb=st.sampled_from([1 << 16, 1 << 17, 1 << 20]),
-       threads=st.integers(1, 4))
-def test_property_stitched_equals_direct(tmp_path_factory, n, seed, rgb, threads):
+       chunk=st.integers(1, 50))
+def test_property_any_chunking_gives_pyarrows_bytes_for_the_row_groups(tmp_path_factory, n, seed, rgb, chunk):
     t = train_table(n, seed=seed, max_len=2000)
     path = tmp_path_factory.mktemp("w") / "p.parquet"
-    write.write_parquet(t, str(path), row_group_bytes=rgb, threads=threads)
+    write.write_parquet(pa.Table.from_batches(t.to_batches(max_chunksize=chunk), schema=t.schema), str(path),
+                        row_group_bytes=rgb)
     assert path.read_bytes() == direct(t, write.row_group_bounds(t, rgb))
 
 
@@ -187,40 +156,3 @@ def test_a_local_shard_spanning_several_write_chunks_is_whole_and_hashed(tmp_pat
     assert wp.bytes == len(pdata) and wp.digest == hashing.bytes_digest(pdata)
     assert pdata == direct(t, write.row_group_bounds(t, 1 << 20))
 
-
-def _with_unknown_footer_field(real_encode, only_template: bool):
-    """write._encode, but every file it makes (or only the empty template) has a FileMetaData
-    field the stitcher does not know, as a future pyarrow might write."""
-    from rollout_cli.core.thrift import I32, encode_struct, read_footer
-
-    def encode(table, options):
-        buf = real_encode(table, options)
-        if only_template and table.num_rows:
-            return buf
-        b = buf.to_pybytes()
-        meta, start = read_footer(b)
-        meta.set(30, I32, 1)
-        footer = encode_struct(meta)
-        return pa.py_buffer(b[:start] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
-    return encode
-
-
-@pytest.mark.parametrize("only_template", [True, False])
-def test_a_footer_the_stitcher_does_not_know_falls_back_to_pyarrows_writer(tmp_path, monkeypatch, only_template):
-    t = train_table(400, seed=9)
-    rgb = 1 << 16
-    bounds = write.row_group_bounds(t, rgb)
-    monkeypatch.setattr(write, "_encode", _with_unknown_footer_field(write._encode, only_template))
-    wf = write.write_parquet(t, str(tmp_path / "f.parquet"), row_group_bytes=rgb, threads=2)
-    data = (tmp_path / "f.parquet").read_bytes()
-    assert data == direct(t, bounds)  # the same rows, written by pyarrow itself
-    assert wf.bytes == len(data) and wf.digest == hashing.bytes_digest(data) and wf.row_groups == len(bounds)
-
-
-def test_the_installed_pyarrow_is_stitched_not_written_by_the_fallback(tmp_path, monkeypatch):
-    """The stitcher understands every footer this pyarrow writes for a shard: a new pyarrow
-    that changes what it relies on fails here loudly (the fallback keeps the output right)."""
-    t = train_table(300, seed=4)
-    monkeypatch.setattr(write, "_write_direct", lambda *a: pytest.fail("fell back to pyarrow's writer"))
-    write.write_parquet(t, str(tmp_path / "s.parquet"), row_group_bytes=1 << 16, threads=2)
-    assert pq.read_table(tmp_path / "s.parquet").equals(t)

@@ -191,3 +191,19 @@ def test_trainer_section_numbers_are_audits(trainer_run):
 
 def test_no_trainer_section_without_train(data):
     assert "trainer" not in data
+
+
+def test_a_rollout_whose_samples_were_all_rejected_is_not_embedded(tmp_path):
+    """An anomaly may name a rollout the output has no rows of (skipped with --on-error skip):
+    the page embeds the rollouts that are there."""
+    from conftest import copts, make_sample
+    from conftest import write_jsonl as write_samples
+    from rollout_cli.run.convert import convert
+
+    good = make_sample(group_index=0, index=0)
+    bad = dict(make_sample(group_index=0, index=1), loss_mask=[1])  # one entry short
+    write_samples(tmp_path / "in" / "step_9.jsonl", [good, bad])
+    out = tmp_path / "out"
+    convert([str(tmp_path / "in")], str(out), copts(on_error="skip", shards=2))
+    d = collect([str(out)])["splits"]["train"]  # raised "--show: train step 9 has no rollout 1"
+    assert set(d["details"]) == {"9:0"}

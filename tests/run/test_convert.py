@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ import slime_reference as ref
 from conftest import SAMPLE_DATA, copts, make_sample, read_jsonl, read_rows, shard_bytes, write_jsonl
 from slime_cases import CASES, fresh_case
 from rollout_cli.run.convert import convert
-from rollout_cli.core.errors import InvalidInputError
+from rollout_cli.core.errors import InvalidInputError, OutputError
 
 F32 = np.float32
 TOL = 2e-6
@@ -640,3 +642,168 @@ def test_a_step_in_one_task_stops_at_the_problem_budget(tmp_path, monkeypatch, w
     assert "5 invalid sample(s) (first 5 shown)" in str(e.value)
     assert [p.location.number for p in e.value.problems] == [1, 2, 3, 4, 5]
     assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+# --- object stores ------------------------------------------------------------------------------
+
+
+def _s3_jsonl(s3, tmp_path, prefix: str) -> str:
+    from pyarrow import fs as pafs
+
+    samples = [make_sample(index=i, group_index=i // 2, reward=float(i % 2)) for i in range(6)]
+    write_jsonl(tmp_path / prefix / "1.jsonl", samples)
+    write_jsonl(tmp_path / prefix / "2.jsonl", [make_sample(index=10 + i, group_index=5, reward=float(i)) for i in range(3)])
+    write_jsonl(tmp_path / prefix / "3.jsonl", [make_sample(index=20 + i, group_index=7, reward=float(i)) for i in range(4)])
+    pafs.copy_files(str(tmp_path / prefix), f"bkt/{prefix}", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=s3)
+    return f"s3://bkt/{prefix}"
+
+
+def _objects(s3, prefix: str) -> dict[str, bytes]:
+    """Every object under bkt/prefix by its layout path (generation folder left out), with its bytes."""
+    from pyarrow import fs as pafs
+
+    from rollout_cli.core import layout
+
+    out = {}
+    for i in s3.get_file_info(pafs.FileSelector(f"bkt/{prefix}", recursive=True)):
+        if i.type == pafs.FileType.File and not i.path.endswith("manifest.json"):
+            with s3.open_input_stream(i.path) as f:
+                out[layout.split_generation(i.path[len(f"bkt/{prefix}/"):])[1]] = f.read()
+    return out
+
+
+def test_object_store_output_uploads_each_file_once(s3, tmp_path, monkeypatch):
+    """Each shard and IPC copy is PUT once, where the manifest lists it; nothing is staged and
+    copied, and a local engine plans its parsed parts in a local folder."""
+    from conftest import crashing_s3
+    from rollout_cli.output import manifest
+    from rollout_cli.run import convert as convert_mod
+
+    src = _s3_jsonl(s3, tmp_path, "once-in")
+    handler = crashing_s3(monkeypatch, s3)
+    convert([src], "s3://bkt/once-out", copts(shards=2, mmap=True))
+    uploads = [p for name, p in handler.writes if name == "open_output_stream"]
+    assert len(uploads) == len(set(uploads))
+    assert not any(name in ("copy_file", "move") for name, _ in handler.writes)
+    m = manifest.read("s3://bkt/once-out")
+    listed = {f"bkt/once-out/{sh['path']}" for s in m["steps"] for sh in s["shards"]}
+    listed |= {f"bkt/once-out/{sh['mmap']['path']}" for s in m["steps"] for sh in s["shards"]}
+    data = [p for p in uploads if "/data/" in p or "/mmap/" in p or "/eval/" in p]
+    assert sorted(data) == sorted(listed) and len(listed) == 12
+    # the rest is bookkeeping: the run's pointer, its finished-step records and the manifest
+    assert all(p.endswith(("/.staging/run.json", "/manifest.json")) or "/done/" in p for p in set(uploads) - listed)
+    # with a pool, an input parsed in pieces stages its parts in a local folder, removed after the run
+    monkeypatch.undo()
+    from rollout_cli.inputs import jsonl
+
+    monkeypatch.setattr(jsonl.split_ranges, "__defaults__", (64,))  # pieces of 64 bytes and up
+    planned = []
+    real = convert_mod._plan_parts
+    monkeypatch.setattr(convert_mod, "_plan_parts", lambda *a: planned.extend(real(*a)) or planned)
+    convert([f"{src}/1.jsonl"], "s3://bkt/once-pool", copts(shards=2, workers=2))
+    monkeypatch.undo()
+    assert len(planned) == 2 and all(t.stage_path.startswith(tempfile.gettempdir()) for t in planned)
+    assert not any(os.path.exists(t.stage_path) for t in planned)
+    convert([f"{src}/1.jsonl"], "s3://bkt/once-whole", copts(shards=2))
+    assert _objects(s3, "once-pool") == _objects(s3, "once-whole")
+
+
+def test_object_store_inputs_are_fingerprinted_without_a_second_download(s3, tmp_path, monkeypatch):
+    """An input on an object store is fingerprinted by the size and mtime the store reports (the
+    manifest says so); a local one by its BLAKE3 digest, as before."""
+    from conftest import crashing_s3
+    from rollout_cli.output import manifest
+
+    src = _s3_jsonl(s3, tmp_path, "fp-in")
+    handler = crashing_s3(monkeypatch, s3)
+    fp = manifest.file_fingerprint(f"{src}/1.jsonl")
+    assert handler.reads == [] and fp["fingerprint"] == "size+mtime" and "blake3" not in fp
+    assert fp["size"] == (tmp_path / "fp-in" / "1.jsonl").stat().st_size and fp["mtime_ns"] > 0
+    convert([src], "s3://bkt/fp-out", copts())
+    with_fp = sorted(p for p in handler.reads if p.startswith("bkt/fp-in/"))
+    monkeypatch.undo()
+    # the inputs are opened as often as in a run that takes no fingerprints (by discovery's
+    # peek at the first record, and by the reader)
+    handler = crashing_s3(monkeypatch, s3)
+    monkeypatch.setattr(manifest, "file_fingerprint", lambda path: {})
+    convert([src], "s3://bkt/fp-none", copts())
+    monkeypatch.undo()
+    assert with_fp == sorted(p for p in handler.reads if p.startswith("bkt/fp-in/")) and with_fp
+    m = manifest.read("s3://bkt/fp-out")
+    assert all(i["fingerprint"] == "size+mtime" and "blake3" not in i for i in m["inputs"])
+    local = manifest.file_fingerprint(str(tmp_path / "fp-in" / "1.jsonl"))
+    assert set(local) == {"size", "mtime_ns", "blake3"}
+
+
+def test_object_store_resume_after_a_crash_gives_the_uninterrupted_bytes(s3, tmp_path, monkeypatch):
+    """A run on an object store killed part-way is finished by --resume: the steps it finished
+    are reused in place (not uploaded again), the shards are those of an uninterrupted run; an
+    input rewritten since is converted again."""
+    from pyarrow import fs as pafs
+
+    from conftest import crashing_s3
+    from rollout_cli.output import manifest
+
+    src = _s3_jsonl(s3, tmp_path, "resume-in")
+    convert([src], "s3://bkt/resume-ref", copts(shards=2, mmap=True))
+    ref = _objects(s3, "resume-ref")
+    count = crashing_s3(monkeypatch, s3)
+    convert([src], "s3://bkt/resume-count", copts(shards=2, mmap=True))
+    monkeypatch.undo()
+    writes = count.writes
+    done = [k for k, (name, p) in enumerate(writes) if "/done/" in p]
+    put = next(k for k, (name, p) in enumerate(writes) if p.endswith("/manifest.json"))
+    for k in (1, done[0] + 1, done[1] + 1, put):  # nothing written, one or two steps done, all but the manifest
+        out = f"resume-{k}"
+        crashing_s3(monkeypatch, s3, k)
+        with pytest.raises(OutputError, match="cannot write the output"):
+            convert([src], f"s3://bkt/{out}", copts(shards=2, mmap=True))
+        monkeypatch.undo()
+        assert not s3.get_file_info(f"bkt/{out}/manifest.json").is_file
+        again = crashing_s3(monkeypatch, s3)
+        convert([src], f"s3://bkt/{out}", copts(shards=2, mmap=True, resume=True))
+        monkeypatch.undo()
+        redone = {p.split("/gen/", 1)[-1].split("/", 1)[-1] for name, p in again.writes if p.endswith(".parquet")}
+        assert len(redone) == 2 * (3 - sum(1 for d in done if d < k)), (k, redone)
+        assert _objects(s3, out) == ref, f"crash at write {k}"
+    # an input rewritten after the commit: only its step is converted again
+    s3.delete_file("bkt/resume-in/2.jsonl")
+    write_jsonl(tmp_path / "two.jsonl", [make_sample(index=30 + i, group_index=9, reward=float(i)) for i in range(2)])
+    pafs.copy_files(str(tmp_path / "two.jsonl"), "bkt/resume-in/2.jsonl", source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=s3)
+    again = crashing_s3(monkeypatch, s3)
+    convert([src], "s3://bkt/resume-ref", copts(shards=2, mmap=True, resume=True))
+    monkeypatch.undo()
+    assert {p.rsplit("/", 2)[-2] for name, p in again.writes if p.endswith(".parquet")} == {"step-000002"}
+    assert manifest.read("s3://bkt/resume-ref")["counts"]["input_samples"] == 6 + 2 + 4
+
+
+def test_local_resume_copies_where_hard_links_are_refused(tmp_path, monkeypatch):
+    """--resume reuses committed steps by hard links; on a file system without them (EPERM,
+    EXDEV, ENOTSUP) it copies them, with the same result."""
+    import errno
+    import os as os_mod
+
+    from conftest import tree_digest
+
+    src = tmp_path / "in"
+    write_jsonl(src / "1.jsonl", [make_sample(index=i, group_index=i // 2) for i in range(4)])
+    write_jsonl(src / "2.jsonl", [make_sample(index=10 + i, group_index=5) for i in range(3)])
+    linked, copied = tmp_path / "linked", tmp_path / "copied"
+    for out in (linked, copied):
+        convert([str(src)], str(out), copts(shards=2, mmap=True))
+    write_jsonl(src / "3.jsonl", [make_sample(index=20 + i, group_index=7) for i in range(2)])
+    convert([str(src)], str(linked), copts(shards=2, mmap=True, resume=True))
+    for code in (errno.EPERM, errno.EXDEV, errno.ENOTSUP):
+        def refuse(a, b, code=code):
+            raise OSError(code, os_mod.strerror(code), a)
+
+        monkeypatch.setattr(os_mod, "link", refuse)
+        convert([str(src)], str(copied), copts(shards=2, mmap=True, resume=True))
+        monkeypatch.undo()
+        assert shard_bytes(copied) == shard_bytes(linked), code
+        assert json.loads((copied / "manifest.json").read_text())["steps"] == json.loads((linked / "manifest.json").read_text())["steps"]
+        assert not (copied / ".staging").exists()
+    # a copy, not a link: the reused file is a file of its own
+    assert all(st[0] for st in tree_digest(copied).values())
+    assert os_mod.stat(copied / "data" / "step-000001" / "shard-00000-of-00002.parquet").st_nlink == 1

@@ -336,3 +336,26 @@ def test_invalid_input_raised_inside_a_task_reported_as_local(local_ray, tmp_pat
     write_jsonl(src / "step_5.jsonl", [make_sample(index=i, group_index=None) for i in range(4)])
     b = _same_failure(tmp_path, src)
     assert "group_index: missing" in b.stderr
+
+
+def test_nemo_rl_step_in_byte_ranges_identical_to_local(local_ray, tmp_path, split_small, submitted):
+    """Prompt groups are keyed by their tokens in each range and numbered at the step's finish."""
+    import random
+
+    from framework_dumps import gen
+
+    src = tmp_path / "logs" / "exp_001"
+    rows = gen.random_conversations(random.Random(3), 40, 4, multi_turn=True)
+    gen.write_batched_jsonl(gen.nemo_rl_batch(rows), src / "train_data_step2.jsonl")
+    flags = ["--workers", "4", "--shards", "2", "--compression", "none"]
+    a, b = tmp_path / "local", tmp_path / "ray"
+    r = convert([tmp_path / "logs"], a, "--engine", "local", *flags)
+    assert r.exit_code == 0, r.output
+    r = convert([tmp_path / "logs"], b, "--engine", "ray", *flags)
+    assert r.exit_code == 0, r.output
+    assert_same_output(a, b)
+    assert submitted.count("parse_part") >= 2  # the step was read in byte ranges
+    import pyarrow.parquet as pq
+
+    groups = [g for p in sorted((b / "data").rglob("*.parquet")) for g in pq.read_table(p).column("group_index").to_pylist()]
+    assert sorted(set(groups)) == list(range(40))

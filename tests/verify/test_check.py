@@ -590,3 +590,109 @@ def test_rollout_baseline_siblings_with_different_rewards_are_caught(tmp_path):
     rewrite_shard(out, m, shard, t)
     res = verify_output(str(out))
     assert fails(res) == {(shard["path"], "rollout_reward_shared")}, res["failures"]
+
+
+# --- an output on an object store -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_out(s3, tmp_path_factory):
+    """The sample JSONL plus one invalid sample (skipped into rejects.jsonl), converted to S3
+    and to a local folder."""
+    from pyarrow import fs as pafs
+
+    from conftest import make_sample, write_jsonl
+
+    src = tmp_path_factory.mktemp("s3-verify-in")
+    for f in SAMPLE_JSONL.iterdir():
+        (src / f.name).write_bytes(f.read_bytes())
+    bad = make_sample(index=900, group_index=900)
+    bad["loss_mask"] = [1]
+    write_jsonl(src / "9.jsonl", [make_sample(index=901, group_index=901), bad])
+    pafs.copy_files(str(src), "bkt/verify-in", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=s3)
+    local = tmp_path_factory.mktemp("s3-verify-local") / "out"
+    opts = dict(workers=1, on_error="skip", shards=2)
+    convert([str(src)], str(local), ConvertOptions(**opts))
+    convert(["s3://bkt/verify-in"], "s3://bkt/verify-out", ConvertOptions(**opts))
+    return "s3://bkt/verify-out", local
+
+
+def _copy_out(s3, name: str) -> str:
+    from pyarrow import fs as pafs
+
+    pafs.copy_files("bkt/verify-out", f"bkt/{name}", source_filesystem=s3, destination_filesystem=s3)
+    return f"s3://bkt/{name}"
+
+
+def test_verify_reads_an_output_on_an_object_store(s3_out):
+    uri, local = s3_out
+    r = CliRunner().invoke(app, ["verify", uri, "--json"])
+    assert r.exit_code == 0, r.output
+    got, want = json.loads(r.output), verify_output(str(local))
+    same = ("files", "shards", "steps", "eval_steps", "rows")  # (rejects.jsonl names the inputs: its bytes differ)
+    assert got["ok"] and {k: got["checked"][k] for k in same} == {k: want["checked"][k] for k in same}
+    assert got["checked"]["hashed_bytes"] == got["checked"]["bytes"] > 0
+    m = json.loads((Path(local) / "manifest.json").read_text())
+    assert m["rejects"]["count"] == 1  # rejects.jsonl checked too, in the generation
+    files = set(got["files"])
+    gen = json.loads(__import__("rollout_cli.core.storage", fromlist=["x"]).read_bytes(f"{uri}/manifest.json"))["generation"]
+    assert f"gen/{gen}/rejects.jsonl" in files and all(f == "manifest.json" or f.startswith(f"gen/{gen}/") for f in files)
+    assert CliRunner().invoke(app, ["verify", uri, "--quick"]).exit_code == 0
+
+
+@pytest.mark.parametrize("what", ["parquet", "arrow", "rejects"])
+def test_verify_fails_with_exit_4_on_a_changed_object(s3, s3_out, what):
+    from rollout_cli.core import storage
+
+    uri = _copy_out(s3, f"verify-bad-{what}")
+    m = json.loads(storage.read_bytes(f"{uri}/manifest.json"))
+    sh = m["steps"][0]["shards"][0]
+    rel = {"parquet": sh["path"], "arrow": sh["mmap"]["path"], "rejects": m["rejects"]["path"]}[what]
+    data = bytearray(storage.read_bytes(f"{uri}/{rel}"))
+    data[len(data) // 2] ^= 0xFF  # same size, other bytes
+    storage.write_bytes(f"{uri}/{rel}", bytes(data))
+    r = CliRunner().invoke(app, ["verify", uri])
+    assert r.exit_code == ExitCode.INTEGRITY, r.output
+    assert rel in r.output
+    result = verify_output(uri)
+    assert any(f["file"] == rel and f["invariant"] in ("checksum", "readable", "mmap_content") for f in result["failures"])
+    storage.delete_file(f"{uri}/{rel}")
+    assert any(f["file"] == rel and f["invariant"] == "file_present" for f in verify_output(uri)["failures"])
+
+
+def test_verify_on_an_object_store_tells_leftovers_from_stray_files(s3, s3_out):
+    from rollout_cli.core import storage
+
+    uri = _copy_out(s3, "verify-stray")
+    m = json.loads(storage.read_bytes(f"{uri}/manifest.json"))
+    # another generation's files (an interrupted run's, an old dataset's): noted, not failed
+    storage.write_bytes(f"{uri}/gen/{'0' * 32}/data/step-000001/shard-00000-of-00002.parquet", b"old")
+    result = verify_output(uri)
+    assert result["ok"], result["failures"]
+    assert any(n.startswith(f"gen/{'0' * 32}:") for n in result["notes"])
+    # a file in the manifest's own generation that it does not list: a failure
+    stray = f"gen/{m['generation']}/data/step-000001/extra.parquet"
+    storage.write_bytes(f"{uri}/{stray}", b"x")
+    result = verify_output(uri)
+    assert [(f["file"], f["invariant"]) for f in result["failures"]] == [(stray, "unexpected_file")]
+
+
+def test_verify_keeps_the_layout_check_on_generation_paths(s3_out):
+    """A generation path must still be the layout's path inside it, and only a manifest that
+    names a generation may use generation paths."""
+    from rollout_cli.verify.check import _laid_out
+
+    want = "data/step-000001/shard-00000-of-00002.parquet"
+    with_gen = {"generation": "ab" * 16}
+    assert _laid_out(want, want, {}) and _laid_out(want, want, with_gen)
+    assert _laid_out(f"gen/{'ab' * 16}/{want}", want, with_gen)
+    assert not _laid_out(f"gen/{'ab' * 16}/{want}", want, {})
+    assert not _laid_out(f"gen/{'ab' * 16}/data/step-000002/shard-00000-of-00002.parquet", want, with_gen)
+    assert not _laid_out(f"gen/NOTHEX/{want}", want, with_gen)
+
+
+def test_verify_of_a_missing_or_unconverted_uri(s3):
+    r = CliRunner().invoke(app, ["verify", "s3://bkt/no-such-output"])
+    assert r.exit_code == ExitCode.USAGE and "no such directory" in r.output
+    r = CliRunner().invoke(app, ["verify", "s3://bkt/dumps/jsonl"])  # objects, but no manifest
+    assert r.exit_code == ExitCode.INTEGRITY and "manifest.json" in r.output and "missing" in r.output
