@@ -107,21 +107,18 @@ class _Compare:
             self._sample(p, loc, ts, t_val[t_off[k]:t_off[k + 1]], int(rl[k]), m_val[m_off[k]:m_off[k + 1]], lp)
 
     def _sample(self, p: int, loc: str, ts: dict, tokens, rl: int, mask, lp) -> None:
+        """A field the trainer's dump does not hold (None or absent) is not compared."""
         sa, train = self.sa, self.td.display
-        d = diff.array_diff(tokens, ts.get("tokens"))
-        if d:
-            sa.add(diff.record(sa.step, p, "tokens", loc, train, d))
-        d = diff.exact_diff(rl, ts.get("response_lengths"))
-        if d:
-            sa.add(diff.record(sa.step, p, "response_length", loc, train, d))
-        d = diff.array_diff(mask, ts.get("loss_masks"))
-        if d:
-            sa.add(diff.record(sa.step, p, "loss_mask", loc, train, d))
-        t_lp = ts.get("rollout_log_probs")
-        if lp is not None and t_lp is not None:
-            d = diff.array_diff(lp, t_lp)
+        for fld, key, expected, how in (("tokens", "tokens", tokens, diff.array_diff),
+                                        ("response_length", "response_lengths", rl, diff.exact_diff),
+                                        ("loss_mask", "loss_masks", mask, diff.array_diff),
+                                        ("rollout_log_probs", "rollout_log_probs", lp, diff.array_diff)):
+            got = ts.get(key)
+            if got is None or expected is None:
+                continue
+            d = how(expected, got)
             if d:
-                sa.add(diff.record(sa.step, p, "rollout_log_probs", loc, train, d))
+                sa.add(diff.record(sa.step, p, fld, loc, train, d))
         self._tokens(p, ts, lp)
 
     def _tokens(self, p: int, ts: dict, lp) -> None:
@@ -225,12 +222,14 @@ def _step_fields(sa: StepAudit, td: TrainDump, pos: np.ndarray, sf, raw: np.ndar
         sa.paired += 1
         ts = td.samples[j]
         loc = str(where(p))
-        d = diff.exact_diff(int(sf.ids[p]), ts.get("rollout_ids"))
-        if d:
-            sa.add(diff.record(sa.step, p, "rollout_id", loc, train, d))
-        d = diff.reward_diff(float(sf.rewards[k]), ts.get("rewards"))
-        if d:
-            sa.add(diff.record(sa.step, p, "reward", loc, train, d))
+        if ts.get("rollout_ids") is not None:
+            d = diff.exact_diff(int(sf.ids[p]), ts["rollout_ids"])
+            if d:
+                sa.add(diff.record(sa.step, p, "rollout_id", loc, train, d))
+        if ts.get("rewards") is not None:
+            d = diff.reward_diff(float(sf.rewards[k]), ts["rewards"])
+            if d:
+                sa.add(diff.record(sa.step, p, "reward", loc, train, d))
         if rr is not None and p < len(rr):
             d = diff.reward_diff(float(raw[k]), rr[p])
             if d:

@@ -214,31 +214,42 @@ def parse_steps(spec: str | None) -> tuple[int | None, int | None]:
 
 def discover_train(paths: list[str]) -> list[InputFile]:
     """The train-side inputs of `audit --train`: files (folders searched recursively) of a
-    format with a train reader (inputs/registry.py TRAIN_FORMATS), train_data/ folders
-    included. `step` is the first number in the name, a hint only (slime names them
-    `{rollout_id}.pt` or with `{rank}` after it): each payload's own rollout_id decides."""
+    format with a train reader (inputs/registry.py TRAIN_FORMATS: recognised as `discover` does,
+    by the first of registry.DETECT that claims them, else by extension), train_data/ folders
+    included; eval logs left out. `step` is the format's own (from its name), else the first
+    number in the name: a hint only (slime names them `{rollout_id}.pt` or with `{rank}` after
+    it); each payload's own rollout_id decides."""
     from .registry import TRAIN_FORMATS
 
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, str, bool]] = []
     for p in paths:
         if storage.is_uri(p):
             try:
-                found.extend((f, f) for f in storage.list_files(p) if input_format(f) in TRAIN_FORMATS)
+                found.extend((f, f, False) for f in storage.list_files(p) if input_format(f) is not None)
             except FileNotFoundError:
                 raise UsageError(f"{p}: no such file or directory") from None
         elif os.path.isdir(p):
             for root, dirs, names in os.walk(p):
                 dirs.sort()
-                found.extend((os.path.join(root, n), os.path.join(root, n)) for n in sorted(names)
-                             if input_format(n) in TRAIN_FORMATS)
+                found.extend((os.path.join(root, n), os.path.join(root, n), False) for n in sorted(names)
+                             if input_format(n) is not None)
         elif os.path.exists(p):
-            if input_format(p) not in TRAIN_FORMATS:
-                raise UsageError(f"--train {p}: not a train-side input (expected {', '.join('.' + f for f in sorted(TRAIN_FORMATS))})")
-            found.append((p, p))
+            found.append((p, p, True))
         else:
             raise UsageError(f"--train {p}: no such file or directory")
     out = []
-    for path, display in found:
+    for path, display, named in found:
+        fmt, mod = _detect(path) if not storage.is_uri(path) else (None, None)
+        fmt = fmt or input_format(path)
+        if fmt not in TRAIN_FORMATS:
+            if named:
+                raise UsageError(f"--train {p}: not a train-side input (expected a format with a train reader: "
+                                 f"{', '.join(sorted(TRAIN_FORMATS))})")
+            continue
+        own = mod.step_and_split(path) if mod is not None and hasattr(mod, "step_and_split") else None
+        if own is not None and own[1] != "train":
+            continue  # an eval log: nothing was trained on it
         runs = _DIGITS.findall(_stem(path))
-        out.append(InputFile(path, display, input_format(path) or "pt", int(runs[0]) if runs else None, "train", "name"))
+        step = own[0] if own is not None else int(runs[0]) if runs else None
+        out.append(InputFile(path, display, fmt, step, "train", "name"))
     return out

@@ -25,6 +25,7 @@ FORMATS = {
 # The trainer's side of a step: format -> module with read_train(inp, trust_pickle) -> TrainDump.
 TRAIN_FORMATS = {
     "pt": "rollout_cli.inputs.train_pt",
+    "nemo_rl": "rollout_cli.inputs.nemo_rl",  # its step logs carry the trainer's log-probs too
 }
 # Part planning runs in the converting process: these modules import no numpy or pyarrow.
 SPLITTERS = {

@@ -3,6 +3,7 @@ from its payload (not its name), a step's per-rank files merged."""
 from __future__ import annotations
 
 import pytest
+from pathlib import Path
 
 import train_dumps as T
 from rollout_cli.audit import AuditOptions, audit_paths, train_side
@@ -95,3 +96,40 @@ def test_another_frameworks_train_reader_plugs_in(tmp_path, monkeypatch):
     T.write_train_jsonl(tmp_path / "other" / "step3.jsonl", pt)
     r = audit_paths([str(tmp_path / "r")], [str(tmp_path / "other")])
     assert r["divergences"] == [] and r["steps"][0]["mismatch"]["tokens"] == 18
+
+
+NEMO = Path(__file__).resolve().parents[2] / "sample_data" / "nemo_rl"
+
+
+def test_nemo_rl_step_logs_carry_both_sides():
+    """NeMo-RL's train logs as both inputs: no divergence, and the mismatch is its trainer's
+    prev_logprobs against generation_logprobs over the trained tokens."""
+    import numpy as np
+
+    from rollout_cli.inputs import nemo_rl
+
+    r = audit_paths([str(NEMO)], [str(NEMO)])
+    assert r["divergences"] == [] and [s["step"] for s in r["steps"]] == [1, 2]
+    assert any("val_data_step2.jsonl" in n for n in r["summary"]["notes"])
+    for st in r["steps"]:
+        (path,) = (NEMO / "exp_001").glob(f"train_data_step{st['step']}.jsonl")
+        td = nemo_rl.read_train(discover_train([str(path)])[0])
+        d = np.concatenate([s["log_probs"][s["loss_masks"] != 0] - s["rollout_log_probs"][s["loss_masks"] != 0]
+                            for s in td.samples])
+        assert st["mismatch"]["tokens"] == len(d)
+        assert st["mismatch"]["mean_abs_diff"] == pytest.approx(np.abs(d).mean())
+        assert st["mismatch"]["k1"] == pytest.approx(np.mean(-d))
+
+
+def test_nemo_rl_fault_is_found(tmp_path):
+    import orjson
+
+    src = NEMO / "exp_001" / "train_data_step1.jsonl"
+    lines = src.read_bytes().splitlines()
+    rec = orjson.loads(lines[2])
+    rec["token_ids"][0][1] += 1
+    lines[2] = orjson.dumps(rec)
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "train_data_step1.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    r = audit_paths([str(src)], [str(tmp_path / "t")])
+    assert [(d["step"], d["rollout_position"], d["field"], d["index"]) for d in r["divergences"]] == [(1, 2, "tokens", 1)]
