@@ -58,7 +58,9 @@ def array_diff(expected: np.ndarray, got: Any) -> dict | None:
     if got.ndim != 1 or len(got) != len(expected):
         return {"expected": {"length": len(expected)}, "got": {"length": int(got.size) if got.ndim != 1 else len(got)}}
     if expected.dtype.kind == "f" or got.dtype.kind == "f":
-        e, g = expected.astype(np.float64), got.astype(np.float64)
+        # float32 values (log-probs as convert writes them) compare at float32
+        wide = np.float32 if expected.dtype == np.float32 and got.dtype.kind == "f" else np.float64
+        e, g = expected.astype(wide).astype(np.float64), got.astype(wide).astype(np.float64)
         neq = (e != g) & ~(np.isnan(e) & np.isnan(g))
     else:
         neq = expected != got

@@ -16,6 +16,9 @@ def test_array_diff():
     f = np.array([np.nan, -1.0], dtype=np.float32)
     assert diff.array_diff(f, np.array([np.nan, -1.0])) is None
     assert diff.array_diff(f, np.array([0.0, -1.0]))["index"] == 0
+    # a float64 copy of float32 values (a JSON log) equals them at float32
+    assert diff.array_diff(np.array([-0.1], dtype=np.float32), np.array([-0.1])) is None
+    assert diff.array_diff(np.array([-0.1], dtype=np.float32), np.array([-0.1001])) is not None
 
 
 def test_reward_tolerance_is_float32():
