@@ -30,13 +30,13 @@ def _load_script():
 msd = _load_script()
 
 
-FRAMEWORKS = ("nemo_rl", "miles")  # written by make_framework_data.py
+FRAMEWORKS = ("nemo_rl", "miles")  # written by make_framework_data.py (prime_rl/ by make_prime_rl.py)
 
 
 def _data_files(root: Path, suffixes: tuple[str, ...], frameworks: bool = False) -> list[Path]:
-    """slime's sample files (or, with `frameworks`, the other frameworks' ones) under root."""
+    """slime's sample files (or, with `frameworks`, nemo_rl's and miles') under root."""
     found = (p.relative_to(root) for p in root.rglob("*") if p.is_file() and p.suffix in suffixes)
-    return sorted(p for p in found if (p.parts[0] in FRAMEWORKS) == frameworks)
+    return sorted(p for p in found if p.parts[0] != "prime_rl" and (p.parts[0] in FRAMEWORKS) == frameworks)
 
 
 # ---------------------------------------------------------------------------------------- loaders
@@ -270,3 +270,43 @@ def test_miles_dump_has_the_writers_layout():
         assert (root / "trajectory" / f"{stem}.jsonl").exists()
     adapters = [s["adapter"] for s in load_pt_plain(root / "rollout_data" / "2.pt")["samples"]]
     assert all(a is not None and set(a) == {"name", "slot"} for a in adapters)
+
+
+# ------------------------------------------------------------------------------------- prime-rl
+
+PRIME_RL = DATA / "prime_rl"
+
+
+def _prime_rl_generator():
+    spec = importlib.util.spec_from_file_location("make_prime_rl", DATA / "make_prime_rl.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_prime_rl_sample_data_is_reproducible(tmp_path):
+    _prime_rl_generator().build(tmp_path)
+    shipped = {p.relative_to(PRIME_RL): p.read_bytes() for p in PRIME_RL.rglob("*") if p.is_file()}
+    made = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert shipped == made
+    assert sum(len(b) for b in shipped.values()) < 100_000  # tens of KB
+
+
+def test_prime_rl_sample_data_holds_each_case():
+    run = PRIME_RL / "outputs" / "run" / "rollouts"
+    eps = {(p.parts[-4], p.parts[-3], p.parts[-2]): load_jsonl(p) for p in run.glob("step_*/*/*/traces.jsonl")}
+    assert sorted(eps) == [("step_1", "train", "all"), ("step_1", "train", "effective"), ("step_2", "eval", "all"),
+                           ("step_2", "eval", "effective"), ("step_2", "train", "all"), ("step_2", "train", "effective")]
+    every = [e for k, v in eps.items() if k[1] == "train" for e in v]
+    leaves = [sum(1 for i in range(len(t["nodes"])) if all(n.get("parent") != i for n in t["nodes"]))
+              for e in every for t in e["traces"]]
+    assert max(leaves) == 2  # a forked (multi-branch) trace
+    assert any(len(e["traces"]) == 3 and not e["traces"][2]["agent"]["trainable"] for e in every)  # multi-agent
+    errored = [e for e in every if not e["ok"]]
+    assert len(errored) == 1 and errored[0] in eps[("step_1", "train", "all")]
+    for k, v in eps.items():  # effective: trained traces only, with advantages; all: as they arrived
+        nodes = [n for e in v for t in e["traces"] for n in t["nodes"] if any(n["mask"])]
+        if k[1] == "train":
+            assert all(("advantages" in n) == (k[2] == "effective") for n in nodes)
+        if k[2] == "effective":
+            assert all(t["ok"] and t["agent"]["trainable"] for e in v for t in e["traces"])

@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..core.choices import Estimator, RewardBaseline, Scope, SiblingReward
+from ..core.choices import Estimator, PrimeRlSubset, RewardBaseline, Scope, SiblingReward
 from ..core.errors import ExitCode
 from . import options as o
 from .common import run_command
@@ -44,6 +44,7 @@ def audit_cmd(
     steps: o.Steps = R.steps,
     trust_pickle: o.TrustPickle = R.trust_pickle,
     input_format: o.InputFormat = R.input_format,
+    prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No notes on stderr.")] = False,
     verbose: Annotated[bool, typer.Option(

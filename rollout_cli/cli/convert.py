@@ -7,7 +7,8 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..core.choices import Compression, Engine, Estimator, OnError, RewardBaseline, Schedule, Scope, SiblingReward
+from ..core.choices import (Compression, Engine, Estimator, OnError, PrimeRlSubset, RewardBaseline, Schedule, Scope,
+                            SiblingReward)
 from ..core.options import ConvertOptions
 from . import options as o
 from .common import run_command
@@ -110,6 +111,7 @@ def convert(
     step: o.Step = D.step,
     trust_pickle: o.TrustPickle = D.trust_pickle,
     input_format: o.InputFormat = D.input_format,
+    prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(D.prime_rl_subset),
     on_error: OnErrorOpt = OnError(D.on_error),
     max_errors: MaxErrors = D.max_errors,
     shards: Shards = D.shards,

@@ -10,7 +10,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..core.choices import Estimator, GroupBy, RewardBaseline, Scope, SiblingReward, Split
+from ..core.choices import Estimator, GroupBy, PrimeRlSubset, RewardBaseline, Scope, SiblingReward, Split
 from . import options as o
 from .common import run_command
 from .render import print_inspect, print_rollout
@@ -58,6 +58,7 @@ def inspect_cmd(
     step: o.Step = R.step,
     trust_pickle: o.TrustPickle = R.trust_pickle,
     input_format: o.InputFormat = R.input_format,
+    prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No notes on stderr.")] = False,
     verbose: Annotated[bool, typer.Option(

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..core.choices import Estimator, RewardBaseline, Scope, SiblingReward, values
+from ..core.choices import Estimator, PrimeRlSubset, RewardBaseline, Scope, SiblingReward, values
 from ..core.options import RuleOptions
 from ..inputs.registry import FORMATS
 
@@ -85,6 +85,11 @@ Step = Annotated[Optional[int], typer.Option(
 TrustPickle = Annotated[bool, typer.Option(
     "--trust-pickle", rich_help_panel=INPUTS,
     help="Allow .pt dumps that need full unpickling, which can run code: only for files you trust.")]
+PrimeRlSubsetOpt = Annotated[PrimeRlSubset, typer.Option(
+    "--prime-rl-subset", metavar="SET", rich_help_panel=INPUTS,
+    help="Which traces of a prime-rl step to read: "
+         + per_value({PrimeRlSubset.effective: "the episodes sent to the trainer",
+                      PrimeRlSubset.all: "every episode that arrived, errored ones as removed samples"}))]
 
 InputFormat = Annotated[Optional[str], typer.Option(
     "--input-format", metavar="NAME", rich_help_panel=INPUTS,

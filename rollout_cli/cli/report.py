@@ -7,7 +7,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..core.choices import Estimator, Scope
+from ..core.choices import Estimator, PrimeRlSubset, Scope
 from . import options as o
 from .common import run_command
 from .render import Progress
@@ -46,6 +46,7 @@ def report_cmd(
     steps: o.Steps = R.steps,
     trust_pickle: o.TrustPickle = R.trust_pickle,
     input_format: o.InputFormat = R.input_format,
+    prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summary.")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Tracebacks for internal errors.")] = False,

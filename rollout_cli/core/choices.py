@@ -34,6 +34,13 @@ class SiblingReward(str, Enum):
     mean = "mean"
 
 
+class PrimeRlSubset(str, Enum):
+    """--prime-rl-subset: which of a prime-rl step's trace files is read."""
+
+    effective = "effective"
+    all = "all"
+
+
 class OnError(str, Enum):
     fail = "fail"
     skip = "skip"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .choices import Compression, Engine, Estimator, OnError, RewardBaseline, Schedule, Scope, SiblingReward, values
+from .choices import (Compression, Engine, Estimator, OnError, PrimeRlSubset, RewardBaseline, Schedule, Scope,
+                      SiblingReward, values)
 from .cores import usable_cores
 from .errors import UsageError
 
@@ -17,6 +18,7 @@ COMPRESSIONS = values(Compression)
 ON_ERRORS = values(OnError)
 ENGINES = values(Engine)
 SCHEDULES = values(Schedule)  # --schedule
+PRIME_RL_SUBSETS = values(PrimeRlSubset)  # --prime-rl-subset (inputs/prime_rl.py)
 # The --schedule slime settings (slime's argument names); recorded only under that schedule.
 SCHEDULE_FIELDS = ("global_batch_size", "num_steps_per_rollout", "micro_batch_size", "use_dynamic_batch_size",
                    "max_tokens_per_gpu", "balance_data", "cp_size", "vpp_size",
@@ -43,6 +45,8 @@ class RuleOptions:
     step: int | None = None
     trust_pickle: bool = False
     input_format: str | None = None  # a reader registry name for every input (None: detected)
+    # prime-rl traces: `effective` (what the trainer was sent) or `all` (every episode that arrived)
+    prime_rl_subset: str = "effective"
 
     def check(self) -> None:
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
@@ -61,11 +65,13 @@ class RuleOptions:
             raise UsageError("--slime-compat needs --rollout-batch-size (slime's reshape depends on it)")
         if self.step is not None and not 0 <= self.step < 2**63:
             raise UsageError(f"--step: expected a step number in [0, {2**63 - 1}], got {self.step}")
+        if self.prime_rl_subset not in PRIME_RL_SUBSETS:
+            raise UsageError(f"--prime-rl-subset: expected one of {', '.join(PRIME_RL_SUBSETS)}")
 
     def rule_options(self) -> dict:
         """The settings that decide ids and rewards (what `inspect` shows and compares)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(RuleOptions)}
-        for k in ("steps", "step", "trust_pickle", "input_format"):
+        for k in ("steps", "step", "trust_pickle", "input_format", "prime_rl_subset"):
             d.pop(k)
         if not self.slime_compat:
             d.pop("rollout_batch_size")
@@ -185,6 +191,8 @@ class ConvertOptions(RuleOptions):
             d.pop("rollout_batch_size")
         if self.reward_baseline == "sample":
             d.pop("sibling_reward")  # only read under `rollout`
+        if d["prime_rl_subset"] == RuleOptions.prime_rl_subset:
+            d.pop("prime_rl_subset")  # recorded only when it is not the default, as before it existed
         d["step"] = d.pop("step")  # the recorded order of earlier manifests
         schedule = {k: d.pop(k) for k in SCHEDULE_FIELDS}
         scheduled = d.pop("schedule") == "slime"

@@ -24,14 +24,22 @@ _DIGITS = re.compile(r"(\d+)")
 class InputFile:
     path: str  # what is opened ("-" for stdin)
     display: str  # what messages and the manifest show
-    format: str  # a name of registry.FORMATS: pt | jsonl | parquet | nemo_rl | miles ...
+    format: str  # a name of registry.FORMATS: pt | jsonl | parquet | nemo_rl | miles | prime_rl
     step: int | None
     split: str  # train | eval
     step_from: str  # payload | field | name | option
 
 
 def input_format(path: str) -> str | None:
-    """The format an input's extension names (None: not an input)."""
+    """The format of a file: the first DETECT format that claims it, else its extension's."""
+    if path != "-":
+        for fmt in DETECT:
+            if detector(fmt).claims(path):
+                return fmt
+    return extension_format(path)
+
+
+def extension_format(path: str) -> str | None:
     name = path.lower()
     for ext in sorted(EXTENSIONS, key=len, reverse=True):
         if name.endswith(ext):
@@ -94,15 +102,6 @@ def _is_output_dir(path: str) -> bool:
     return os.path.isfile(layout.manifest_path(path)) or os.path.isdir(os.path.join(path, layout.STAGING))
 
 
-def _detect(path: str) -> tuple[str | None, object | None]:
-    """The first format of registry.DETECT that claims the file, and its module."""
-    for name in DETECT:
-        mod = detector(name)
-        if mod.claims(path):
-            return name, mod
-    return None, None
-
-
 def check_input_format(name: str | None) -> None:
     """--input-format: a name of the reader registry."""
     from .registry import FORMATS
@@ -112,29 +111,32 @@ def check_input_format(name: str | None) -> None:
 
 
 def discover(paths: list[str], step: int | None = None, exclude: str | None = None,
-             forced: str | None = None) -> tuple[list[InputFile], list[str], list[str]]:
+             options=None) -> tuple[list[InputFile], list[str], list[str]]:
     """Resolve inputs to files; returns (inputs, skipped non-input files, notes). Folders that
     are rollout-cli outputs (and `exclude`, the output being written) are not searched. A file's
-    format is the first of registry.DETECT that claims it, else its extension's; `forced`
-    (--input-format) is the format of every input."""
+    format is the first of registry.DETECT that claims it, else its extension's;
+    `options.input_format` (--input-format) is the format of every input file. `options`
+    (RuleOptions) also carries what framework readers choose by (`prime_rl_subset`)."""
+    forced = getattr(options, "input_format", None)
     check_input_format(forced)
     excluded = os.path.realpath(exclude) if exclude else None
-    files: list[tuple[str, str]] = []
+    files: list[tuple[str, str, str, bool]] = []  # (path, display, format, named on the command line)
     skipped: list[str] = []
     notes: list[str] = []
     for p in paths:
         if p == "-":
-            files.append(("-", "<stdin>"))
+            files.append(("-", "<stdin>", "jsonl", True))
         elif storage.is_uri(p):
             try:
                 found = storage.list_files(p)
             except FileNotFoundError:
                 raise UsageError(f"{p}: no such file or directory") from None
             for full in found:
-                if input_format(full) is None:
+                fmt = input_format(full)
+                if fmt is None:
                     skipped.append(full)
                 else:
-                    files.append((full, full))
+                    files.append((full, full, fmt, False))
         elif os.path.isdir(p):
             for root, dirs, names in os.walk(p):
                 if os.path.realpath(root) == excluded or _is_output_dir(root):
@@ -144,41 +146,35 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
                 dirs.sort()
                 for name in sorted(names):
                     full = os.path.join(root, name)
-                    if input_format(full) is None:
+                    fmt = input_format(full)
+                    if fmt is None:
                         skipped.append(full)
                     else:
-                        files.append((full, full))
+                        files.append((full, full, fmt, False))
         elif os.path.exists(p):
-            if input_format(p) is None:
+            fmt = input_format(p)
+            if fmt is None:
                 raise UsageError(f"{p}: not a supported input (expected {', '.join(sorted(EXTENSIONS))})")
-            files.append((p, p))
+            files.append((p, p, fmt, True))
         else:
             raise UsageError(f"{p}: no such file or directory")
     if step is not None and len(files) != 1:
         raise UsageError("--step applies to a single input (stdin or one file)")
     out: list[InputFile] = []
-    for path, display in files:
+    for path, display, fmt, named in files:
+        if forced is not None and path != "-":
+            fmt = forced
         if is_train_side_dump(path):
             notes.append(f"{display}: slime train-side dump (train_data/), skipped")
             continue
-        mod = None
-        if forced is not None:
-            fmt = forced
-            mod = detector(fmt) if fmt in DETECT else None
-        elif path == "-":
-            fmt = "jsonl"
-        else:
-            fmt, mod = _detect(path)
-            fmt = fmt or input_format(path)
-        assert fmt is not None
-        if mod is not None and path != "-" and hasattr(mod, "skip_note"):
-            note = mod.skip_note(path)
-            if note:
-                notes.append(note)
-                continue
-        own = mod.step_and_split(path) if mod is not None and path != "-" and hasattr(mod, "step_and_split") else None
-        if own is not None:
-            name_step, split = check_step(own[0], path), own[1]
+        mod = detector(fmt) if fmt in DETECT else None
+        note = mod.skip_note(path, options, named) if mod is not None and hasattr(mod, "skip_note") else None
+        if note:
+            notes.append(note)
+            continue
+        placed = mod.step_and_split(path) if mod is not None else None
+        if placed is not None:
+            name_step, split = check_step(placed[0], path), placed[1]
         else:
             name_step, split = _step_from_name(path) if path != "-" else (None, "train")
         if step is not None:
@@ -186,7 +182,7 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
             continue
         if path == "-":
             raise UsageError("reading stdin needs --step N")
-        field_step = _field_step(path, fmt) if fmt in ("jsonl", "parquet") and own is None else None
+        field_step = _field_step(path, fmt) if fmt in ("jsonl", "parquet") and placed is None else None
         if field_step is not None:
             out.append(InputFile(path, display, fmt, field_step, split, "field"))
         else:
@@ -225,22 +221,22 @@ def discover_train(paths: list[str]) -> list[InputFile]:
     for p in paths:
         if storage.is_uri(p):
             try:
-                found.extend((f, f, False) for f in storage.list_files(p) if input_format(f) is not None)
+                found.extend((f, f, False) for f in storage.list_files(p) if extension_format(f) is not None)
             except FileNotFoundError:
                 raise UsageError(f"{p}: no such file or directory") from None
         elif os.path.isdir(p):
             for root, dirs, names in os.walk(p):
                 dirs.sort()
                 found.extend((os.path.join(root, n), os.path.join(root, n), False) for n in sorted(names)
-                             if input_format(n) is not None)
+                             if extension_format(n) is not None)
         elif os.path.exists(p):
             found.append((p, p, True))
         else:
             raise UsageError(f"--train {p}: no such file or directory")
     out = []
     for path, display, named in found:
-        fmt, mod = _detect(path) if not storage.is_uri(path) else (None, None)
-        fmt = fmt or input_format(path)
+        fmt = input_format(path) if not storage.is_uri(path) else extension_format(path)
+        mod = detector(fmt) if fmt in DETECT else None
         if fmt not in TRAIN_FORMATS:
             if named:
                 raise UsageError(f"--train {p}: not a train-side input (expected a format with a train reader: "

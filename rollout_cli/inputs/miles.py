@@ -52,7 +52,7 @@ def _dump_of(path: str) -> str:
     return os.path.join(os.path.dirname(os.path.dirname(os.path.normpath(path))), "rollout_data", f"{m.group(1)}.pt")
 
 
-def skip_note(path: str) -> str | None:
+def skip_note(path: str, options=None, named: bool = False) -> str | None:
     kind, m = _match(path)
     if m is None:
         return None

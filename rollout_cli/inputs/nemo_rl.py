@@ -51,7 +51,7 @@ def step_and_split(path: str) -> tuple[int, str] | None:
     return int(m.group(2)), "train" if m.group(1) == "train" else "eval"
 
 
-def skip_note(path: str) -> str | None:
+def skip_note(path: str, options=None, named: bool = False) -> str | None:
     """Why a claimed file is not read: a log without token ids holds text only (NeMo-RL's
     validation log writes each conversation's role/content messages and its reward,
     grpo.py:4016-4021; the distillation log writes content and input_lengths)."""

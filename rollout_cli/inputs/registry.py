@@ -1,10 +1,18 @@
 """The reader registry: format name -> the module that reads it. A new format is one module
 with `read(inp, request, info) -> Iterator[RawChunk]` (and optionally `split(inp, parts)`),
-plus one line here. The trainer's side (`audit --train`) has its own table: a module with
+plus one line here. Modules are imported only when a file of their format is read, so the
+converting process (which plans parts) stays free of numpy and pyarrow. The trainer's side
+(`audit --train`) has its own table, TRAIN_FORMATS: a module with
 `read_train(inp, trust_pickle) -> TrainDump` (inputs/train_pt.py: a reader of another
 framework builds a payload shaped like slime's train dump and passes it to
-`train_pt.from_payload`). Modules are imported only when a file of their format is read, so the
-converting process (which plans parts) stays free of numpy and pyarrow."""
+`train_pt.from_payload`).
+
+A framework's reader also recognises its files: listed in DETECT, in the order discovery asks
+them, its module has `claims(path) -> bool` (from the path and at most the first bytes),
+`step_and_split(path) -> (step, split) | None` (what the path says), and optionally
+`skip_note(path, options, named) -> str | None` (why a claimed file is left out: it holds no
+train data, or options choose another; `named`: given on the command line rather than found
+in a folder), all without numpy or pyarrow."""
 from __future__ import annotations
 
 import importlib
@@ -21,6 +29,7 @@ FORMATS = {
     "pt": "rollout_cli.inputs.slime_pt",
     "nemo_rl": "rollout_cli.inputs.nemo_rl",
     "miles": "rollout_cli.inputs.miles",
+    "prime_rl": "rollout_cli.inputs.prime_rl",
 }
 # The trainer's side of a step: format -> module with read_train(inp, trust_pickle) -> TrainDump.
 TRAIN_FORMATS = {
@@ -32,13 +41,15 @@ SPLITTERS = {
     "jsonl": "rollout_cli.inputs.jsonl",
     "parquet": "rollout_cli.inputs.parquet_parts",
     "nemo_rl": "rollout_cli.inputs.nemo_rl",
+    "prime_rl": "rollout_cli.inputs.prime_rl",
 }
 # Formats recognised from a file's path and first bytes, asked in this order (inputs/discover.py)
 # for every file with a known extension before the extension's format is taken. Each module has
 # `claims(path) -> bool`, and may have `step_and_split(path) -> (step, split) | None` (where its
-# path carries them) and `skip_note(path) -> str | None` (a claimed file that holds no train
-# data); like the splitters, these modules import no numpy or pyarrow.
-DETECT = ("nemo_rl", "miles")
+# path carries them) and `skip_note(path, options, named) -> str | None` (a claimed file that
+# holds no train data, or one the options leave out); like the splitters, these modules import
+# no numpy or pyarrow.
+DETECT = ("nemo_rl", "miles", "prime_rl")
 # Formats read from plain JSONL byte ranges whose rest a busy reader may hand over (run/handover.py).
 HANDOVER = frozenset({"jsonl", "nemo_rl"})
 # Formats whose group_index is a key of the prompt's content (each part of a step is read on its

@@ -37,7 +37,7 @@ def plan_units(inputs: list[str], opts, out: str | None = None) -> tuple[list[Un
     """Discover inputs, select `--steps`, order by (split, step), refuse duplicate steps.
     `opts` is any RuleOptions (its `step` and `steps`); `out`, the output being written, is not
     searched. Returns (units, skipped non-input files, notes)."""
-    files, skipped, notes = discover(inputs, opts.step, exclude=out, forced=opts.input_format)
+    files, skipped, notes = discover(inputs, opts.step, exclude=out, options=opts)
     parse_steps(opts.steps)  # a bad --steps is a usage error even when no file has a known step
     units = []
     seen: dict[tuple, str] = {}

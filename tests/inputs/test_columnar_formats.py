@@ -264,7 +264,7 @@ def test_registry_names_a_module_per_format():
 
     from rollout_cli.inputs.registry import CONTENT_GROUPS, DETECT, SPLITTERS
 
-    assert {"jsonl", "parquet", "pt", "nemo_rl", "miles"} <= set(FORMATS)
+    assert {"jsonl", "parquet", "pt", "nemo_rl", "miles", "prime_rl"} <= set(FORMATS)
     assert set(DETECT) <= set(FORMATS) and set(SPLITTERS) <= set(FORMATS) and CONTENT_GROUPS <= set(FORMATS)
     for name, module in FORMATS.items():
         assert callable(importlib.import_module(module).read), name

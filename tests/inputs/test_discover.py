@@ -315,12 +315,12 @@ def test_input_format_forces_the_reader(tmp_path):
     _nemo_step(tmp_path / "run_9.jsonl")  # not a NeMo-RL name: read as slime JSONL unless forced
     (f,), _, _ = discover([str(tmp_path)])
     assert f.format == "jsonl"
-    (f,), _, _ = discover([str(tmp_path)], forced="nemo_rl")
+    (f,), _, _ = discover([str(tmp_path)], options=copts(input_format="nemo_rl"))
     assert (f.format, f.step, f.split) == ("nemo_rl", 9, "train")
     units, _, _ = plan_units([str(tmp_path)], copts(input_format="nemo_rl"))
     assert units[0].input.format == "nemo_rl"
     with pytest.raises(UsageError, match="--input-format: expected one of .*nemo_rl.*, got 'nemo'"):
-        discover([str(tmp_path)], forced="nemo")
+        discover([str(tmp_path)], options=copts(input_format="nemo"))
 
 
 def test_input_format_option_on_the_command_line(tmp_path):

@@ -29,7 +29,8 @@ except ImportError:  # run from elsewhere without the repo on sys.path
 
 from rollout_cli.inputs.pt_pickle import PtFormatError, UnsafePickleError, load_pt, load_pt_trusted
 
-SAMPLE_PT = sorted((REPO / "sample_data").rglob("*.pt"))
+# slime's dumps (sample_data/prime_rl holds a stand-in checkpoint file, not a torch dump)
+SAMPLE_PT = sorted(p for p in (REPO / "sample_data").rglob("*.pt") if "prime_rl" not in p.parts)
 
 # --------------------------------------------------------------------------- comparison helpers
 
