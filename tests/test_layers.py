@@ -18,6 +18,7 @@ LAYERS = [
     {"output"},
     {"run"},
     {"inspect", "loader", "verify", "slime", "export"},
+    {"audit"},
     {"report"},
     {"cli"},
     {"entry", "__init__"},  # the executable, and the package's lazy facade

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from .audit import audit_cmd
 from .convert import convert
 from .helpfmt import FittedCommand, FittedGroup
 from .export import export_cmd
@@ -21,7 +22,8 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Convert RL rollout sample dumps (slime .pt, JSONL, Parquet) into sharded train-data Parquet.\n\n"
-    "Exit codes: 0 ok, 1 internal error, 2 usage, 3 invalid input, 4 integrity, 5 output exists, "
+    "Exit codes: 0 ok, 1 internal error, 2 usage, 3 invalid input, 4 integrity (audit: divergences), "
+    "5 output exists, "
     "6 output not writable. Reference: docs/cli.md.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -48,6 +50,7 @@ app.command("inspect", cls=FittedCommand)(inspect_cmd)
 app.command("verify", cls=FittedCommand)(verify)
 app.command("report", cls=FittedCommand)(report_cmd)
 app.command("export", cls=FittedCommand)(export_cmd)
+app.command("audit", cls=FittedCommand)(audit_cmd)
 
 
 def main() -> None:

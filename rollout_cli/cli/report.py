@@ -3,7 +3,7 @@ or JSON on stdout."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, List
+from typing import Annotated, List, Optional
 
 import typer
 
@@ -17,6 +17,10 @@ R = o.RULES
 Out = Annotated[str, typer.Option(
     "-o", "--out", metavar="FILE", rich_help_panel=o.OUTPUT, show_default=False, help="The HTML file to write.")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", rich_help_panel=o.OUTPUT, help="Replace an existing file.")]
+Train = Annotated[Optional[List[str]], typer.Option(
+    "--train", metavar="PATH", rich_help_panel=o.INPUTS, show_default=False,
+    help="The trainer's dumps (as for audit): adds a trainer section with audit's mismatch "
+         "and divergences; repeat for more.")]
 Details = Annotated[int, typer.Option(
     "--details", metavar="N", rich_help_panel=o.VIEW,
     help="Rollouts whose samples (loss mask, text) the page embeds: those anomalies name first, "
@@ -29,6 +33,7 @@ def report_cmd(
         help="Dump files or folders (searched recursively), or converted output folders "
              "(holding manifest.json).")],
     out: Out,
+    train: Train = None,
     overwrite: Overwrite = False,
     details: Details = 100,  # report.DEFAULT_DETAILS (a test compares)
     max_anomalies: o.MaxAnomalies = 100,  # ReportOptions.max_anomalies (a test compares)
@@ -48,6 +53,8 @@ def report_cmd(
 ) -> None:
     """Write one self-contained HTML page of a run's rollouts (no network needed to open it).
 
+    With --train, a trainer section: audit's mismatch per step, the distribution of d, and in the drill-down each response token coloured by d, with the rollout's divergences.
+
     --json prints {path, bytes, counts}.
     """
     rules = o.option_values(o.RuleOptions, locals())  # parameters are named as its fields
@@ -56,7 +63,8 @@ def report_cmd(
         from ..inspect import InspectOptions
         from ..report import ReportOptions, build_report
 
-        opts = ReportOptions(InspectOptions(**rules), details=details, max_anomalies=max_anomalies or None)
+        opts = ReportOptions(InspectOptions(**rules), details=details, max_anomalies=max_anomalies or None,
+                             train=list(train) if train else None)
         with Progress(quiet or as_json, start="reading", prefix="") as progress:
             return build_report(paths, out, opts, overwrite=overwrite, progress=progress)
 
@@ -67,4 +75,7 @@ def report_cmd(
     if not quiet:
         parts = [f"{split}: {c['steps']} step(s), {c['samples']} samples, {c['rollouts']} rollouts, {c['anomalies']} anomalies"
                  for split, c in result["counts"].items()]
+        if "trainer" in result:
+            parts.append(f"trainer: {result['trainer']['paired_steps']} paired step(s), "
+                         f"{result['trainer']['divergences']} divergence(s)")
         print(f"wrote {result['path']} ({result['bytes'] / 1e6:.1f} MB; {'; '.join(parts)})")

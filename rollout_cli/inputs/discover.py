@@ -206,3 +206,46 @@ def parse_steps(spec: str | None) -> tuple[int | None, int | None]:
         return v, v
     except ValueError:
         raise UsageError(f"--steps: expected A:B, A:, :B or A (integers), got {spec!r}") from None
+
+
+def discover_train(paths: list[str]) -> list[InputFile]:
+    """The train-side inputs of `audit --train`: files (folders searched recursively) of a
+    format with a train reader (inputs/registry.py TRAIN_FORMATS: recognised as `discover` does,
+    by the first of registry.DETECT that claims them, else by extension), train_data/ folders
+    included; eval logs left out. `step` is the format's own (from its name), else the first
+    number in the name: a hint only (slime names them `{rollout_id}.pt` or with `{rank}` after
+    it); each payload's own rollout_id decides."""
+    from .registry import TRAIN_FORMATS
+
+    found: list[tuple[str, str, bool]] = []
+    for p in paths:
+        if storage.is_uri(p):
+            try:
+                found.extend((f, f, False) for f in storage.list_files(p) if extension_format(f) is not None)
+            except FileNotFoundError:
+                raise UsageError(f"{p}: no such file or directory") from None
+        elif os.path.isdir(p):
+            for root, dirs, names in os.walk(p):
+                dirs.sort()
+                found.extend((os.path.join(root, n), os.path.join(root, n), False) for n in sorted(names)
+                             if extension_format(n) is not None)
+        elif os.path.exists(p):
+            found.append((p, p, True))
+        else:
+            raise UsageError(f"--train {p}: no such file or directory")
+    out = []
+    for path, display, named in found:
+        fmt = input_format(path) if not storage.is_uri(path) else extension_format(path)
+        mod = detector(fmt) if fmt in DETECT else None
+        if fmt not in TRAIN_FORMATS:
+            if named:
+                raise UsageError(f"--train {p}: not a train-side input (expected a format with a train reader: "
+                                 f"{', '.join(sorted(TRAIN_FORMATS))})")
+            continue
+        own = mod.step_and_split(path) if mod is not None and hasattr(mod, "step_and_split") else None
+        if own is not None and own[1] != "train":
+            continue  # an eval log: nothing was trained on it
+        runs = _DIGITS.findall(_stem(path))
+        step = own[0] if own is not None else int(runs[0]) if runs else None
+        out.append(InputFile(path, display, fmt, step, "train", "name"))
+    return out

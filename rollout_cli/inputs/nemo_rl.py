@@ -95,3 +95,23 @@ def train_payload(inp) -> dict:
     from .nemo_rl_map import train_payload as payload
 
     return payload(inp)
+
+
+def read_train(inp, trust_pickle: bool = False):
+    """The registry's train entry (`audit --train`): train_payload as the trainer used it,
+    checked as slime's train dumps are (inputs/train_pt.py). The mask it trained on is the
+    token mask times the sample mask (NVIDIA-NeMo/RL@7ea279ab: nemo_rl/algorithms/grpo.py:2545),
+    and the logged rewards are the raw ones (the trainer computes its advantages from them), so
+    they are the payload's `raw_reward`, not post-processed `rewards`."""
+    import numpy as np
+
+    from .train_pt import from_payload
+
+    p = train_payload(inp)
+    raw = []
+    for s in p["samples"]:
+        if s.pop("sample_mask", 1) == 0 and s.get("loss_masks") is not None:
+            s["loss_masks"] = np.zeros_like(s["loss_masks"])
+        raw.append(s.pop("rewards", None))
+    p["raw_reward"] = raw  # by rollout_position: the lines in order
+    return from_payload(p, inp.display)

@@ -320,6 +320,7 @@ def train_payload(inp) -> dict:
                 "rollout_log_probs": s.get("rollout_log_probs"),
                 "log_probs": None if rows["prev_logprobs"] is None else rows["prev_logprobs"][p0:n],
                 "advantages": None if rows["advantages"] is None else rows["advantages"][p0:n],
+                "sample_mask": 0 if s.get("remove_sample") else 1,
             }
             samples.append(entry)
     return {"format_version": 2, "rollout_id": step, "rank": 0, "samples": samples}

@@ -1,7 +1,11 @@
 """The reader registry: format name -> the module that reads it. A new format is one module
 with `read(inp, request, info) -> Iterator[RawChunk]` (and optionally `split(inp, parts)`),
 plus one line here. Modules are imported only when a file of their format is read, so the
-converting process (which plans parts) stays free of numpy and pyarrow.
+converting process (which plans parts) stays free of numpy and pyarrow. The trainer's side
+(`audit --train`) has its own table, TRAIN_FORMATS: a module with
+`read_train(inp, trust_pickle) -> TrainDump` (inputs/train_pt.py: a reader of another
+framework builds a payload shaped like slime's train dump and passes it to
+`train_pt.from_payload`).
 
 A framework's reader also recognises its files: listed in DETECT, in the order discovery asks
 them, its module has `claims(path) -> bool` (from the path and at most the first bytes),
@@ -16,8 +20,8 @@ from typing import Iterator
 
 from .base import RawChunk, ReadInfo, ReadRequest
 
-__all__ = ["RawChunk", "ReadInfo", "ReadRequest", "Reading", "FORMATS", "DETECT", "CONTENT_GROUPS", "read_input",
-           "split_input", "detector"]
+__all__ = ["RawChunk", "ReadInfo", "ReadRequest", "Reading", "FORMATS", "DETECT", "CONTENT_GROUPS", "TRAIN_FORMATS",
+           "read_input", "read_train", "split_input", "detector"]
 
 FORMATS = {
     "jsonl": "rollout_cli.inputs.jsonl",
@@ -26,6 +30,11 @@ FORMATS = {
     "nemo_rl": "rollout_cli.inputs.nemo_rl",
     "miles": "rollout_cli.inputs.miles",
     "prime_rl": "rollout_cli.inputs.prime_rl",
+}
+# The trainer's side of a step: format -> module with read_train(inp, trust_pickle) -> TrainDump.
+TRAIN_FORMATS = {
+    "pt": "rollout_cli.inputs.train_pt",
+    "nemo_rl": "rollout_cli.inputs.nemo_rl",  # its step logs carry the trainer's log-probs too
 }
 # Part planning runs in the converting process: these modules import no numpy or pyarrow.
 SPLITTERS = {
@@ -74,3 +83,14 @@ def split_input(inp, parts: int) -> list[tuple[int, int | None]]:
 def detector(fmt: str):
     """The module of a format named in DETECT (or forced by --input-format), imported."""
     return importlib.import_module(FORMATS[fmt])
+
+
+def read_train(inp, *, trust_pickle: bool = False):
+    """Read one train-side input (an InputFile) through its format's train reader: a
+    inputs.train_pt.TrainDump, one step held."""
+    from ..core.errors import UsageError
+
+    name = TRAIN_FORMATS.get(inp.format)
+    if name is None:
+        raise UsageError(f"{inp.display}: no train-side reader for {inp.format} files (expected {', '.join(sorted(TRAIN_FORMATS))})")
+    return importlib.import_module(name).read_train(inp, trust_pickle)

@@ -7,6 +7,7 @@ from typing import Any, Callable, Iterator
 
 from .aggregate import Totals, check_group_args, groups, summary
 from .anomalies import Anomalies
+from .loss_weight import from_rows
 from .options import InspectOptions
 from .rows import StepData
 from .show import show_rollout, show_rollouts
@@ -24,7 +25,8 @@ def inspect_paths(
     limit: int | None = None,
     each_step: Callable[[StepData], None] | None = None,
 ) -> dict:
-    """`{"summary": {...}, "groups": [...], "anomalies": [...]}` for dumps or converted output.
+    """`{"summary": {...}, "groups": [...], "anomalies": [...], "loss_weight": [...]}` for dumps or
+    converted output (`loss_weight`: per step, inspect.loss_weight's modes and movers).
     `each_step`, when given, sees every step's rows as they are aggregated (one read of the input
     for callers that need the rows too).
 
@@ -37,8 +39,10 @@ def inspect_paths(
     anomalies = Anomalies(opts.max_anomalies)
     notes = list(src.notes) + _other_split_notes(src, opts)
     totals = Totals()
+    weights = []
     for sd in iter_step_data(src, opts, anomalies, notes):
         totals.add(sd)
+        weights.append({"split": sd.split, "step": sd.step, **_rounded(from_rows(sd.rows))})
         if each_step is not None:
             each_step(sd)
     table = totals.table()
@@ -47,7 +51,18 @@ def inspect_paths(
     rows: list[dict] = []
     if group_by:
         rows, s["groups_total"] = groups(table, group_by, sort, limit)
-    return {"summary": s, "groups": rows, "anomalies": anomalies.items}
+    return {"summary": s, "groups": rows, "anomalies": anomalies.items, "loss_weight": weights}
+
+
+def _rounded(v: Any) -> Any:
+    """Floats to 6 decimals, as the rest of inspect's JSON."""
+    if isinstance(v, float):
+        return round(v, 6)
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_rounded(x) for x in v]
+    return v
 
 
 def _other_split_notes(src: Sources, opts: InspectOptions) -> list[str]:

@@ -6,6 +6,10 @@ those aggregations are made of, seen in the same read) and `show_rollouts` (the
 samples of the rollouts drilled into, loss-mask runs and text).
 What is computed here is only what inspect does not aggregate (per-step quantiles and histograms)
 and the compact per-sample table for the drill-down, from the same rows.
+
+With train-side dumps (`train`), the trainer section is `audit_paths`' result (the object
+`audit --json` prints), the distribution of d over every counted token, and for the rollouts
+the page embeds, each response token's d and the trainer's loss mask, with their divergences.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ class ReportOptions:
     inspect: InspectOptions
     details: int = DEFAULT_DETAILS
     max_anomalies: int | None = 100
+    train: list[str] | None = None  # the trainer's dumps: a trainer section (audit's numbers)
 
     @classmethod
     def default(cls) -> "ReportOptions":
@@ -121,9 +126,11 @@ def _clip(s: str | None) -> str | None:
     return s[:TEXT_CHARS] + f"\u2026 ({len(s) - TEXT_CHARS} more characters)"
 
 
-def _pick_details(anomalies: list[dict], tables: dict[int, dict], budget: int) -> list[tuple[int, int]]:
-    """Rollouts to embed in full: those anomalies name first, then round-robin over the steps.
-    Only rollouts that have rows: an anomaly may name one whose samples were all rejected."""
+def _pick_details(anomalies: list[dict], tables: dict[int, dict], budget: int,
+                  first: list[tuple[int, int]] = ()) -> list[tuple[int, int]]:
+    """Rollouts to embed in full: `first` (the trainer section's), those anomalies name, then
+    round-robin over the steps. Only rollouts that have rows: an anomaly may name one whose
+    samples were all rejected."""
     picked: list[tuple[int, int]] = []
     seen: set = set()
     present = {step: {int(i) for i in t["rollouts"]["id"]} for step, t in tables.items()}
@@ -133,6 +140,8 @@ def _pick_details(anomalies: list[dict], tables: dict[int, dict], budget: int) -
             seen.add((step, rid))
             picked.append((step, rid))
 
+    for step, rid in first:
+        take(step, rid)
     for a in anomalies:
         if a.get("rollout_id") is not None and a.get("step") is not None:
             take(int(a["step"]), int(a["rollout_id"]))
@@ -150,7 +159,8 @@ def _pick_details(anomalies: list[dict], tables: dict[int, dict], budget: int) -
     return sorted(picked)
 
 
-def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Progress | None) -> dict | None:
+def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Progress | None,
+                first: list[tuple[int, int]] = ()) -> dict | None:
     iopts = dataclasses.replace(opts.inspect, split=split, max_anomalies=opts.max_anomalies)
     statuses: dict[str, int] = {}
     trends: dict[int, dict] = {}
@@ -182,7 +192,7 @@ def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Pro
         t["zero_variance_share"] = _num(p["zero_variance_groups"] / p["prompt_groups"]) if p["prompt_groups"] else None
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
     details: dict[str, dict] = {}
-    picked = _pick_details(ins["anomalies"], tables, opts.details)
+    picked = _pick_details(ins["anomalies"], tables, opts.details, first)
     shown = show_rollouts(paths, list(picked), iopts) if picked else {}  # each step read once
     for j, (step, rid) in enumerate(picked):
         r = shown[(step, rid)]
@@ -217,11 +227,68 @@ def collect(paths: list[str], options: ReportOptions | None = None, progress: Pr
     """
     opts = options or ReportOptions.default()
     opts.check()
+    trainer = _trainer(list(paths), opts, progress) if opts.train else None
     splits = {}
     for split in SPLITS:
-        d = _split_data(list(paths), opts, split, progress)
+        first = trainer.pop("_picks") if trainer is not None and split == "train" else ()
+        d = _split_data(list(paths), opts, split, progress, first)
         if d is not None:
             splits[split] = d
     if not splits:
         raise UsageError("no samples in the input: nothing to report")
-    return {"format_version": FORMAT_VERSION, "inputs": list(paths), "details_budget": opts.details, "splits": splits}
+    out = {"format_version": FORMAT_VERSION, "inputs": list(paths), "details_budget": opts.details, "splits": splits}
+    if trainer is not None:
+        shown = set(splits.get("train", {}).get("details", {}))
+        trainer["tokens"] = {k: v for k, v in trainer["tokens"].items() if k in shown}
+        for st in trainer["audit"]["steps"]:  # the page keeps what it shows: movers, embedded rollouts
+            st["loss_weight"] = st["loss_weight"] and {k: st["loss_weight"][k] for k in ("modes", "movers")}
+            st["rollouts"] = [r for r in st["rollouts"] if f"{st['step']}:{r['rollout_id']}" in shown]
+        out["train_inputs"] = list(opts.train)
+        out["trainer"] = trainer
+    return out
+
+
+D_DECIMALS = 4  # per-token d embedded for the drill-down
+
+
+def _trainer(paths: list[str], opts: ReportOptions, progress: Progress | None) -> dict:
+    """audit's result for the trainer section, the histogram of d, and per-token d and mask of
+    the rollouts to embed: those with divergences first, then each step's most mismatched
+    (`_picks`, in the order the drill-down budget takes them)."""
+    from ..audit import AuditOptions, audit_paths
+    from ..core.options import RuleOptions
+
+    rules = {f.name: getattr(opts.inspect, f.name) for f in dataclasses.fields(RuleOptions)}
+    aopts = AuditOptions(**rules, max_divergences=opts.max_anomalies, keep_tokens=True)
+    d_all: list[np.ndarray] = []
+    kept: dict[str, list] = {}
+    divergent: list[tuple[int, int]] = []
+    ranked: dict[int, list[int]] = {}
+
+    def each_step(sa) -> None:
+        for _, d, _ in sa.tokens.values():
+            d_all.append(d[~np.isnan(d)])
+        bad = sorted({r["rollout_id"] for r in sa.divergences if r.get("rollout_id") is not None})
+        divergent.extend((sa.step, rid) for rid in bad)
+        order = sorted((r for r in sa.rollouts if r["mismatch"] and r["mismatch"]["tokens"]),
+                       key=lambda r: (-r["mismatch"]["max_abs_diff"], r["rollout_id"]))
+        ranked[sa.step] = [r["rollout_id"] for r in order][:opts.details]
+        want = set(bad) | set(ranked[sa.step])
+        for p, (rid, d, m) in sorted(sa.tokens.items()):
+            if rid in want:
+                kept.setdefault(f"{sa.step}:{rid}", []).append(
+                    {"rollout_position": p, "d": _nums(np.round(d.astype(np.float64), D_DECIMALS)), "mask": m.tolist()})
+        if progress:
+            progress("train side: audit", len(ranked), 0)
+
+    res = audit_paths(paths, list(opts.train or []), aopts, each_step=each_step)
+    picks = list(dict.fromkeys(divergent))
+    k = 0
+    while len(picks) < opts.details and any(k < len(v) for v in ranked.values()):
+        for step in sorted(ranked):
+            if k < len(ranked[step]):
+                picks.append((step, ranked[step][k]))
+        k += 1
+    picks = list(dict.fromkeys(picks))[:opts.details]
+    d = np.concatenate(d_all) if d_all else np.zeros(0)
+    return {"audit": res, "d_hist": _float_hist(d.astype(np.float64)), "tokens": kept, "_picks": picks}

@@ -95,7 +95,12 @@ def build_report(paths: list[str], out: str, options: ReportOptions | None = Non
         counts[split] = {"steps": s["steps"], "samples": s["samples"], "rows": s["rows"], "rejected": s["rejected"],
                          "rollouts": s["rollouts"], "anomalies": sum(s["anomaly_counts"].values()),
                          "rollouts_embedded": len(d["details"])}
-    return {"path": out, "bytes": size, "counts": counts}
+    result = {"path": out, "bytes": size, "counts": counts}
+    if "trainer" in data:
+        s = data["trainer"]["audit"]["summary"]
+        result["trainer"] = {"paired_steps": s["paired_steps"], "samples": s["samples"], "divergences": s["divergences"],
+                             "rollouts_embedded": len(data["trainer"]["tokens"])}
+    return result
 
 
 _DATA_OPEN = '<script type="application/json" id="report-data">'

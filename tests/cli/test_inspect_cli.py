@@ -106,13 +106,14 @@ def test_converted_output_matches_dumps(converted, group_by):
         assert d["summary"]["input"] == "converted"
         for k in ("samples", "rows", "rollouts", "prompt_groups", "tokens", "rewards", "samples_per_rollout", "group_sizes", "anomaly_counts"):
             assert d["summary"][k] == dumps["summary"][k], k
+        assert d["loss_weight"] == dumps["loss_weight"] and len(d["loss_weight"]) == 3
 
 
 def test_json_snapshot(monkeypatch):
     monkeypatch.chdir(ROOT)
     d = inspect_json("sample_data/jsonl", "--group-by", "rollout_id")
     assert d == json.loads(SNAPSHOT.read_text())
-    assert list(d) == ["summary", "groups", "anomalies"]
+    assert list(d) == ["summary", "groups", "anomalies", "loss_weight"]
 
 
 def test_limit_and_sort():

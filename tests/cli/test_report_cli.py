@@ -86,3 +86,15 @@ def test_exit_codes(tmp_path):
     r = run("report", str(bad), "-o", str(tmp_path / "b.html"))
     assert r.exit_code == 3 and "1.parquet" in r.output
     assert not (tmp_path / "b.html").exists()  # nothing written
+
+
+def test_report_with_train_adds_the_trainer_section(tmp_path):
+    import train_dumps as T
+
+    rollout, train = T.write_run(tmp_path / "run", steps=(0, 1), edit=T.reward_fault)
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(app, ["report", str(rollout), "--train", str(train), "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    assert res["trainer"]["paired_steps"] == 2 and res["trainer"]["divergences"] == 1
+    assert read_data(str(out))["trainer"]["audit"]["summary"]["divergences"] == 1

@@ -116,3 +116,65 @@ def test_eval_tab(page):
     assert cards["samples"] == str(data["splits"]["eval"]["inspect"]["summary"]["samples"]) == "7"
     assert "rollout 3:" in b.eval("document.getElementById('drill-view').textContent")
     assert b.errors() == []
+
+
+@pytest.fixture(scope="module")
+def trainer_page(tmp_path_factory):
+    import train_dumps as T
+    from rollout_cli.inspect import InspectOptions
+    from rollout_cli.report import ReportOptions
+
+    if find_browser() is None:
+        pytest.fail("no Chromium on PATH: apt-get install chromium (the browser test is required, not optional)")
+    base = tmp_path_factory.mktemp("trainer")
+    rollout, train = T.write_run(base, edit=T.reward_fault)
+    out = base / "report.html"
+    build_report([str(rollout)], str(out), ReportOptions(InspectOptions(), train=[str(train)]))
+    with Browser() as b:
+        url = b.open(out)
+        b.settle(0.3)
+        yield b, url, read_data(str(out))
+
+
+def test_no_trainer_section_without_train(page):
+    b, _, _ = page
+    assert js(b, "document.getElementById('trainer').hidden") is True
+
+
+def test_trainer_section_shows_audits_numbers(trainer_page):
+    b, url, data = trainer_page
+    assert b.eval("document.body.dataset.ready") == "1" and b.errors() == [] and set(b.requests()) == {url}
+    assert js(b, "document.getElementById('trainer').hidden") is False
+    for pid in ("plot-mismatch", "dist-d"):
+        box = js(b, f"(() => {{ const p = document.getElementById('{pid}'); const r = p.querySelector('svg.main-svg').getBoundingClientRect();"
+                    f" return [r.width, r.height, p.querySelectorAll('g.trace path, g.trace .point').length]; }})()")
+        assert box[0] > 100 and box[1] > 100 and box[2] >= 1, (pid, box)
+    a = data["trainer"]["audit"]
+    rows = js(b, "[...document.querySelectorAll('#trainer-table tbody tr')].map(r => [...r.children].map(c => c.textContent))")
+    assert [r[0] for r in rows] == [str(s["step"]) for s in a["steps"]]
+    assert [r[2] for r in rows] == [str(s["mismatch"]["tokens"]) for s in a["steps"]]
+    assert [r[9] for r in rows] == [str(s["divergences"]) for s in a["steps"]]
+    ys = js(b, "document.getElementById('plot-mismatch').data.filter(t => t.name === 'mean |d|')[0].y")
+    assert ys == [s["mismatch"]["mean_abs_diff"] for s in a["steps"]]
+    (div,) = js(b, "[...document.querySelectorAll('#divergence-table tbody tr')].map(r => [...r.children].map(c => c.textContent))")
+    assert div[:3] == ["1", "4", "reward"] and div[4] == "9"
+
+
+def test_trainer_drilldown_colours_tokens_by_d(trainer_page):
+    b, _, data = trainer_page
+    b.eval("document.querySelector('#divergence-table a[href=\"#rollout-train-1-4\"]').click()")
+    b.settle(0.3)
+    view = b.eval("document.getElementById('drill-view').textContent")
+    assert "rollout 1:4: 1 divergence(s) from the trainer's data" in view
+    assert "reward: expected" in view and "got 9" in view
+    strip = js(b, "(() => { const c = document.querySelector('#drill-view canvas.dstrip'); const r = c.getBoundingClientRect();"
+                  " return [c.dataset.tokens, c.dataset.counted, +c.dataset.maxAbsD, r.width, r.height]; })()")
+    (tok,) = data["trainer"]["tokens"]["1:4"]
+    assert strip[0] == "30" and strip[1] == str(sum(tok["mask"])) == "29"
+    assert strip[2] == pytest.approx(max(abs(x) for x in tok["d"] if x is not None))
+    assert strip[3] > 100 and strip[4] > 10
+    # the masked first token is drawn grey, a counted one in colour
+    px = js(b, "(() => { const g = document.querySelector('#drill-view canvas.dstrip').getContext('2d');"
+               " return [[...g.getImageData(0, 0, 1, 1).data], [...g.getImageData(1, 0, 1, 1).data]]; })()")
+    assert px[0][:3] == [208, 215, 222] and px[1][:3] != [208, 215, 222]
+    assert b.errors() == []

@@ -153,6 +153,46 @@ def test_deterministic(tmp_path):
     assert a.read_bytes() == b.read_bytes()
 
 
+@pytest.fixture(scope="module")
+def trainer_run(tmp_path_factory):
+    import train_dumps as T
+
+    return T.write_run(tmp_path_factory.mktemp("run"), edit=T.reward_fault)
+
+
+def test_trainer_section_numbers_are_audits(trainer_run):
+    from rollout_cli.audit import AuditOptions, audit_paths
+
+    rollout, train = trainer_run
+    d = collect([str(rollout)], ReportOptions(InspectOptions(), train=[str(train)]))
+    tr = d["trainer"]
+    a = audit_paths([str(rollout)], [str(train)], AuditOptions(max_divergences=100))
+    assert tr["audit"]["summary"] == a["summary"]
+    assert tr["audit"]["divergences"] == a["divergences"] and len(a["divergences"]) == 1
+    for mine, theirs in zip(tr["audit"]["steps"], a["steps"]):
+        for k in ("step", "samples", "divergences", "mismatch", "ref_mismatch", "advantages", "entropy"):
+            assert mine[k] == theirs[k], k
+        assert mine["loss_weight"]["movers"] == theirs["loss_weight"]["movers"]
+    # the distribution of d holds every counted token
+    assert sum(tr["d_hist"]["n"]) == sum(s["mismatch"]["tokens"] for s in a["steps"])
+    # the divergent rollout is embedded first, with its per-token d and the trainer's mask
+    (rec,) = a["divergences"]
+    key = f"{rec['step']}:{rec['rollout_id']}"
+    assert key in d["splits"]["train"]["details"] and key in tr["tokens"]
+    (tok,) = tr["tokens"][key]
+    assert tok["rollout_position"] == rec["rollout_position"] == 4
+    counted = [x for x, m in zip(tok["d"], tok["mask"]) if m]
+    assert len(counted) == 29 and all(x is not None for x in counted)
+    assert all(x is None for x, m in zip(tok["d"], tok["mask"]) if not m)
+    per = {r["rollout_id"]: r["mismatch"] for s in a["steps"] if s["step"] == 1 for r in s["rollouts"]}
+    assert max(abs(x) for x in counted) == pytest.approx(per[rec["rollout_id"]]["max_abs_diff"], abs=1e-4)
+    assert set(tr["tokens"]) <= set(d["splits"]["train"]["details"])
+
+
+def test_no_trainer_section_without_train(data):
+    assert "trainer" not in data
+
+
 def test_a_rollout_whose_samples_were_all_rejected_is_not_embedded(tmp_path):
     """An anomaly may name a rollout the output has no rows of (skipped with --on-error skip):
     the page embeds the rollouts that are there."""

@@ -198,6 +198,126 @@
       ? ins.anomalies.length + " of " + total + " listed (at most --max-anomalies of each kind; the counts are complete)" : "";
   }
 
+
+  // ------------------------------------------------------------------ trainer (audit)
+  var TR = DATA.trainer || null;
+  function trainerShown() { return TR != null && state.split === "train"; }
+  function divergencesOf(step, rid) {
+    return TR ? TR.audit.divergences.filter(function (r) { return r.step === step && r.rollout_id === rid; }) : [];
+  }
+  function divText(v) {
+    if (v === null || v === undefined) return "-";
+    if (typeof v === "object" && !Array.isArray(v)) return Object.keys(v).map(function (k) { return k + " " + fmt(v[k]); }).join(", ");
+    return fmt(v);
+  }
+  function divField(r) { return r.field + (r.index != null ? "[" + r.index + "]" : "") + (r.differing > 1 ? " (" + r.differing + " differ)" : ""); }
+  function renderTrainer() {
+    var sec = $("trainer");
+    sec.hidden = !trainerShown();
+    if (sec.hidden) return;
+    var a = TR.audit, s = a.summary;
+    var fields = Object.keys(s.divergences_by_field).map(function (k) { return k + " " + s.divergences_by_field[k]; }).join(", ");
+    $("trainer-summary").textContent = "audit against " + DATA.train_inputs.join(", ") + ": " + s.paired_steps +
+      " paired step(s), " + s.samples + " paired samples, " + s.divergences + " divergence(s)" + (fields ? " (" + fields + ")" : "") +
+      ". d = train log-prob \u2212 rollout log-prob, over the tokens the trainer trained on (loss mask 1): masked positions never count.";
+    var steps = a.steps.filter(function (st) { return st.mismatch; });
+    var x = steps.map(function (st) { return st.step; });
+    function m(k) { return steps.map(function (st) { return st.mismatch[k]; }); }
+    var mode = x.length > 60 ? "lines" : "lines+markers";
+    Plotly.react("plot-mismatch", [
+      { x: x, y: m("mean_abs_diff"), mode: mode, name: "mean |d|", line: { color: COLORS[0] } },
+      { x: x, y: m("max_abs_diff"), mode: mode, name: "max |d|", yaxis: "y2", line: { color: COLORS[4], dash: "dot" } },
+      { x: x, y: m("k3"), mode: mode, name: "k3", line: { color: COLORS[2] } }
+    ], layout("Train-inference mismatch per step", "step", "mean |d|, k3", {
+      xaxis: x.length <= 20 ? { title: { text: "step" }, tickvals: x, zeroline: false } : { title: { text: "step" }, zeroline: false },
+      yaxis: { title: { text: "mean |d|, k3" }, rangemode: "tozero" },
+      yaxis2: { title: { text: "max |d|" }, overlaying: "y", side: "right", rangemode: "tozero", showgrid: false },
+      margin: { l: 56, r: 56, t: 36, b: 78 }
+    }), CONFIG);
+    var gd = $("plot-mismatch");
+    if (gd.removeAllListeners) gd.removeAllListeners("plotly_click");
+    gd.on("plotly_click", function (ev) { if (ev.points && ev.points.length) selectDrill(ev.points[0].x, null, null, true); });
+    Plotly.react("dist-d", [histTrace(TR.d_hist, "tokens", COLORS[3])],
+      layout("Distribution of d over trained tokens", "d", "tokens", { hovermode: "closest", showlegend: false, yaxis: { type: "log", title: { text: "tokens" } } }), CONFIG);
+    var body = clear(document.querySelector("#trainer-table tbody"));
+    a.steps.forEach(function (st) {
+      var mm = st.mismatch || {}, tr = el("tr");
+      var td0 = el("td");
+      td0.appendChild(st.rollout_file ? drillLink(st.step, null, null, String(st.step)) : document.createTextNode(String(st.step)));
+      tr.appendChild(td0);
+      [st.samples.paired, mm.tokens, mm.mean_abs_diff, mm.max_abs_diff, mm.k1, mm.k3, mm.ratio_above_2, mm["ratio_below_0.5"], st.divergences]
+        .forEach(function (v) { tr.appendChild(el("td", { cls: "num", text: fmt(v) })); });
+      body.appendChild(tr);
+    });
+    var dbody = clear(document.querySelector("#divergence-table tbody"));
+    a.divergences.forEach(function (r) {
+      var tr = el("tr", { cls: "divergence" });
+      tr.appendChild(el("td", { cls: "num", text: String(r.step) }));
+      var rt = el("td", { cls: "num" });
+      if (r.rollout_id != null) rt.appendChild(drillLink(r.step, r.rollout_id, null, String(r.rollout_id)));
+      else rt.textContent = r.rollout_position == null ? "whole step" : "position " + r.rollout_position;
+      tr.appendChild(rt);
+      tr.appendChild(el("td", { text: divField(r) }));
+      tr.appendChild(el("td", { text: divText(r.expected) }));
+      tr.appendChild(el("td", { text: divText(r.got) }));
+      tr.appendChild(el("td", { text: (r.rollout || "-") + (r.train ? " \u00b7 train " + r.train : "") }));
+      dbody.appendChild(tr);
+    });
+    $("divergence-note").textContent = a.divergences.length < s.divergences
+      ? a.divergences.length + " of " + s.divergences + " listed (at most --max-anomalies per step; the counts are complete)"
+      : (s.divergences ? "" : "no divergence: the trainer trained on what the rollout dumps determine");
+  }
+
+  var D_SCALE = 0.25;  // |d| drawn at full colour (an importance ratio of e^0.25 = 1.28)
+  function dColor(d, trained) {
+    if (!trained) return "rgb(208,215,222)";
+    if (d === null || d === undefined) return "rgb(255,255,255)";
+    var t = Math.min(Math.abs(d) / D_SCALE, 1), c = d > 0 ? [207, 34, 46] : [9, 105, 218];
+    return "rgb(" + c.map(function (v) { return Math.round(255 + (v - 255) * Math.max(t, 0.08)); }).join(",") + ")";
+  }
+  function dStrip(tok) {
+    var n = tok.d.length, cv = el("canvas", { cls: "dstrip", width: String(Math.max(n, 1)), height: "1" });
+    var g = cv.getContext("2d"), counted = 0, mx = 0;
+    for (var i = 0; i < n; i++) {
+      g.fillStyle = dColor(tok.d[i], tok.mask[i]);
+      g.fillRect(i, 0, 1, 1);
+      if (tok.mask[i] && tok.d[i] != null) { counted++; mx = Math.max(mx, Math.abs(tok.d[i])); }
+    }
+    cv.setAttribute("data-tokens", String(n));
+    cv.setAttribute("data-counted", String(counted));
+    cv.setAttribute("data-max-abs-d", String(mx));
+    cv.setAttribute("role", "img");
+    cv.setAttribute("aria-label", "d per response token: " + counted + " of " + n + " counted, max |d| " + fmt(mx));
+    cv.addEventListener("mousemove", function (ev) {
+      var r = cv.getBoundingClientRect(), i = Math.min(n - 1, Math.floor((ev.clientX - r.left) / r.width * n));
+      cv.title = "response token " + i + ": " + (tok.mask[i] ? "d = " + fmt(tok.d[i]) : "masked (mask 0): not counted");
+    });
+    return cv;
+  }
+  function trainerCard(r, k) {
+    if (!TR || state.split !== "train") return null;
+    var toks = TR.tokens[r.step + ":" + r.rollout_id];
+    if (!toks || !toks[k]) return null;
+    var tok = toks[k], box = el("div", { cls: "trainer-tokens" });
+    box.appendChild(dStrip(tok));
+    var mx = 0;
+    tok.d.forEach(function (v, i) { if (tok.mask[i] && v != null) mx = Math.max(mx, Math.abs(v)); });
+    box.appendChild(el("div", { cls: "mask-legend" }, "d per response token (rollout position " + tok.rollout_position + "):",
+      el("span", { cls: "sw dpos" }), "train above rollout", el("span", { cls: "sw dneg" }), "below",
+      el("span", { cls: "sw m0" }), "masked by the trainer (never counted) \u00b7 full colour at |d| \u2265 " + D_SCALE + " \u00b7 max |d| " + fmt(mx)));
+    return box;
+  }
+  function rolloutDivergences(step, rid) {
+    var list = divergencesOf(step, rid);
+    if (!list.length) return null;
+    var ul = el("ul", { cls: "divergences" });
+    list.forEach(function (r) {
+      ul.appendChild(el("li", { cls: "level-error", text: divField(r) + ": expected " + divText(r.expected) + ", got " + divText(r.got) +
+        " (" + (r.rollout || "-") + "; train " + (r.train || "-") + ")" }));
+    });
+    return el("div", null, el("p", { text: "rollout " + step + ":" + rid + ": " + list.length + " divergence(s) from the trainer's data" }), ul);
+  }
+
   // ------------------------------------------------------------------ drill-down
   function hashFor(step, rollout, group) {
     var h = "#" + (rollout != null ? "rollout-" : group != null ? "group-" : "step-") + state.split + "-" + step;
@@ -297,6 +417,8 @@
         return;
       }
       if (r.note) view.appendChild(el("p", { cls: "muted", text: "note: " + r.note }));
+      var dv = trainerShown() ? rolloutDivergences(state.step, rid) : null;
+      if (dv) view.appendChild(dv);
       r.samples.forEach(function (smp, k) { view.appendChild(sampleCard(r, smp, k)); });
       (r.rejected || []).forEach(function (rej) {
         view.appendChild(el("p", { cls: "level-error", text: "rejected: " + whereText([rej.where]) + ": " + (rej.field ? rej.field + ": " : "") + rej.reason }));
@@ -334,6 +456,8 @@
         el("span", { cls: "sw m1" }), "trained", el("span", { cls: "sw m0" }), "masked (tool spans)",
         "  \u00b7 runs " + smp.mask_runs.map(function (x) { return x[0] + "\u00d7" + x[1]; }).join(" ")));
     }
+    var tc = trainerCard(r, k);
+    if (tc) card.appendChild(tc);
     if (r.text) {
       ["prompt", "response", "label"].forEach(function (f) {
         if (smp[f] == null) return;
@@ -350,7 +474,7 @@
     Array.prototype.forEach.call(document.querySelectorAll("#splits button"), function (b) {
       b.setAttribute("aria-selected", String(b.getAttribute("data-split") === s));
     });
-    renderSummary(); renderTrends(); renderDistributions(); renderAnomalies();
+    renderSummary(); renderTrends(); renderDistributions(); renderAnomalies(); renderTrainer();
     if (!keepDrill) selectDrill(sd().inspect.summary.per_step.length ? sd().inspect.summary.per_step[0].step : null, null, null, false);
   }
 

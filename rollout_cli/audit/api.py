@@ -1,0 +1,97 @@
+"""The library side of `rollout-cli audit`, as plain data: `audit_paths` pairs the rollout
+dumps' steps with the train dumps' (by the payloads' step numbers) and audits each pair."""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..core.errors import InvalidInputError
+from ..inputs.discover import discover_train
+from ..inputs.registry import read_input
+from ..inputs.units import claim_step, in_steps, plan_units, train_dump_note, unit_step
+from . import diff
+from .options import AuditOptions
+from .step import CHUNK_RECORDS, StepAudit, audit_step
+from .train_side import TrainSide
+
+
+def audit_paths(rollout_paths: list[str], train_paths: list[str], options: AuditOptions | None = None, *,
+                each_step: Callable[[StepAudit], None] | None = None) -> dict:
+    """`{"summary": {...}, "steps": [...], "divergences": [...]}` (docs/audit.md). `each_step`
+    sees every step's StepAudit (with its per-token data under keep_tokens) before it is dropped.
+
+    Raises UsageError for bad arguments, InvalidInputError for unreadable or invalid input and
+    for inputs that share no step."""
+    opts = options or AuditOptions()
+    opts.check()
+    if not train_paths:
+        from ..core.errors import UsageError
+
+        raise UsageError("--train: give the train-side dumps (files or folders) to audit against")
+    units, _, notes = plan_units(list(rollout_paths), opts)
+    train = TrainSide(discover_train(list(train_paths)), opts.trust_pickle, opts.steps, explicit=set(train_paths))
+    notes.extend(train.notes)
+    steps: list[StepAudit] = []
+    seen: dict = {}
+    for unit in units:
+        sa = _unit(unit, opts, train, seen, notes)
+        if sa is None:
+            continue
+        if each_step is not None:
+            each_step(sa)
+        sa.tokens = {}
+        steps.append(sa)
+    rollout_steps = [s.step for s in steps]
+    for step, files in train.rest().items():
+        sa = StepAudit(step, None, " + ".join(files), cap=opts.max_divergences)
+        sa.add(diff.record(step, None, "extra", None, sa.train_file, {"expected": None, "got": f"step {step}"}))
+        if each_step is not None:
+            each_step(sa)
+        steps.append(sa)
+    steps.sort(key=lambda s: s.step)
+    paired = [s for s in steps if s.rollout_file and s.train_file]
+    if steps and not paired:
+        train_steps = [s.step for s in steps if s.train_file]
+        raise InvalidInputError(f"no step is in both inputs: rollout steps {rollout_steps or 'none'}, train steps "
+                                f"{train_steps or 'none'} (a train dump's rollout_id is the step it trained on)")
+    if not steps:
+        raise InvalidInputError("nothing to audit: no train-split rollout dump and no train dump"
+                                + (f" in steps {opts.steps}" if opts.steps else ""))
+    total = sum(s.divergence_count for s in steps)
+    by_field: dict[str, int] = {}
+    for s in steps:
+        for k, v in s.by_field.items():
+            by_field[k] = by_field.get(k, 0) + v
+    summary = {
+        "steps": len(steps), "paired_steps": len(paired),
+        "rollout_only_steps": [s.step for s in steps if not s.train_file],
+        "train_only_steps": [s.step for s in steps if not s.rollout_file],
+        "samples": sum(s.paired for s in steps), "divergences": total,
+        "divergences_by_field": dict(sorted(by_field.items())),
+        "options": opts.rule_options(), "notes": notes,
+    }
+    return {"summary": summary, "steps": [s.to_dict() for s in steps],
+            "divergences": [r for s in steps for r in s.divergences]}
+
+
+def _unit(unit, opts: AuditOptions, train: TrainSide, seen: dict, notes: list) -> StepAudit | None:
+    """One rollout unit: its step read from the dump, paired, audited (None: not audited)."""
+    inp = unit.input
+    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS)
+    chunks = iter(reading)
+    first = next(chunks, None)  # the payload is open now: its step and kind are known
+    if reading.info.train_dump:
+        notes.append(train_dump_note(unit) + " (a train dump goes after --train)")
+        return None
+    step = unit_step(unit, reading.info.step)
+    if not in_steps(step, opts.steps):
+        return None
+    claim_step(seen, inp.split, step, inp.display)
+    if inp.split != "train":
+        notes.append(f"{inp.display}: eval step {step}: the trainer does not train on it, not audited")
+        return None
+    td = train.take(step)
+    if td is None:
+        sa = StepAudit(step, inp.display, None, cap=opts.max_divergences)
+        sa.add(diff.record(step, None, "missing", inp.display, None, {"expected": f"step {step}", "got": None}))
+        return sa
+    return audit_step(unit, first, chunks, step, td, opts)

@@ -1,0 +1,76 @@
+"""`rollout-cli audit ROLLOUT_INPUT... --train TRAIN_INPUT`: flags -> `audit.audit_paths` ->
+the mismatch table and the divergences, or one JSON object. Exit 4 when something diverges."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, List, Optional
+
+import typer
+
+from ..core.choices import Estimator, PrimeRlSubset, RewardBaseline, Scope, SiblingReward
+from ..core.errors import ExitCode
+from . import options as o
+from .common import run_command
+from .render import print_audit
+
+R = o.RULES
+
+Train = Annotated[List[str], typer.Option(
+    "--train", metavar="PATH", rich_help_panel=o.INPUTS, show_default=False,
+    help="The trainer's dumps (slime's --save-debug-train-data .pt files, or their folder); "
+         "repeat for more.")]
+MaxDivergences = Annotated[Optional[int], typer.Option(
+    "--max-divergences", metavar="N", rich_help_panel=o.VIEW,
+    help="List at most N divergences per step (the counts stay complete; 0: all).")]
+
+
+def audit_cmd(
+    paths: Annotated[List[str], typer.Argument(
+        metavar="ROLLOUT_INPUT...", show_default=False,
+        help="Rollout dump files or folders (searched recursively), as for convert.")],
+    train: Train,
+    max_divergences: MaxDivergences = 100,  # audit.options.DEFAULT_MAX_DIVERGENCES (a test compares)
+    advantage_estimator: o.AdvantageEstimator = Estimator(R.advantage_estimator),
+    reward_key: o.RewardKey = R.reward_key,
+    disable_rewards_normalization: o.DisableRewardsNormalization = not R.rewards_normalization,
+    disable_grpo_std_normalization: o.DisableGrpoStdNormalization = not R.grpo_std_normalization,
+    slime_compat: o.SlimeCompat = R.slime_compat,
+    rollout_batch_size: o.RolloutBatchSize = R.rollout_batch_size,
+    rollout_id_scope: o.RolloutIdScope = Scope(R.rollout_id_scope),
+    reward_baseline: o.RewardBaselineOpt = RewardBaseline(R.reward_baseline),
+    sibling_reward: o.SiblingRewardOpt = SiblingReward(R.sibling_reward),
+    n_samples_per_prompt: o.NSamplesPerPrompt = R.n_samples_per_prompt,
+    steps: o.Steps = R.steps,
+    trust_pickle: o.TrustPickle = R.trust_pickle,
+    input_format: o.InputFormat = R.input_format,
+    prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
+    as_json: o.Json = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No notes on stderr.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "-v", "--verbose", help="List every kept divergence; tracebacks for internal errors.")] = False,
+) -> None:
+    """Compare rollout dumps with what the trainer computed from them, step by step.
+
+    Steps pair by number, samples by their position in the rollout dump. The expected values are those convert writes with the same options; the mismatch figures compare the trainer's log-probs with the rollout's over the tokens it trained on.
+
+    Exit 0 when nothing diverges, 4 when something does, 3 on invalid input. --json prints {summary, steps, divergences}, as docs/audit.md describes.
+    """
+    rules = o.option_values(o.RuleOptions, locals())  # parameters are named as its fields
+
+    def work():
+        from ..audit import AuditOptions, audit_paths
+
+        opts = AuditOptions(**rules, max_divergences=max_divergences or None)
+        return audit_paths(paths, train, opts)
+
+    result = run_command(work, as_json, verbose)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        print_audit(result, verbose)
+        if not quiet:
+            for n in result["summary"]["notes"]:
+                print(f"note: {n}", file=sys.stderr)
+    if result["summary"]["divergences"]:
+        raise typer.Exit(int(ExitCode.INTEGRITY))
