@@ -9,6 +9,12 @@
 * peak PSS: a sampler thread reads /proc/<pid>/smaps_rollup of the child and all of its
   descendants (found via /proc/<pid>/task/<tid>/children) every ``interval`` seconds and
   keeps the largest sum; the largest summed RSS is kept too;
+* with ``all_descendants=True``: this process becomes a child subreaper (Linux prctl), so a
+  descendant whose parent exits without waiting for it (a pool's fork server, its workers) is
+  handed to it; after the child exits, every remaining descendant is waited for, and CPU time
+  (user and sys) is the rusage of all of them, exact however short-lived each process was (the
+  sampler, which reads /proc/<pid>/stat every ``interval``, misses up to one interval of every
+  process that exits between two reads, and whole processes shorter than that);
 * foreign CPU: busy CPU time of the whole machine (/proc/stat) during the run, minus the
   child tree's and the sampler's own CPU, i.e. what other processes burned meanwhile; and
   the steal time (CPU the hypervisor gave to other VMs) over the run.
@@ -128,6 +134,47 @@ def wait_for_idle(max_wait_s: float, window_s: float = 0.5, max_busy_cores: floa
     return time.perf_counter() - t0
 
 
+_SUBREAPER = False
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants this process's children (PR_SET_CHILD_SUBREAPER); False
+    where the platform has no such thing."""
+    global _SUBREAPER
+    if not _SUBREAPER:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            _SUBREAPER = libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+        except (OSError, AttributeError):
+            return False
+    return _SUBREAPER
+
+
+def _reap_all(timeout_s: float) -> int:
+    """Wait for every remaining child (orphans handed to this subreaper included); kill what is
+    still there after timeout_s. Returns how many were reaped."""
+    n = 0
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return n
+        if pid:
+            n += 1
+            continue
+        if time.perf_counter() > deadline:
+            for p in _children(os.getpid()):
+                try:
+                    os.kill(p, 9)
+                except OSError:
+                    pass
+            deadline = float("inf")
+        time.sleep(0.002)
+
+
 def _cpu_ticks(pid: int) -> int | None:
     """utime + stime of a process, in clock ticks (also counts grandchildren that the child
     never waits for, such as a process pool's workers)."""
@@ -179,13 +226,18 @@ class _Sampler(threading.Thread):
                 return
 
 
-def measure(cmd, interval: float = 0.02, pss: bool = True, env=None, cwd=None, capture: bool = True) -> dict:
+def measure(cmd, interval: float = 0.02, pss: bool = True, env=None, cwd=None, capture: bool = True,
+            all_descendants: bool = False) -> dict:
     """Run cmd to completion; return timings and memory of its whole process tree.
 
     pss=True reads smaps_rollup (Rss and Pss) each sample.  The kernel walks the page
     tables for that, which costs several ms per read for a process of a few hundred MiB
     and grows with its size, so that sampler takes a noticeable share of a core.
     pss=False reads only /proc/<pid>/status (RSS and its high-water mark): a timing run."""
+    if all_descendants:
+        all_descendants = become_subreaper()
+        _reap_all(5.0)
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     self0 = resource.getrusage(resource.RUSAGE_SELF)
     busy0, steal0 = cpu_times()
     t0 = time.perf_counter()
@@ -199,6 +251,7 @@ def measure(cmd, interval: float = 0.02, pss: bool = True, env=None, cwd=None, c
         output = proc.stdout.read()
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
+    reaped = _reap_all(10.0) if all_descendants else 0
     sampler.stop.set()
     sampler.join()
     busy1, steal1 = cpu_times()
@@ -209,12 +262,18 @@ def measure(cmd, interval: float = 0.02, pss: bool = True, env=None, cwd=None, c
     # wait4 covers the child and the descendants it reaped; the sampler also saw the others
     tree_cpu = sum(sampler.cpu_ticks.values()) / os.sysconf("SC_CLK_TCK")
     child_cpu = max(ru.ru_utime + ru.ru_stime, tree_cpu)
+    user_s, sys_s = ru.ru_utime, ru.ru_stime
+    if all_descendants:
+        kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        user_s, sys_s = kids1.ru_utime - kids0.ru_utime, kids1.ru_stime - kids0.ru_stime
+        child_cpu = max(user_s + sys_s, tree_cpu)
     own_cpu = (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime)
     return {
         "rc": proc.returncode,
         "wall_s": wall,
-        "user_s": ru.ru_utime,
-        "sys_s": ru.ru_stime,
+        "user_s": user_s,
+        "sys_s": sys_s,
+        "orphans_reaped": reaped,
         "cpu_s": child_cpu,
         "max_rss_mib": sampler.max_hwm_kb / 1024,
         "peak_pss_mib": sampler.peak_pss_kb / 1024 if pss else None,
