@@ -12,6 +12,12 @@ What is timed (median of --reps runs after one warm-up, each run from a warm pag
   load + staging copy        `load` + the copy of every tensor into one preallocated host buffer
                              (what `pin_memory()` does, minus the page-locking).
 
+Before anything is timed, the shard's files are dropped from the page cache (posix_fadvise
+DONTNEED; --keep-cache leaves them): the first load then reads them as a trainer's first load
+after `convert` does (the shards are written straight to the device, not through the cache),
+and how that load brings them into the cache decides how many page faults every later load
+takes, which the table shows per run ("faults").
+
 GB/s counts every byte the batch moves (tokens, cu_seqlens, loss_mask, log-probs and the
 per-sample arrays; tokens/loss_mask/log-probs are nearly all of it: see "payload share").  The
 ratio column divides by the reference of the same side (H2D or host memcpy).
@@ -28,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -79,14 +86,17 @@ def stage_into(b: PackedBatch, buf: torch.Tensor, lay: dict) -> None:
         buf[off:off + n].view(t.dtype).copy_(t)
 
 
-def median_s(fn, reps: int) -> tuple[float, list[float]]:
+def median_s(fn, reps: int) -> tuple[float, list[float], float]:
+    """(median s, every run's s, median minor page faults per run) after one warm-up."""
     fn()  # warm-up
-    times = []
+    times, faults = [], []
     for _ in range(reps):
+        f = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times), times
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f)
+    return statistics.median(times), times, statistics.median(faults)
 
 
 def main() -> int:
@@ -101,6 +111,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--data-dir", default=os.path.join(HERE, ".data"))
+    ap.add_argument("--keep-cache", action="store_true",
+                    help="leave the shard's pages in the page cache as they are (default: drop them first)")
     ap.add_argument("--json", help="also write the results to this JSON file")
     a = ap.parse_args()
 
@@ -108,6 +120,12 @@ def main() -> int:
     ds = open_dataset(out)
     step = a.step if a.step is not None else ds.steps[0]
     has_parquet_only = ds.paths(step, a.shard)[1] is None
+    if not a.keep_cache:
+        for p in ds.paths(step, a.shard):
+            if p is not None:
+                fd = os.open(p, os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.close(fd)
     b0 = ds.load(step, a.shard)
     lay, total = layout(b0)
     nbytes = b0.nbytes
@@ -122,8 +140,9 @@ def main() -> int:
     rows: list[dict] = []
 
     def add(name: str, side: str, fn) -> None:
-        med, times = median_s(fn, a.reps)
-        rows.append({"name": name, "side": side, "median_s": med, "times_s": times, "gbps": nbytes / med / 1e9})
+        med, times, faults = median_s(fn, a.reps)
+        rows.append({"name": name, "side": side, "median_s": med, "times_s": times, "gbps": nbytes / med / 1e9,
+                     "faults": faults})
 
     if cuda:
         dev = torch.device(a.device)
@@ -181,10 +200,10 @@ def main() -> int:
 
     ref = {side: next(r["median_s"] for r in rows if r["side"] == side and r["name"].startswith("ref"))
            for side in {r["side"] for r in rows}}
-    print(f"\n{'what':<36} {'median ms':>10} {'GB/s':>8} {'÷ ref time':>11}")
+    print(f"\n{'what':<36} {'median ms':>10} {'GB/s':>8} {'÷ ref time':>11} {'faults':>7}")
     for r in rows:
         r["ratio_vs_ref"] = ref[r["side"]] / r["median_s"]
-        print(f"{r['name']:<36} {r['median_s'] * 1e3:>10.2f} {r['gbps']:>8.2f} {r['ratio_vs_ref']:>10.2f}x")
+        print(f"{r['name']:<36} {r['median_s'] * 1e3:>10.2f} {r['gbps']:>8.2f} {r['ratio_vs_ref']:>10.2f}x {r['faults']:>7.0f}")
     if cuda:
         sub = next(r for r in rows if r["name"] == "load + .to(cuda)")
         print(f"\nshard -> GPU: {sub['gbps']:.2f} GB/s = {sub['ratio_vs_ref']:.2f}x of a pinned H2D copy of the same bytes")
@@ -194,7 +213,7 @@ def main() -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"out": out, "step": step, "shard": a.shard, "samples": b0.num_samples, "tokens": b0.num_tokens,
-                       "bytes": nbytes, "payload_bytes": payload, "cuda": cuda,
+                       "bytes": nbytes, "payload_bytes": payload, "cuda": cuda, "page_cache_dropped": not a.keep_cache,
                        "device": torch.cuda.get_device_name(0) if cuda else None, "torch": torch.__version__,
                        "rows": rows}, f, indent=1)
     return 0

@@ -366,6 +366,22 @@ def _staging_layout(items: dict[str, torch.Tensor]) -> tuple[dict[str, tuple[int
 # ------------------------------------------------------------------------------------------
 
 
+def _large_folios(mm: mmap.mmap) -> None:
+    """Ask, before the first touch, that the file's pages be read in huge pages (Linux's
+    MADV_HUGEPAGE; a no-op where transparent huge pages are off or the file system has no large
+    folios). A shard whose pages are not cached yet (the converter writes it straight to the
+    device, or it was copied in or evicted) is otherwise read into the page cache 4 KiB at a
+    time by the faults of the first load, and every later load of it maps those small pages
+    one fault per 64 KiB: 478 faults for a 37 MB shard, against 20 for pages cached in large
+    folios, and a load + staging copy at 0.5 instead of 0.7 of a memcpy."""
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None:
+        try:
+            mm.madvise(advice)
+        except OSError:  # a kernel without transparent huge pages refuses the advice
+            pass
+
+
 class _Region:
     """A private (copy-on-write) mapping of a whole file; views into it keep it alive."""
 
@@ -378,6 +394,7 @@ class _Region:
         else:
             with open(path, "rb") as f:
                 self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+            _large_folios(self.mm)
         self.buffer = pa.py_buffer(self.mm)
         self.address = self.buffer.address
         self.size = self.buffer.size
