@@ -1,7 +1,8 @@
 """The reader registry: format name -> the module that reads it. A new format is one module
 with `read(inp, request, info) -> Iterator[RawChunk]` (and optionally `split(inp, parts)`),
 plus one line here. Modules are imported only when a file of their format is read, so the
-converting process (which plans parts) stays free of numpy and pyarrow. The trainer's side
+converting process (which plans parts) imports no numpy, and pyarrow only for a Parquet
+input's footer. The trainer's side
 (`audit --train`) has its own table, TRAIN_FORMATS: a module with
 `read_train(inp, trust_pickle) -> TrainDump` (inputs/train_pt.py: a reader of another
 framework builds a payload shaped like slime's train dump and passes it to
@@ -36,7 +37,8 @@ TRAIN_FORMATS = {
     "pt": "rollout_cli.inputs.train_pt",
     "nemo_rl": "rollout_cli.inputs.nemo_rl",  # its step logs carry the trainer's log-probs too
 }
-# Part planning runs in the converting process: these modules import no numpy or pyarrow.
+# Part planning runs in the converting process: these modules import no numpy (Parquet's reads
+# the footer with pyarrow).
 SPLITTERS = {
     "jsonl": "rollout_cli.inputs.jsonl",
     "parquet": "rollout_cli.inputs.parquet_parts",
