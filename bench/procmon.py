@@ -287,6 +287,20 @@ def measure(cmd, interval: float = 0.02, pss: bool = True, env=None, cwd=None, c
     }
 
 
+def measure_quiet(cmd, prepare, *, retries: int, idle_wait: float, noisy_frac: float, **kw) -> dict:
+    """measure(cmd, **kw) after `prepare()` and up to `idle_wait` s for an idle machine, run
+    again (up to `retries` times) while other processes took more than `noisy_frac` of a core
+    during it. The result carries `attempt`, `idle_wait_s` and `noisy`."""
+    for attempt in range(retries + 1):
+        prepare()
+        waited = wait_for_idle(idle_wait)
+        r = measure(cmd, **kw)
+        r.update(attempt=attempt, idle_wait_s=waited, noisy=r["foreign_cpu_s"] > noisy_frac * r["wall_s"])
+        if r["rc"] != 0 or not r["noisy"]:
+            break
+    return r
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     interval = 0.02

@@ -367,15 +367,10 @@ def main(argv=None):
         for tool in order:
             outdir = os.path.join(out_root, tool)
             cmd = tool_cmd(tool, src, outdir, subject_exe, a.format)
-            for attempt in range(a.retries + 1):
-                clear_dir(outdir)
-                warm_cache(src)
-                waited = procmon.wait_for_idle(a.idle_wait)
-                r = procmon.measure(cmd, interval=a.interval_ms / 1000, pss=sample_pss)
-                r.update(rep=rep, timed=timed, attempt=attempt, idle_wait_s=waited,
-                         noisy=r["foreign_cpu_s"] > a.noisy_frac * r["wall_s"])
-                if r["rc"] != 0 or not r["noisy"]:
-                    break
+            r = procmon.measure_quiet(cmd, lambda: (clear_dir(outdir), warm_cache(src)), retries=a.retries,
+                                      idle_wait=a.idle_wait, noisy_frac=a.noisy_frac,
+                                      interval=a.interval_ms / 1000, pss=sample_pss)
+            r.update(rep=rep, timed=timed)
             out = r.pop("output")
             if r["rc"] != 0:
                 r["error_tail"] = out[-2000:]

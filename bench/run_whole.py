@@ -312,15 +312,10 @@ def bench_one(a, fmt: str, steps: int, exe: str | None) -> bool:
             out = os.path.join(out_root, tool)
             cmd, extra = tool_cmd(tool, fmt, src_dir, files, out, exe)
             env = dict(os.environ, **extra) if extra else None
-            for attempt in range(a.retries + 1):
-                run_convert.clear_dir(out)
-                warm(files)
-                waited = procmon.wait_for_idle(a.idle_wait)
-                r = procmon.measure(cmd, interval=a.interval_ms / 1000, pss=not timed, env=env, all_descendants=True)
-                r.update(rep=rep, timed=timed, attempt=attempt, idle_wait_s=waited,
-                         noisy=r["foreign_cpu_s"] > a.noisy_frac * r["wall_s"])
-                if r["rc"] != 0 or not r["noisy"]:
-                    break
+            r = procmon.measure_quiet(cmd, lambda: (run_convert.clear_dir(out), warm(files)), retries=a.retries,
+                                      idle_wait=a.idle_wait, noisy_frac=a.noisy_frac,
+                                      interval=a.interval_ms / 1000, pss=not timed, env=env, all_descendants=True)
+            r.update(rep=rep, timed=timed)
             output = r.pop("output")
             if r["rc"] != 0:
                 r["error_tail"] = output[-2000:]

@@ -3,6 +3,7 @@ executable's fork server they are forked from). Nothing here runs in a library c
 process."""
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -13,6 +14,7 @@ from typing import Sequence
 from ...core.no_pandas import refuse_pandas
 
 
+@functools.lru_cache(maxsize=None)
 def arrow_has_jemalloc() -> bool:
     """Whether the installed pyarrow was built with jemalloc, read from the build's config
     header without importing pyarrow (that would fix this process's Arrow allocator)."""
