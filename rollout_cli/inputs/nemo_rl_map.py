@@ -37,6 +37,10 @@ class _Bad(Exception):
 _READ = ("token_ids", "token_loss_mask", "generation_logprobs")
 _TRAINER = ("advantages", "prev_logprobs")
 _OPEN = {k: b'"' + k.encode() + b'": [[' for k in PADDED}  # as json.dumps writes them
+# the padded rows in the order the GRPO loop puts them in the logged dict (NVIDIA-NeMo/RL@7ea279ab:
+# nemo_rl/algorithms/grpo.py:3632-3654): each key is looked for from the end of the row before,
+# so a key is never searched for across a whole padded row
+_LINE_ORDER = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs", "prev_logprobs")
 _COMMA, _CLOSE = 44, 93  # ',' and ']'
 
 
@@ -77,7 +81,7 @@ class LineParser:
         find = block.find
         spans = {}
         pos = start
-        for k in PADDED:  # json.dumps keeps the writer's key order; any other order is found too
+        for k in _LINE_ORDER:  # json.dumps keeps the writer's key order; any other order is found too
             key = _OPEN[k]
             at = find(key, pos, end)
             if at < 0:
@@ -119,13 +123,14 @@ class LineParser:
         ms, me = spans["token_loss_mask"][1:3]
         width = block.count(b",", ms, me) + 1 if me > ms else 0
         u8 = None
-        widths, cuts, tails = {}, [], []
+        view = memoryview(block)
+        widths, cuts, tails = {}, [b"[["], []
         for k in _READ:
             vs, s, e, ve = spans[k]
             cut = e if n >= width or e == s else None
             if cut is None:  # the padding is the last value repeated: cut where its run starts
                 last = block.rfind(b", ", s, e)
-                pad_text = block[last:e] if last >= 0 else b""
+                pad_text = bytes(block[last:e]) if last >= 0 else b""
                 rest = width - n
                 size = len(pad_text) * rest
                 if pad_text and e - size > s and block.startswith(self._run(pad_text, rest), e - size, e):
@@ -139,8 +144,10 @@ class LineParser:
                 tails.append(None)
             else:
                 tails.append(width)
-            cuts.append(block[s:cut])
-        rows = self._rows.parse(b"[[" + b"],[".join(cuts) + b"]]")
+            cuts += (view[s:cut], b"],[")
+        cuts[-1] = b"]]"
+        rows = self._rows.parse(b"".join(cuts))  # the rows' text copied once
+        del view, cuts
         for k, part, kind, known in zip(_READ, rows, ("i", "i", "d"), tails):
             a = np.frombuffer(part.as_buffer(of_type=kind), dtype=np.int64 if kind == "i" else np.float64)
             if known is not None:

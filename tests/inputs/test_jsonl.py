@@ -139,3 +139,56 @@ def test_keeps_the_simdjson_path_for_occasional_hand_overs(tmp_path, monkeypatch
     lines = [orjson.dumps(_sample(i, tokens=[[1], [2], [3], [4]] if i % 3 == 0 else [1, 2, 3, 4])) for i in range(600)]
     _read(_write(tmp_path, lines))
     assert len(calls) == 600
+
+
+def test_lines_read_into_one_reused_block_keep_their_values(tmp_path, monkeypatch):
+    """Lines end in, straddle and span blocks much smaller than they are: every record (and
+    its numeric arrays, parsed while the block was later read into again) is its own line's."""
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.integers(1, 300), min_size=1, max_size=30), st.sampled_from([7, 64, 1000]), st.booleans())
+    def check(lengths, block, gz):
+        monkeypatch.setattr(jsonl, "BLOCK_BYTES", block)
+        lines = [orjson.dumps(_sample(i, tokens=list(range(i, i + n)), response_length=1, loss_mask=[1],
+                                      rollout_log_probs=[-float(n)])) for i, n in enumerate(lengths)]
+        p = tmp_path / ("step_1.jsonl.gz" if gz else "step_1.jsonl")
+        data = b"\n".join(lines) + b"\n"
+        if gz:
+            import gzip
+
+            p.write_bytes(gzip.compress(data))
+        else:
+            p.write_bytes(data)
+        chunks = list(jsonl.read_jsonl(str(p), chunk_records=5))
+        got = [chunk_record(c, i) for c in chunks for i in range(len(c))]
+        assert len(got) == len(lines)
+        for rec, line in zip(got, lines):
+            want = orjson.loads(line)
+            assert np.asarray(rec["tokens"]).tolist() == want["tokens"]
+            assert np.asarray(rec["rollout_log_probs"]).tolist() == want["rollout_log_probs"]
+
+    check()
+
+
+def test_a_stream_without_readinto_is_read_block_by_block(monkeypatch):
+    class Reads:
+        def __init__(self, data: bytes):
+            self._data, self._pos = data, 0
+
+        def read(self, n: int) -> bytes:
+            out = self._data[self._pos:self._pos + n]
+            self._pos += len(out)
+            return out
+
+    monkeypatch.setattr(jsonl, "BLOCK_BYTES", 5)
+    data = b"abc\ndefghijkl\n\nmn"
+    got = [bytes(b[s:e]) for b, s, e in jsonl._lines(Reads(data), None)]
+    assert got == data.split(b"\n")
+
+
+def test_the_simdjson_path_takes_a_line_in_the_readers_block():
+    line = orjson.dumps(_sample(3))
+    block = bytearray(b"x\n" + line + b"\n")
+    rec = simd.SampleParser().parse(block, 2, 2 + len(line))
+    assert rec is not None and rec["tokens"].tolist() == [5, 6, 7, 8]

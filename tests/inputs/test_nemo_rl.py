@@ -307,7 +307,9 @@ def test_short_way_gives_what_parsing_the_whole_line_gives(line):
     from rollout_cli.inputs.nemo_rl_map import LineParser
 
     block = b"xx\n" + line + b"\nyy"
-    assert _mapped(LineParser().parse(block, 3, 3 + len(line))) == _mapped(orjson.loads(line))
+    want = _mapped(orjson.loads(line))
+    assert _mapped(LineParser().parse(block, 3, 3 + len(line))) == want
+    assert _mapped(LineParser().parse(bytearray(block), 3, 3 + len(line))) == want  # the JSONL reader's block
 
 
 def test_short_way_is_taken_for_the_loggers_lines():
@@ -317,6 +319,8 @@ def test_short_way_is_taken_for_the_loggers_lines():
     line = (SAMPLE / "exp_001" / "train_data_step1.jsonl").read_bytes().split(b"\n")[0]
     rec = p._short(line, 0, len(line))
     assert rec is not None and len(rec["token_ids"]) == rec["input_lengths"][0] < 16
+    again = p._short(bytearray(line), 0, len(line))  # as the JSONL reader hands it a line: in its block
+    assert again is not None and again["token_ids"].tolist() == rec["token_ids"].tolist()
 
 
 def test_trainer_rows_are_checked_by_train_payload_only(tmp_path):

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from rollout_cli.run.engines.local import InlineEngine, PoolEngine
+from rollout_cli.run.engines import worker_setup
 from rollout_cli.run.engines.worker_setup import arrow_has_jemalloc
 from rollout_cli.run.preload import WORKER_MODULES
 
@@ -198,3 +199,39 @@ def test_a_spawn_only_run_converts_the_same_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr(mp, "get_all_start_methods", lambda: ["spawn"])
     spawned = shard_bytes(convert(src, str(tmp_path / "spawned"), copts(workers=2, shards=2, mmap=True))["out"])
     assert inline and spawned == inline
+
+
+def _refaults_after_free(nbytes: int) -> tuple[int, int]:
+    """(pages faulted in by a first buffer of `nbytes` from Arrow's default pool, by a second
+    one after the first was freed)."""
+    import resource
+
+    import pyarrow as pa
+
+    def faulted() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    out = []
+    for _ in range(2):
+        before = faulted()
+        buf = pa.allocate_buffer(nbytes)
+        memoryview(buf).cast("B")[::4096] = b"\1" * len(range(0, nbytes, 4096))  # touch every page
+        out.append(faulted() - before)
+        del buf
+    return out[0], out[1]
+
+
+def test_workers_keep_freed_arrow_pages_for_the_next_step():
+    import pyarrow as pa
+
+    if "jemalloc" not in pa.supported_memory_backends() or not sys.platform.startswith("linux"):
+        pytest.skip("pyarrow without jemalloc: the workers keep pyarrow's own pool")
+    engine = PoolEngine(1, preload=WORKER_MODULES)
+    try:
+        first, second = engine.result(engine.submit(_refaults_after_free, 64 << 20))
+        conf = engine.result(engine.submit(os.getenv, "JE_ARROW_MALLOC_CONF"))
+    finally:
+        engine.shutdown()
+    assert first >= (64 << 20) // 4096 // 2  # the first buffer is new memory
+    assert second < first // 10  # the second reuses the first's pages: no fault per page
+    assert conf == os.environ.get("JE_ARROW_MALLOC_CONF", worker_setup.JEMALLOC_CONF)
