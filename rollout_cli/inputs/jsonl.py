@@ -47,8 +47,9 @@ def _lines(stream: BinaryIO, limit: int | None) -> Iterator[tuple[bytes, int, in
     positions in the block read, without the newline (no copy per line; only a line that
     spans two blocks is copied, never the block it ends in). The block is one buffer read
     into again and again: a line's consumer must not keep a view of it past the next line
-    (the parsers copy what they keep). A fresh block per read would fault in fresh pages
-    each time: 0.16 s of CPU for a 726 MB step log against 0.10 s read into one buffer."""
+    (the parsers copy what they keep). A fresh block per read faults in fresh pages where
+    the heap has none free: a 726 MB NeMo-RL step log parsed in 0.57 CPU-s that way, 0.52 read
+    into one buffer (slime JSONL of the same samples: 0.29 either way)."""
     tail = b""
     left = limit
     buf = bytearray(BLOCK_BYTES)
