@@ -38,7 +38,7 @@ _READ = ("token_ids", "token_loss_mask", "generation_logprobs")
 _TRAINER = ("advantages", "prev_logprobs")
 _OPEN = {k: b'"' + k.encode() + b'": [[' for k in PADDED}  # as json.dumps writes them
 # the padded rows in the order the GRPO loop puts them in the logged dict (NVIDIA-NeMo/RL@7ea279ab:
-# nemo_rl/algorithms/grpo.py:3632-3654): each key is looked for from the end of the row before,
+# nemo_rl/algorithms/grpo.py:3642-3649): each key is looked for from the end of the row before,
 # so a key is never searched for across a whole padded row
 _LINE_ORDER = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs", "prev_logprobs")
 _COMMA, _CLOSE = 44, 93  # ',' and ']'
