@@ -42,7 +42,7 @@ def open_binary(path: str) -> BinaryIO:
     return raw if raw is not None else open(path, "rb")
 
 
-def _lines(stream: BinaryIO, limit: int | None) -> Iterator[tuple[bytes, int, int]]:
+def _lines(stream: BinaryIO, limit: int | None) -> Iterator[tuple[bytes | bytearray, int, int]]:
     """Yield the lines of at most `limit` bytes read from the stream as (block, start, end):
     positions in the block read, without the newline (no copy per line; only a line that
     spans two blocks is copied, never the block it ends in). The block is one buffer read
@@ -61,22 +61,23 @@ def _lines(stream: BinaryIO, limit: int | None) -> Iterator[tuple[bytes, int, in
             break
         if readinto is not None:
             size = readinto(view[:want])
-            block = buf
+            block, data = buf, view
         else:
             block = stream.read(want)
             size = len(block)
+            data = memoryview(block)
         if not size:
             break
         if left is not None:
             left -= size
         find = block.find
         pos = 0
-        if tail:
+        if tail:  # a line begun in an earlier block: copied once, from views of the blocks
             nl = find(b"\n", 0, size)
             if nl < 0:
-                tail += block[:size]
+                tail += data[:size]
                 continue
-            line = tail + block[:nl]
+            line = tail + data[:nl]
             tail = b""
             yield line, 0, len(line)
             pos = nl + 1
@@ -86,7 +87,7 @@ def _lines(stream: BinaryIO, limit: int | None) -> Iterator[tuple[bytes, int, in
                 break
             yield block, pos, nl
             pos = nl + 1
-        tail = bytes(block[pos:size])
+        tail = bytes(data[pos:size])
     if tail:
         yield tail, 0, len(tail)
 

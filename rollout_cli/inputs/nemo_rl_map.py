@@ -63,7 +63,7 @@ class LineParser:
             run = self._runs[pad] = pad * max(count, 2 * len(run) // len(pad) if run else 0, 1024)
         return memoryview(run)[:len(pad) * count]
 
-    def parse(self, block: bytes, start: int, end: int) -> dict | None:
+    def parse(self, block: bytes | bytearray, start: int, end: int) -> dict | None:
         """The record on `block[start:end]` with the padded rows as arrays, or None when orjson
         must decide. Most lines take the short way: the padded rows are found by their keys, the
         rest of the line (text and scalars) is parsed as JSON on its own, and of the rows only
@@ -77,7 +77,7 @@ class LineParser:
             rec = None
         return rec if rec is not None else self._full.parse(block, start, end)
 
-    def _short(self, block: bytes, start: int, end: int) -> dict | None:
+    def _short(self, block: bytes | bytearray, start: int, end: int) -> dict | None:
         find = block.find
         spans = {}
         pos = start
@@ -147,7 +147,7 @@ class LineParser:
             cuts += (view[s:cut], b"],[")
         cuts[-1] = b"]]"
         rows = self._rows.parse(b"".join(cuts))  # the rows' text copied once
-        del view, cuts
+        del view
         for k, part, kind, known in zip(_READ, rows, ("i", "i", "d"), tails):
             a = np.frombuffer(part.as_buffer(of_type=kind), dtype=np.int64 if kind == "i" else np.float64)
             if known is not None:

@@ -65,14 +65,14 @@ class SampleParser:
         self._lists = NUMERIC_LISTS if lists is None else lists
         self._wrapped = wrapped
 
-    def parse(self, block: bytes, start: int, end: int) -> dict | None:
+    def parse(self, block: bytes | bytearray, start: int, end: int) -> dict | None:
         """The object on `block[start:end]`, or None when orjson must decide."""
         try:
             return self._parse(block, start, end)
         except Exception:  # invalid JSON, a list of mixed types, a number out of range...
             return None
 
-    def _parse(self, block: bytes, start: int, end: int) -> dict | None:
+    def _parse(self, block: bytes | bytearray, start: int, end: int) -> dict | None:
         doc = self._parser.parse(memoryview(block)[start:end])
         if not isinstance(doc, simdjson.Object):
             return None

@@ -24,6 +24,7 @@ def test_a_file_that_is_not_regular_is_read_in_blocks(tmp_path):
     data = os.urandom(hashing._BLOCK + 5)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
+
     def write() -> None:
         with open(fifo, "wb") as f:
             f.write(data)
