@@ -13,25 +13,33 @@ from ..core import layout
 SIZE_MTIME = "size+mtime"  # the `fingerprint` of an input on an object store: what its listing reports
 
 
-def file_fingerprint(path: str) -> dict:
-    """Size, mtime and BLAKE3 digest of a local input file. An input on an object store is not
-    read a second time to be hashed: its fingerprint is the size and modification time the
-    store reports (`"fingerprint": "size+mtime"`; an object rewritten gets a new mtime)."""
+def file_fingerprint(path: str, algorithm: str = hashing.INPUT_ALGORITHM) -> dict:
+    """Size, mtime and digest (XXH3-128 unless `algorithm` says otherwise: one of
+    hashing.INPUT_KEYS) of a local input file. An input on an object store is not read a
+    second time to be hashed: its fingerprint is the size and modification time the store
+    reports (`"fingerprint": "size+mtime"`; an object rewritten gets a new mtime)."""
     if storage.is_uri(path):
         info = storage.file_info(path)
         return {"size": info.size, "mtime_ns": info.mtime_ns or 0, "fingerprint": SIZE_MTIME}
     st = os.stat(path)
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, hashing.ALGORITHM: hashing.file_digest(path)}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, algorithm: hashing.file_digest(path, algorithm)}
+
+
+def fingerprint_algorithm(recorded: dict | None) -> str:
+    """The algorithm to fingerprint an input with so that it compares with `recorded` (a
+    previous fingerprint of it): the one recorded, else XXH3-128."""
+    return next((k for k in hashing.INPUT_KEYS if k in (recorded or {})), hashing.INPUT_ALGORITHM)
 
 
 def same_content(a: dict | None, b: dict | None) -> bool:
-    """Whether two fingerprints name the same bytes: size and BLAKE3, or (object stores) size
-    and mtime."""
+    """Whether two fingerprints name the same bytes: size and a digest of one algorithm, or
+    (object stores) size and mtime."""
     if not (a and b) or a.get("size") != b.get("size"):
         return False
     if a.get("fingerprint") == SIZE_MTIME or b.get("fingerprint") == SIZE_MTIME:
         return a.get("fingerprint") == b.get("fingerprint") and a.get("mtime_ns") is not None and a.get("mtime_ns") == b.get("mtime_ns")
-    return a.get(hashing.ALGORITHM) is not None and a.get(hashing.ALGORITHM) == b.get(hashing.ALGORITHM)
+    alg = next((k for k in hashing.INPUT_KEYS if a.get(k) is not None and b.get(k) is not None), None)
+    return alg is not None and a[alg] == b[alg]
 
 
 def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict, rejects: dict | None,

@@ -94,11 +94,11 @@ def _step_words(split: str, step: int | None) -> str:
 
 
 class _Fingerprints:
-    """The inputs' fingerprints (BLAKE3), taken while the workers parse: on a thread of this
+    """The inputs' fingerprints (XXH3-128), taken while the workers parse: on a thread of this
     process with a local engine, as tasks with a remote one (inputs are then hashed where the
     work runs). With a local engine they are started before the first task: the thread hashes
     while this process waits for the pool's fork server to finish its imports, instead of
-    taking a core's share from a parsing worker later (BLAKE3 and file reads release the GIL)."""
+    taking a core's share from a parsing worker later (hashing and file reads release the GIL)."""
 
     def __init__(self, known: dict[str, dict], units: list[Unit]):
         self.known = known
@@ -239,7 +239,7 @@ def prev_fp(prev: dict, display: str) -> dict:
     identifies it, from the volatile section it is kept in)."""
     for i in prev.get("inputs", []):
         if i["path"] == display:
-            fp = {k: i[k] for k in ("size", "mtime_ns", hashing.ALGORITHM, "fingerprint") if k in i}
+            fp = {k: i[k] for k in ("size", "mtime_ns", *hashing.INPUT_KEYS, "fingerprint") if k in i}
             if fp.get("fingerprint") == manifest_mod.SIZE_MTIME:
                 mtime = (prev.get("volatile") or {}).get("input_mtime_ns", {}).get(display)
                 if mtime is not None:
@@ -432,7 +432,9 @@ def _convert_units(out: str, units: list[Unit], opts: ConvertOptions, staging_ro
     if opts.resume:
         for u in units:
             if u.input.path != "-":
-                fingerprints[u.input.path] = manifest_mod.file_fingerprint(u.input.path)
+                recorded = prev_fp(prev, u.input.display) if prev else None
+                fingerprints[u.input.path] = manifest_mod.file_fingerprint(
+                    u.input.path, manifest_mod.fingerprint_algorithm(recorded))
         reused, kept = _resume_plan(out, units, opts, staging_root, prev, fingerprints, notes)
     results = list(reused.values()) + kept
     todo = [unit for k, unit in enumerate(units) if k not in reused]

@@ -13,6 +13,7 @@ import pytest
 import slime_reference as ref
 from conftest import SAMPLE_DATA, copts, make_sample, read_jsonl, read_rows, shard_bytes, write_jsonl
 from slime_cases import CASES, fresh_case
+from rollout_cli.core import hashing
 from rollout_cli.run.convert import convert
 from rollout_cli.core.errors import InvalidInputError, OutputError
 
@@ -711,14 +712,14 @@ def test_object_store_output_uploads_each_file_once(s3, tmp_path, monkeypatch):
 
 def test_object_store_inputs_are_fingerprinted_without_a_second_download(s3, tmp_path, monkeypatch):
     """An input on an object store is fingerprinted by the size and mtime the store reports (the
-    manifest says so); a local one by its BLAKE3 digest, as before."""
+    manifest says so); a local one by its XXH3-128 digest."""
     from conftest import crashing_s3
     from rollout_cli.output import manifest
 
     src = _s3_jsonl(s3, tmp_path, "fp-in")
     handler = crashing_s3(monkeypatch, s3)
     fp = manifest.file_fingerprint(f"{src}/1.jsonl")
-    assert handler.reads == [] and fp["fingerprint"] == "size+mtime" and "blake3" not in fp
+    assert handler.reads == [] and fp["fingerprint"] == "size+mtime" and not set(fp) & set(hashing.INPUT_KEYS)
     assert fp["size"] == (tmp_path / "fp-in" / "1.jsonl").stat().st_size and fp["mtime_ns"] > 0
     convert([src], "s3://bkt/fp-out", copts())
     with_fp = sorted(p for p in handler.reads if p.startswith("bkt/fp-in/"))
@@ -731,9 +732,9 @@ def test_object_store_inputs_are_fingerprinted_without_a_second_download(s3, tmp
     monkeypatch.undo()
     assert with_fp == sorted(p for p in handler.reads if p.startswith("bkt/fp-in/")) and with_fp
     m = manifest.read("s3://bkt/fp-out")
-    assert all(i["fingerprint"] == "size+mtime" and "blake3" not in i for i in m["inputs"])
+    assert all(i["fingerprint"] == "size+mtime" and not set(i) & set(hashing.INPUT_KEYS) for i in m["inputs"])
     local = manifest.file_fingerprint(str(tmp_path / "fp-in" / "1.jsonl"))
-    assert set(local) == {"size", "mtime_ns", "blake3"}
+    assert set(local) == {"size", "mtime_ns", "xxh3_128"}
 
 
 def test_object_store_resume_after_a_crash_gives_the_uninterrupted_bytes(s3, tmp_path, monkeypatch):
@@ -777,6 +778,34 @@ def test_object_store_resume_after_a_crash_gives_the_uninterrupted_bytes(s3, tmp
     monkeypatch.undo()
     assert {p.rsplit("/", 2)[-2] for name, p in again.writes if p.endswith(".parquet")} == {"step-000002"}
     assert manifest.read("s3://bkt/resume-ref")["counts"]["input_samples"] == 6 + 2 + 4
+
+
+def test_resume_compares_inputs_with_the_algorithm_their_manifest_recorded(tmp_path):
+    """Inputs are fingerprinted with XXH3-128; a manifest that recorded BLAKE3 (0.2) is compared
+    by hashing the input with BLAKE3: an unchanged step is reused, a changed one converted again."""
+    from blake3 import blake3
+
+    src, out = tmp_path / "in", tmp_path / "out"
+    write_jsonl(src / "1.jsonl", [make_sample(index=i, group_index=i // 2) for i in range(4)])
+    write_jsonl(src / "2.jsonl", [make_sample(index=10 + i, group_index=5) for i in range(3)])
+    convert([str(src)], str(out), copts())
+    mpath = out / "manifest.json"
+    m = json.loads(mpath.read_text())
+    assert all(set(i) & set(hashing.INPUT_KEYS) == {"xxh3_128"} for i in m["inputs"])
+    for i in m["inputs"]:
+        assert i.pop("xxh3_128") == hashing.file_digest(i["path"], "xxh3_128")
+        i["blake3"] = blake3(Path(i["path"]).read_bytes()).hexdigest()
+    mpath.write_text(json.dumps(m))
+    shard = lambda step: out / "data" / f"step-{step:06d}" / "shard-00000-of-00001.parquet"
+    before = {step: os.stat(shard(step)).st_ino for step in (1, 2)}
+    write_jsonl(src / "2.jsonl", [make_sample(index=10 + i, group_index=5) for i in range(5)])
+    convert([str(src)], str(out), copts(resume=True))
+    after = {step: os.stat(shard(step)).st_ino for step in (1, 2)}
+    assert after[1] == before[1] and after[2] != before[2]
+    inputs = {Path(i["path"]).name: i for i in json.loads(mpath.read_text())["inputs"]}
+    assert inputs["1.jsonl"]["blake3"] == blake3((src / "1.jsonl").read_bytes()).hexdigest()
+    assert inputs["2.jsonl"]["blake3"] == blake3((src / "2.jsonl").read_bytes()).hexdigest()
+    assert json.loads(mpath.read_text())["counts"]["rows"] == 9
 
 
 def test_local_resume_copies_where_hard_links_are_refused(tmp_path, monkeypatch):
