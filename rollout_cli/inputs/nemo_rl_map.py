@@ -121,7 +121,15 @@ class LineParser:
             return None
         n = n[0]
         ms, me = spans["token_loss_mask"][1:3]
-        width = block.count(b",", ms, me) + 1 if me > ms else 0
+        # a 0/1 row as json.dumps writes it is "d, d, ..., d": 3 bytes a value. The width read off
+        # the row's length is only a guess, but every row below either matches `width - n` copies
+        # of its padding after exactly n parsed values (so its width is `width`) or is counted
+        # value by value; a wrong guess cannot pass. Saves a scan of the mask row: parsing a 726 MB
+        # log (bench/nemo_rl.py's) 0.402 -> 0.390 CPU-s.
+        if me > ms and (me - ms + 2) % 3 == 0:
+            width = (me - ms + 2) // 3
+        else:
+            width = block.count(b",", ms, me) + 1 if me > ms else 0
         u8 = None
         view = memoryview(block)
         widths, cuts, tails = {}, [b"[["], []

@@ -284,8 +284,16 @@ def nemo_lines(draw):
     width = draw(st.integers(0, 12))
     n = draw(st.integers(0, width + 1))
     ids = draw(st.lists(st.integers(0, 2**40), min_size=width, max_size=width))
-    mask = draw(st.lists(st.integers(0, 1), min_size=width, max_size=width))
+    # the mask row: sometimes wider or narrower than the others, sometimes not 0/1 (a value of
+    # two digits throws off the width read off the row's length: the other rows must catch it)
+    mask_width = draw(st.sampled_from([width, width, width + 1, max(width - 1, 0)]))
+    mask = draw(st.lists(st.sampled_from([0, 1, 1, 10]) if draw(st.booleans()) else st.integers(0, 1),
+                         min_size=mask_width, max_size=mask_width))
     lps = draw(st.lists(st.floats(-30, 0, width=32), min_size=width, max_size=width))
+    if draw(st.booleans()):  # right-padded past the row's length, as the logger writes it
+        ids[n:] = [draw(st.sampled_from([0, 151643]))] * len(ids[n:])
+        mask[n:] = [0] * len(mask[n:])
+        lps[n:] = [0.0] * len(lps[n:])
     rec = {"content": [["a [b]", '"token_ids": [[1]]']], "rewards": [draw(st.sampled_from([0.0, 1.5, -1]))],
            "input_lengths": [n], "token_ids": [ids], "token_loss_mask": [mask], "sample_loss_mask": [1.0],
            "advantages": [[0.5] * draw(st.sampled_from([width, width + 1]))], "generation_logprobs": [lps],
