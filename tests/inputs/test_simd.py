@@ -163,3 +163,14 @@ def test_typical_samples_are_not_handed_over():
         rec = p.parse(line, 0, len(line))
         assert rec is not None
         same(rec, line)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64).map(lambda b: b.replace(b"\0", b"[")), st.integers(0, 70), st.integers(0, 70),
+       st.integers(0, 8))
+def test_brackets_counts_up_to_one_past_what_is_expected(data, start, end, expected):
+    from rollout_cli.inputs.simd import _brackets
+
+    true = data[start:end].count(b"[")
+    assert _brackets(data, start, end, expected) == min(true, expected + 1)
+    assert _brackets(bytearray(data), start, end, expected) == min(true, expected + 1)

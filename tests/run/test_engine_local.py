@@ -181,6 +181,38 @@ def test_workers_allocate_from_jemalloc_unless_the_caller_chose_a_pool(caller):
     assert "ARROW_DEFAULT_MEMORY_POOL" not in os.environ or os.environ["ARROW_DEFAULT_MEMORY_POOL"] == caller
 
 
+_BLAS_CODE = (
+    "import os\n"
+    "from rollout_cli.run.engines.fork_server import start_early\n"
+    "from rollout_cli.run.engines.local import PoolEngine\n"
+    "start_early(['rollout_cli.run.stages'])\n"
+    "import numpy\n"  # the executable's own numpy, after its environment is set
+    "e = PoolEngine(1)\n"
+    "print(os.getenv('OPENBLAS_NUM_THREADS'), e.result(e.submit(os.getenv, 'OPENBLAS_NUM_THREADS')))\n"
+    "e.shutdown()\n"
+)
+
+
+@pytest.mark.parametrize("caller", [None, "3"])
+def test_the_executable_and_its_workers_start_one_blas_thread_unless_the_caller_chose(caller):
+    import subprocess
+
+    before = os.environ.get("OPENBLAS_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if caller:
+        env["OPENBLAS_NUM_THREADS"] = caller
+    out = subprocess.run([sys.executable, "-c", _BLAS_CODE], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    want = caller or worker_setup.BLAS_THREADS
+    assert out.stdout.split() == [want, want]
+    engine = PoolEngine(1, preload=WORKER_MODULES)  # a library caller's process keeps its own
+    try:
+        engine.result(engine.submit(os.getpid))
+    finally:
+        engine.shutdown()
+    assert os.environ.get("OPENBLAS_NUM_THREADS") == before
+
+
 def _pool_backend() -> str:
     import pyarrow as pa
 
