@@ -20,6 +20,13 @@ SAMPLE_FIELDS = frozenset({
 KEPT_TEXT_FIELDS = ("prompt", "response", "label")  # read only with --keep-text
 
 
+def line_json_error(e: ValueError) -> str:
+    """A JSON line's parse error, worded for its line: the decoder's "line 1 column C" would
+    read as another line next to the file's line number."""
+    column = getattr(e, "colno", None)
+    return f"invalid JSON at column {column}: {e.msg}" if column else f"invalid JSON: {e}"
+
+
 @dataclass
 class RawChunk:
     """A run of consecutive records from one input file, in one of two forms.

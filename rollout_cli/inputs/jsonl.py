@@ -11,7 +11,7 @@ import orjson
 
 from ..core import storage
 from ..core.errors import InvalidInputError, Location, Problem
-from .base import RawChunk
+from .base import RawChunk, line_json_error
 
 try:
     from zstandard import ZstdError as _ZstdError
@@ -157,7 +157,7 @@ def read_jsonl(
                 if rec is None:
                     rec = loads(memoryview(buf)[a:b])
             except orjson.JSONDecodeError as e:
-                problems[len(records)] = Problem(Location(display, "line", line_no), None, f"invalid JSON: {e}")
+                problems[len(records)] = Problem(Location(display, "line", line_no), None, line_json_error(e))
                 rec = None
             else:
                 if not isinstance(rec, dict):

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import InvalidInputError, Location, Problem
-from .base import RawChunk
+from .base import RawChunk, line_json_error
 from .columns import columnar
 from .simd import SampleParser
 
@@ -320,7 +320,7 @@ def train_payload(inp) -> dict:
                 try:
                     rec = orjson.loads(line)
                 except orjson.JSONDecodeError as e:
-                    raise InvalidInputError(f"{where}: invalid JSON: {e}") from None
+                    raise InvalidInputError(f"{where}: {line_json_error(e)}") from None
             if not isinstance(rec, dict):
                 raise InvalidInputError(f"{where}: expected a JSON object, got {type(rec).__name__}")
             try:

@@ -353,7 +353,7 @@ def read(inp, request, info) -> Iterator:
     import orjson
 
     from ..core.errors import InvalidInputError, Location, Problem
-    from .base import RawChunk
+    from .base import RawChunk, line_json_error
     from .columns import columnar
     from .jsonl import _IO_FAULTS, _ZstdError, CHUNK_BYTES, CHUNK_RECORDS, _lines, open_binary
 
@@ -379,7 +379,7 @@ def read(inp, request, info) -> Iterator:
             try:
                 samples = episode_samples(np, orjson.loads(memoryview(buf)[a:b]))
             except orjson.JSONDecodeError as e:
-                problems[len(records)] = Problem(Location(display, "line", line_no), None, f"invalid JSON: {e}")
+                problems[len(records)] = Problem(Location(display, "line", line_no), None, line_json_error(e))
                 samples = [None]
             except Bad as e:
                 problems[len(records)] = Problem(Location(display, "line", line_no), e.field, e.message)

@@ -48,6 +48,12 @@ def _read(path: str, **kw):
         {c.numbers[i]: p for c in chunks for i, p in c.problems.items()}, chunks
 
 
+def test_invalid_json_names_the_column_of_its_line_not_a_line_of_its_own(tmp_path):
+    _, _, problems, _ = _read(_write(tmp_path, [orjson.dumps(_sample(0)), b'{"tokens": [1, 2']))
+    assert problems[2].message == "invalid JSON at column 17: unexpected end of data"
+    assert problems[2].location.number == 2
+
+
 def test_records_numbers_and_problems(tmp_path):
     lines = [orjson.dumps(_sample(0)), b"", b"   ", b'{"tokens": [1, 2', orjson.dumps(_sample(1)), b"[1, 2]",
              orjson.dumps(_sample(2, tokens=[[1], [2]]))]
