@@ -24,7 +24,7 @@ from ..output import commit as output
 from ..core import layout
 from .engines import make_engine
 from .preload import WORKER_MODULES
-from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError
+from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError, output_error
 from ..inputs.discover import InputFile
 from ..inputs.units import claim_step, plan_units
 from ..core.options import ConvertOptions
@@ -418,13 +418,6 @@ def _record_done(staging_root: str, res: UnitResult, fingerprint: dict | None) -
     storage.write_durable(path, orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
 
 
-def _output_error(out: str, e: OSError):
-    from ..core.errors import OutputError
-
-    where = f" ({e.filename})" if e.filename else ""
-    return OutputError(f"{out}: cannot write the output: {e.strerror or e}{where}")
-
-
 def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
             progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Convert dumps to OUT; returns the result summary (plain data). Raises RolloutCliError."""
@@ -439,7 +432,9 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     try:
         staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=recorded)
     except OSError as e:
-        raise _output_error(out, e) from None
+        if not opts.resume and not storage.is_uri(out):  # a staging area it began to open
+            output.Staging(out).abandon(remove_out=created)
+        raise output_error(out, e) from None
     try:
         prev = _resumed_manifest(out, opts, recorded)
         fingerprints: dict[str, dict] = {}
@@ -450,7 +445,7 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     except BaseException as e:
         _leave_output(out, staging, keep=opts.resume or isinstance(e, KeyboardInterrupt), created=created)
         if isinstance(e, OSError):  # the readers turn input OSErrors into InvalidInputError: this is OUT
-            raise _output_error(out, e) from None
+            raise output_error(out, e) from None
         raise
     return _summary(out, m, results, skipped, notes, t0)
 
