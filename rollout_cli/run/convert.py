@@ -635,7 +635,7 @@ def _summary(out: str, m: dict, results: list[UnitResult], skipped: list[str], n
         "steps": [{k: s[k] for k in keys if k in s} for s in m["steps"]],
         "rejects": m["rejects"],
         "skipped": skipped,
-        "notes": notes,
+        "notes": notes + [n for r in results for n in r.notes],
         "warnings": [w for r in results for w in r.warnings],
         "anomalies": m["anomalies"],
         "seconds": round(time.time() - t0, 3),

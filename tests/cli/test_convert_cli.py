@@ -293,3 +293,19 @@ def test_reward_baseline_flags(tmp_path):
     r = _invoke(["convert", str(inp), str(tmp_path / "c"), "--reward-baseline", "rollout", "--slime-compat",
                  "--rollout-batch-size", "1", "-q"])
     assert r.exit_code == 2 and "--slime-compat" in r.output
+
+
+def test_slime_compat_notes_each_step_normalised_as_one_group(tmp_path):
+    """Today's main said nothing: step 2's 6 samples were normalised as one group silently."""
+    for step, size in ((1, 4), (2, 6), (3, 4)):
+        write_jsonl(tmp_path / "in" / f"{step}.jsonl",
+                    [make_sample(index=i, group_index=i // 2, reward=float(i % 3 == 0)) for i in range(size)])
+    args = ["convert", str(tmp_path / "in"), "--slime-compat", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
+            *FAST]
+    note = "step 2: 6 samples, not 2 × 2: normalised as one group, as slime does"
+    r = _invoke([*args[:2], str(tmp_path / "a"), *args[2:], "--json"])
+    assert r.exit_code == 0, r.output
+    assert [n for n in json.loads(r.stdout)["notes"] if "normalised" in n] == [note]
+    r = _invoke([*args[:2], str(tmp_path / "b"), *args[2:], "-v"])
+    assert r.exit_code == 0, r.output
+    assert [line for line in r.stderr.splitlines() if "normalised" in line] == [f"note: {note}"]
