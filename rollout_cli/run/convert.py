@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
-from collections import deque
 import errno
 import os
 import shutil
 import tempfile
 import time
+from collections import deque
 from typing import Callable
 
 import orjson
