@@ -111,6 +111,17 @@ class OutputError(RolloutCliError):
     exit_code = ExitCode.OUTPUT_ERROR
 
 
+def output_error(path: str, e: OSError) -> OutputError:
+    """The error of every command whose output cannot be written (convert's OUT, export's DEST,
+    report's page): any OSError met while writing it (no space, no permission, a read-only file
+    system, a parent that is a file) is exit 6, naming the output and the file the system
+    refused when that is another one."""
+    reason = e.strerror or str(e) or type(e).__name__
+    refused = getattr(e, "filename", None)
+    where = f" ({refused})" if refused and str(refused) != str(path) else ""
+    return OutputError(f"{path}: cannot write the output: {reason}{where}")
+
+
 class StepProblems(Exception):
     """Invalid samples under --on-error fail: carries the problems to report, in input order
     (raised by a step's stages, turned into InvalidInputError by `convert`)."""

@@ -294,11 +294,22 @@ def write_durable(path: str, data: bytes) -> None:
         write_bytes(path, data)
         return
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            view = memoryview(data).cast("B")
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:  # no partial file left behind (a full disk, an interrupt)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     fsync_dir(os.path.dirname(path) or ".")
 
 

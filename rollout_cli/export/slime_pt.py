@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..core import layout, storage
-from ..core.errors import IntegrityError, OutputError, OutputExistsError, UsageError
+from ..core.errors import IntegrityError, OutputError, OutputExistsError, UsageError, output_error
 from ..inputs.discover import parse_steps
 from ..output import manifest
 from ..core.storage import fsync_dir
@@ -180,21 +180,21 @@ def export_slime_pt(out: str, dest: str, *, steps: str | None = None, split: str
         os.umask(umask)
         os.chmod(stage, 0o777 & ~umask)  # mkdtemp's folder is private; DEST gets the usual mode
     except OSError as e:
-        raise OutputError(f"{dest}: cannot write next to it: {e.strerror or e}") from None
+        raise output_error(dest, e) from None
     files = []
     try:
         for e in chosen:
             name = f"{e['step']}.pt" if e["split"] == "train" else f"eval_{e['step']}.pt"
             samples = _samples(_read_step(out, e, keep_text), torch)
             path = os.path.join(stage, name)
-            with open(path, "wb") as f:
-                torch.save({"rollout_id": e["step"], "samples": samples}, f)
-                f.flush()
-                os.fsync(f.fileno())
+            _save(torch, {"rollout_id": e["step"], "samples": samples}, path)
             files.append({"path": name, "split": e["split"], "step": e["step"], "samples": len(samples),
                           "bytes": os.path.getsize(path)})
         fsync_dir(stage)
         _commit(stage, dest, overwrite)
+    except OSError as e:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise output_error(dest, e) from None
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -205,6 +205,47 @@ def export_slime_pt(out: str, dest: str, *, steps: str | None = None, split: str
         notes.append(f"reward is the selected number (reward[{m['options']['reward_key']!r}]): replay without --reward-key")
     return {"out": out, "dest": dest, "format": "slime-pt", "files": files, "samples": sum(f["samples"] for f in files),
             "notes": notes, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+class _Sink:
+    """The file torch.save writes to: storage.LocalWriter (durable at close), keeping the
+    OSError of a failed write, which torch's zip writer reports only as a RuntimeError
+    ("unexpected pos ...")."""
+
+    def __init__(self, path: str):
+        self._f = storage.LocalWriter(path)
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        pass  # written in whole chunks, and all of it at close
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def _save(torch, obj: dict, path: str) -> None:
+    """torch.save(obj) into a new file at `path`, fsynced; a full disk or a refused write is the
+    OSError the system gave."""
+    sink = _Sink(path)
+    try:
+        torch.save(obj, sink)
+    except RuntimeError:
+        if sink.error is not None:
+            raise sink.error from None
+        raise
+    finally:
+        try:
+            sink.close()
+        except OSError:
+            if sink.error is None:
+                raise
 
 
 def _commit(stage: str, dest: str, overwrite: bool) -> None:
@@ -222,4 +263,4 @@ def _commit(stage: str, dest: str, overwrite: bool) -> None:
             os.rename(stage, dest)
         fsync_dir(os.path.dirname(os.path.abspath(dest)))
     except OSError as e:
-        raise OutputError(f"{dest}: cannot write: {e.strerror or e}") from None
+        raise output_error(dest, e) from None

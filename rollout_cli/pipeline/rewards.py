@@ -150,6 +150,27 @@ def normalize_rewards(
     return out
 
 
+def slime_compat_note(
+    size: int,
+    *,
+    advantage_estimator: str,
+    rewards_normalization: bool,
+    n_samples_per_prompt: int | None,
+    rollout_batch_size: int,
+) -> str | None:
+    """What `slime_compat_rewards` (slime's rule) does with a batch that does not hold
+    n x rollout_batch_size samples: it normalises the whole batch as one group. None where the
+    batch is that size, is empty, or its rewards are not normalised at all. An n not given is
+    slime's default, 1."""
+    if not rewards_normalization or advantage_estimator not in MEAN_CENTRED_ESTIMATORS or not size:
+        return None
+    n = n_samples_per_prompt or 1
+    if size == n * rollout_batch_size:
+        return None
+    given = "" if n_samples_per_prompt else " (no --n-samples-per-prompt: slime's default 1)"
+    return f"{size} samples, not {n} × {rollout_batch_size}{given}: normalised as one group, as slime does"
+
+
 def slime_compat_rewards(
     values: np.ndarray,
     *,

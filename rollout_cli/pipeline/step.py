@@ -12,7 +12,7 @@ from ..core.errors import InvalidInputError, Location, Problem, StepProblems
 from .fields import group_fields, rollout_mask_sums, step_fields
 from .ids import assign_ids
 from .rewards import (SiblingRewardConflict, group_keys, group_labels, normalize_rewards, rollout_baseline_rewards,
-                      slime_compat_rewards)
+                      slime_compat_note, slime_compat_rewards)
 
 
 @dataclass
@@ -33,6 +33,7 @@ class StepFields:
     group_rollouts: np.ndarray | None = None  # per kept row, int64: distinct rollouts in its prompt group
     step_totals: dict = field(default_factory=dict)  # fields.STEP_FIELDS -> int, over the kept rows
     group_labels: np.ndarray | None = None  # per kept row: its prompt group for the denominators
+    notes: list[str] = field(default_factory=list)  # what the step's rule did that is worth saying
 
 
 def compute_step(
@@ -96,6 +97,7 @@ def compute_step(
     values = reward_values[keep]
     gi = [group_index[p] for p in pos.tolist()]
     groups_known = True
+    notes: list[str] = []
     compat = getattr(opts, "slime_compat", False)
     chunk = chunk or opts.n_samples_per_prompt
     try:
@@ -123,6 +125,12 @@ def compute_step(
             n_samples_per_prompt=opts.n_samples_per_prompt or 1,
             rollout_batch_size=opts.rollout_batch_size or 0,
         )
+        note = slime_compat_note(len(values), advantage_estimator=opts.advantage_estimator,
+                                 rewards_normalization=opts.rewards_normalization,
+                                 n_samples_per_prompt=opts.n_samples_per_prompt,
+                                 rollout_batch_size=opts.rollout_batch_size or 0)
+        if note:
+            notes.append(f"step {step}: {note}")
     else:
         rule = dict(
             advantage_estimator=opts.advantage_estimator,
@@ -164,4 +172,4 @@ def compute_step(
     g_sums, g_rollouts = group_fields(labels, ids, kept_masks)
     anomalies = [dict(a, step=step, split=split) for a in idr.anomalies]
     return StepFields(idr.ids, idr.assigned, rejected, rejects, keep, rewards, sums, anomalies, problems, reason, keys,
-                      groups_known, g_sums, g_rollouts, step_fields(ids, kept_masks, labels), labels)
+                      groups_known, g_sums, g_rollouts, step_fields(ids, kept_masks, labels), labels, notes)

@@ -5,12 +5,11 @@ plotting library is plotly.js as the `plotly` package ships it (`plotly.offline.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 from importlib import resources
 
-from ..core.errors import OutputError, OutputExistsError, UsageError
+from ..core.errors import OutputError, OutputExistsError, UsageError, output_error
 from ..core.storage import write_durable
 from ..core.versions import __version__
 from .data import Progress, ReportOptions, collect
@@ -70,12 +69,7 @@ def _write_atomic(path: str, text: str, overwrite: bool) -> int:
     try:
         write_durable(path, data)  # the page appears whole or not at all
     except OSError as e:
-        try:
-            os.unlink(path + ".tmp")
-        except OSError:
-            pass
-        what = "no space left" if e.errno == errno.ENOSPC else (e.strerror or str(e))
-        raise OutputError(f"{path}: cannot write: {what}") from None
+        raise output_error(path, e) from None
     return len(data)
 
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import deque
 from typing import Callable
 
 import orjson
@@ -23,12 +24,13 @@ from ..output import commit as output
 from ..core import layout
 from .engines import make_engine
 from .preload import WORKER_MODULES
-from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError
+from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError, output_error
 from ..inputs.discover import InputFile
 from ..inputs.units import claim_step, plan_units
 from ..core.options import ConvertOptions
 from ..output.commit import staged_path as _staged
 from ..inputs.units import Unit
+from .failures import FailedPart, RunFailures, error_problems, fail_budget, parts_problems
 from .tasks import PartResult, PartTask, UnitResult
 
 __all__ = ["ConvertOptions", "convert", "plan_units", "parse_part", "finish_unit"]
@@ -144,37 +146,75 @@ class _Scheduler:
         self.finished: dict[int, UnitResult] = {}
         self.rejected = 0
         self.done_units = 0
+        self.settled: set[int] = set()  # units finished, noted or failed
+        self.failures = RunFailures(budget) if budget is not None else None  # --on-error fail
         # With as many steps as slots, each step is one task that reads, finishes and writes it
         # in one process (nothing staged and read back), largest first so the run's last
         # tasks are its smallest; fewer steps are cut into parts for the idle slots.
         self.step_tasks = not self.remote and len(units) >= engine.slots()
 
     def run(self, fingerprints: _Fingerprints) -> list[UnitResult]:
+        """Every step's result; under --on-error fail, InvalidInputError with the invalid samples
+        of the whole run (the steps without any are still read, to find those of the next ones)."""
         if not self.remote:
             fingerprints.start_here()
         try:
-            order = sorted(self.tasks, key=self._size, reverse=True) if self.step_tasks else self.tasks
-            for t in order:
-                self._submit_parse(t)
+            queue = deque(sorted(self.tasks, key=self._size, reverse=True) if self.step_tasks else self.tasks)
+            # under fail, one step at a time where one runs at a time, to stop at the budget
+            window = 1 if self.failures is not None and self.engine.slots() == 1 else len(queue)
+            while queue and len(self.pending) < window:
+                self._submit_parse(queue.popleft())
             if self.remote:
                 for path in fingerprints.todo:
                     self._submit(("fingerprint", path), manifest_mod.file_fingerprint, path, label=_fingerprint_label(path))
-            while self.pending:
+            while (self.pending or queue) and not self._enough():
+                while queue and len(self.pending) < window:
+                    self._submit_parse(queue.popleft())
                 for h in self.engine.wait(list(self.pending)):
                     kind, key = self.pending.pop(h)
-                    value = self.engine.result(h)
+                    try:
+                        value = self.engine.result(h)
+                    except (StepProblems, InvalidInputError) as e:
+                        if self.failures is None or kind == "fingerprint":
+                            raise
+                        self._failed(key, e, kind)
+                        if queue:  # the rest in input order: the front of the input decides
+                            queue = deque(sorted(queue, key=lambda t: (t.unit, t.start, t.part)))
+                        continue
                     if kind == "fingerprint":
                         fingerprints.known[key] = value
                     elif kind == "parse":
                         self._parsed(key, value)
                     elif isinstance(value, PartResult):  # a whole step that hit the problem budget
-                        raise StepProblems([p for _, p in value.problems])
+                        self._unit_failed(key, [p for _, p in value.problems], stopped=True)
                     else:
                         self._finished(key, value, fingerprints)
+            if self.failures:
+                raise self.failures.error(stopped_early=bool(queue) or any(k != "fingerprint" for k, _ in self.pending.values()))
             fingerprints.collect_all()
         finally:
             fingerprints.close()
         return list(self.finished.values())
+
+    def _enough(self) -> bool:
+        return bool(self.failures) and self.failures.enough(self.settled, len(self.units))
+
+    def _failed(self, u: int, e: Exception, kind: str) -> None:
+        """A task of unit `u` raised invalid samples (StepProblems) or an invalid input."""
+        if isinstance(e, StepProblems):
+            problems, error = e.args[0], None
+        else:
+            problems, error = error_problems(e, self.units[u].input.display), e
+        if kind == "parse":  # one part of several: the unit is settled once all are in
+            self.got.setdefault(u, []).append(FailedPart(problems, error))
+            self._parts_in(u)
+        else:
+            self._unit_failed(u, problems, error=error)
+
+    def _unit_failed(self, u: int, problems: list[Problem], *, stopped: bool = False,
+                     error: InvalidInputError | None = None) -> None:
+        self.failures.add(u, problems, stopped=stopped, error=error)
+        self.settled.add(u)
 
     def _submit(self, what: tuple, fn, *args, label: str, here: bool = False) -> None:
         self.pending[self.engine.submit(fn, *args, label=label, here=here)] = what
@@ -201,15 +241,25 @@ class _Scheduler:
         return (task.end if task.end is not None else storage.size(task.input.path)) - task.start
 
     def _parsed(self, u: int, part: PartResult) -> None:
-        if part.stopped:
-            raise StepProblems([p for _, p in part.problems])
         self.got.setdefault(u, []).append(part)
-        if len(self.got[u]) == self.parts_of[u]:
+        self._parts_in(u)
+
+    def _parts_in(self, u: int) -> None:
+        """Once all parts of unit `u` are in: its finish, or (a part failed or stopped at the
+        problem budget) the problems of its parts up to the first that failed, in line order."""
+        got = self.got[u]
+        if len(got) < self.parts_of[u]:
+            return
+        del self.got[u]
+        if all(isinstance(p, PartResult) and not p.stopped for p in got):
             unit = self.units[u]
-            self._submit(("finish", u), finish_unit, unit, self.got.pop(u), self.opts, self.staging_root,
-                         label=_finish_label(unit))
+            self._submit(("finish", u), finish_unit, unit, got, self.opts, self.staging_root, label=_finish_label(unit))
+            return
+        problems, stopped, error = parts_problems(got)
+        self._unit_failed(u, problems, stopped=stopped, error=error)
 
     def _finished(self, u: int, value: UnitResult | str, fingerprints: _Fingerprints) -> None:
+        self.settled.add(u)
         self.done_units += 1
         if self.progress:
             self.progress(self.units[u].input.display, self.done_units, len(self.units))
@@ -368,13 +418,6 @@ def _record_done(staging_root: str, res: UnitResult, fingerprint: dict | None) -
     storage.write_durable(path, orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
 
 
-def _output_error(out: str, e: OSError):
-    from ..core.errors import OutputError
-
-    where = f" ({e.filename})" if e.filename else ""
-    return OutputError(f"{out}: cannot write the output: {e.strerror or e}{where}")
-
-
 def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
             progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Convert dumps to OUT; returns the result summary (plain data). Raises RolloutCliError."""
@@ -389,7 +432,9 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     try:
         staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=recorded)
     except OSError as e:
-        raise _output_error(out, e) from None
+        if not opts.resume and not storage.is_uri(out):  # a staging area it began to open
+            output.Staging(out).abandon(remove_out=created)
+        raise output_error(out, e) from None
     try:
         prev = _resumed_manifest(out, opts, recorded)
         fingerprints: dict[str, dict] = {}
@@ -400,7 +445,7 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     except BaseException as e:
         _leave_output(out, staging, keep=opts.resume or isinstance(e, KeyboardInterrupt), created=created)
         if isinstance(e, OSError):  # the readers turn input OSErrors into InvalidInputError: this is OUT
-            raise _output_error(out, e) from None
+            raise output_error(out, e) from None
         raise
     return _summary(out, m, results, skipped, notes, t0)
 
@@ -463,17 +508,12 @@ def _run(units: list[Unit], opts: ConvertOptions, staging_root: str, fingerprint
         tasks = _plan_parts(units, workers, parts_root)
         engine = make_engine("local", min(workers, max(len(tasks), len(units))), preload=WORKER_MODULES,
                              inline=True if workers <= 1 else None)
-    budget = max(1, opts.max_errors if opts.max_errors is not None else 20) if opts.on_error == "fail" else None
+    budget = fail_budget(opts.on_error, opts.max_errors)
     scheduler = _Scheduler(engine, units, tasks, opts, budget, staging_root, notes, progress,
                          on_done=lambda r: _record_done(staging_root, r, fingerprints.get(r.input.path)))
     scheduler.parts_root = parts_root
     try:
         return scheduler.run(_Fingerprints(fingerprints, units))
-    except StepProblems as e:
-        problems = e.args[0]
-        shown = problems[:budget] if budget else problems
-        more = f" (first {budget} shown)" if budget and len(problems) >= budget else ""
-        raise InvalidInputError(f"{len(shown)} invalid sample(s){more}: {shown[0]}", shown) from None
     finally:
         engine.shutdown()
         if parts_root != staging_root:
@@ -595,7 +635,7 @@ def _summary(out: str, m: dict, results: list[UnitResult], skipped: list[str], n
         "steps": [{k: s[k] for k in keys if k in s} for s in m["steps"]],
         "rejects": m["rejects"],
         "skipped": skipped,
-        "notes": notes,
+        "notes": notes + [n for r in results for n in r.notes],
         "warnings": [w for r in results for w in r.warnings],
         "anomalies": m["anomalies"],
         "seconds": round(time.time() - t0, 3),

@@ -336,6 +336,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         warnings=warnings,
         denominators=dict(sf.step_totals),
         schedule=schedule_info,
+        notes=sf.notes,
     )
 
 

@@ -61,3 +61,4 @@ class UnitResult:
     warnings: list[str]
     denominators: dict = field(default_factory=dict)  # pipeline.fields.STEP_FIELDS -> int
     schedule: dict | None = None  # --schedule slime: the step's optimizer steps and dropped rollouts
+    notes: list[str] = field(default_factory=list)  # what the step's rules did worth saying (convert's notes)

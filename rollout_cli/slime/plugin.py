@@ -174,6 +174,8 @@ def _run_stages(samples: list, opts: RuleOptions) -> _Batch:
     for a in sf.anomalies:
         if a.get("level") == "warning":
             log.warning("rollout_cli.slime: %s", a["message"])
+    for note in sf.notes:  # "step 0: ...": the hook is not told the step, so the batch is named
+        log.info("rollout_cli.slime: this batch: %s", note.partition(": ")[2])
     return _Batch(records, table, sf)
 
 

@@ -125,6 +125,47 @@ def test_exit_3_json_error(tmp_path):
     assert p["file"] == str(inp) and p["line"] == 2 and p["field"] == "status"
 
 
+def _two_bad_steps(tmp_path):
+    """Step 1 with 3 invalid samples (lines 2, 3, 5), step 2 with 2 (lines 1, 4), step 3 clean."""
+    for step, bad in ((1, (2, 3, 5)), (2, (1, 4)), (3, ())):
+        samples = [make_sample(index=i, group_index=i) for i in range(6)]
+        for line in bad:
+            samples[line - 1]["status"] = "bogus"
+        write_jsonl(tmp_path / "in" / f"{step}.jsonl", samples)
+    return tmp_path / "in"
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_fail_lists_the_invalid_samples_of_every_step(tmp_path, workers):
+    """Today's main named one file: 'error: 3 invalid sample(s): .../1.jsonl:line 2: ...'."""
+    src = _two_bad_steps(tmp_path)
+    out = tmp_path / "out"
+    expected = [f"{src / '1.jsonl'}:line 2", f"{src / '1.jsonl'}:line 3", f"{src / '1.jsonl'}:line 5",
+                f"{src / '2.jsonl'}:line 1", f"{src / '2.jsonl'}:line 4"]
+    r = _invoke(["convert", str(src), str(out), "--no-mmap", "--workers", workers])
+    assert r.exit_code == 3, r.output
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith(f"error: 5 invalid samples in 2 files: {expected[0]}: status: "), r.stderr
+    assert [line.split(": status")[0].strip() for line in lines[1:]] == expected[1:]
+    assert not out.exists()
+    r = _invoke(["convert", str(src), str(out), "--no-mmap", "--workers", workers, "--json"])
+    err = json.loads(r.stdout)
+    assert r.exit_code == 3 and err["exit_code"] == 3
+    assert err["message"].startswith("5 invalid samples in 2 files: ")
+    assert [f"{p['file']}:line {p['line']}" for p in err["problems"]] == expected
+    assert not out.exists()
+
+
+def test_fail_max_errors_cuts_the_list(tmp_path):
+    src = _two_bad_steps(tmp_path)
+    r = _invoke(["convert", str(src), str(tmp_path / "out"), *FAST, "--max-errors", "3", "--json"])
+    err = json.loads(r.stdout)
+    assert r.exit_code == 3
+    assert [(p["file"].rsplit("/", 1)[-1], p["line"]) for p in err["problems"]] == [("1.jsonl", 2), ("1.jsonl", 3), ("1.jsonl", 5)]
+    assert "(the first 3 listed; stopped at --max-errors 3)" in err["message"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_skip_json_counts(tmp_path):
     inp = _bad_input(tmp_path)
     r = _invoke(["convert", str(inp), str(tmp_path / "out"), "--json", "--on-error", "skip", *FAST])
@@ -252,3 +293,19 @@ def test_reward_baseline_flags(tmp_path):
     r = _invoke(["convert", str(inp), str(tmp_path / "c"), "--reward-baseline", "rollout", "--slime-compat",
                  "--rollout-batch-size", "1", "-q"])
     assert r.exit_code == 2 and "--slime-compat" in r.output
+
+
+def test_slime_compat_notes_each_step_normalised_as_one_group(tmp_path):
+    """Today's main said nothing: step 2's 6 samples were normalised as one group silently."""
+    for step, size in ((1, 4), (2, 6), (3, 4)):
+        write_jsonl(tmp_path / "in" / f"{step}.jsonl",
+                    [make_sample(index=i, group_index=i // 2, reward=float(i % 3 == 0)) for i in range(size)])
+    args = ["convert", str(tmp_path / "in"), "--slime-compat", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
+            *FAST]
+    note = "step 2: 6 samples, not 2 × 2: normalised as one group, as slime does"
+    r = _invoke([*args[:2], str(tmp_path / "a"), *args[2:], "--json"])
+    assert r.exit_code == 0, r.output
+    assert [n for n in json.loads(r.stdout)["notes"] if "normalised" in n] == [note]
+    r = _invoke([*args[:2], str(tmp_path / "b"), *args[2:], "-v"])
+    assert r.exit_code == 0, r.output
+    assert [line for line in r.stderr.splitlines() if "normalised" in line] == [f"note: {note}"]

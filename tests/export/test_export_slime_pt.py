@@ -137,7 +137,7 @@ def test_a_failed_export_leaves_dest_untouched(tmp_path, monkeypatch):
         return real(obj, f, *a, **k)
 
     monkeypatch.setattr(torch, "save", failing)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match=f"^{dest}: cannot write the output: No space left on device"):
         export_slime_pt(str(tmp_path / "out"), str(dest), overwrite=True)
     assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
     assert sorted(os.listdir(tmp_path)) == ["dest", "out"]

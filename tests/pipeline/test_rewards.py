@@ -8,7 +8,7 @@ import pytest
 
 import slime_reference as ref
 from slime_cases import CASES, fresh_case
-from rollout_cli.pipeline.rewards import group_keys, normalize_rewards, slime_compat_rewards
+from rollout_cli.pipeline.rewards import group_keys, normalize_rewards, slime_compat_note, slime_compat_rewards
 
 F32 = np.float32
 # slime-spec 3a: a row [1, 0] normalises to +-0.7071057558059692
@@ -220,3 +220,32 @@ def test_slime_compat_flags(rn, std):
                                grpo_std_normalization=std, n_samples_per_prompt=3, rollout_batch_size=2)
     exp32 = np.asarray(expected, dtype=np.float64).astype(F32)
     assert np.array_equal(got.view(np.uint32), exp32.view(np.uint32))
+
+
+def _note(size, n=8, rbs=24, estimator="grpo", rn=True):
+    return slime_compat_note(size, advantage_estimator=estimator, rewards_normalization=rn, n_samples_per_prompt=n,
+                             rollout_batch_size=rbs)
+
+
+def test_slime_compat_note_says_when_the_batch_is_one_group():
+    assert _note(188) == "188 samples, not 8 × 24: normalised as one group, as slime does"
+    assert _note(192) is None  # 8 x 24: rows of 8
+    assert _note(0) is None
+    assert _note(5, n=None, rbs=4) == ("5 samples, not 1 × 4 (no --n-samples-per-prompt: slime's default 1): "
+                                       "normalised as one group, as slime does")
+    assert _note(4, n=None, rbs=4) is None
+    # rewards not normalised: the batch's shape decides nothing
+    assert _note(188, rn=False) is None and _note(188, estimator="ppo") is None
+    assert _note(188, estimator="reinforce_plus_plus_baseline") is not None
+
+
+def test_the_note_matches_what_slime_compat_rewards_does():
+    """Where the note says 'one group', the rewards are the whole batch normalised; elsewhere rows of n."""
+    values = np.asarray([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0], dtype=np.float64)
+    rule = dict(advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=True)
+    for size, rbs in ((8, 4), (8, 3), (6, 3), (6, 4)):
+        got = slime_compat_rewards(values[:size], n_samples_per_prompt=2, rollout_batch_size=rbs, **rule)
+        whole = slime_compat_rewards(values[:size], n_samples_per_prompt=size, rollout_batch_size=1, **rule)
+        one_group = _note(size, n=2, rbs=rbs) is not None
+        assert one_group == (size != 2 * rbs)
+        assert np.array_equal(got, whole) == one_group, (size, rbs)

@@ -641,7 +641,8 @@ def test_a_step_in_one_task_stops_at_the_problem_budget(tmp_path, monkeypatch, w
         _staged_path_only(monkeypatch)
     with pytest.raises(InvalidInputError) as e:
         convert([str(gz)], str(tmp_path / "o"), copts(max_errors=5))
-    assert "5 invalid sample(s) (first 5 shown)" in str(e.value)
+    assert "invalid samples in 1 file (the first 5 listed; stopped at --max-errors 5)" in str(e.value)
+    assert str(e.value).startswith("at least ")
     assert [p.location.number for p in e.value.problems] == [1, 2, 3, 4, 5]
     assert not (tmp_path / "o" / "manifest.json").exists()
 

@@ -201,6 +201,17 @@ def test_slime_compat_from_the_environment(monkeypatch):
         post_process_rewards(slime_args(), samples)
 
 
+def test_slime_compat_logs_a_batch_normalised_as_one_group(caplog, monkeypatch):
+    monkeypatch.setenv("ROLLOUT_CLI_SLIME_COMPAT", "1")
+    samples = batch("jsonl", 1)
+    with caplog.at_level(logging.INFO, logger="rollout_cli.slime"):
+        post_process_rewards(slime_args(rollout_batch_size=len(samples)), samples)  # not 4 x size
+        post_process_rewards(slime_args(n_samples_per_prompt=1, rollout_batch_size=len(samples)), samples)
+    lines = [r.getMessage() for r in caplog.records if "normalised" in r.getMessage()]
+    assert lines == [f"rollout_cli.slime: this batch: {len(samples)} samples, not 4 × {len(samples)}: "
+                     "normalised as one group, as slime does"]
+
+
 def test_settings_are_logged_once(caplog, monkeypatch):
     monkeypatch.setenv("ROLLOUT_CLI_ROLLOUT_ID_SCOPE", "group")  # a value no other test logs first
     monkeypatch.setattr("rollout_cli.slime.plugin._logged", set())
