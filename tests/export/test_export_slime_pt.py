@@ -57,9 +57,11 @@ def test_files_are_slime_dumps(tmp_path):
     assert rexp.dtype == torch.int32 and list(rexp.shape) == [len(samples[0]["tokens"]) - 1, 2, 2]
     assert samples[0]["rollout_top_p_token_offsets"].dtype == torch.int32
     one = torch.load(str(tmp_path / "dest" / "1.pt"), weights_only=True)["samples"]
-    # the reward before post-processing; sample 10 had remove_sample: its mask comes back zeroed
+    # the reward before post-processing; sample 10 had remove_sample: its mask comes back zeroed,
+    # with the flag (as slime keeps it), and no other sample has it
     assert [s["reward"] for s in one] == [float(r["reward"]) for r in _pt_samples(1)]
-    assert one[10]["loss_mask"] == [0] * one[10]["response_length"] and one[10]["remove_sample"] is False
+    assert one[10]["loss_mask"] == [0] * one[10]["response_length"] and one[10]["remove_sample"] is True
+    assert [k for k, s in enumerate(one) if s["remove_sample"] is not False] == [10]
     two = torch.load(str(tmp_path / "dest" / "2.pt"), weights_only=True)["samples"]
     orig = _pt_samples(2)
     # metadata.raw_reward only where it differs from the reward (what conversion reads is the same)
