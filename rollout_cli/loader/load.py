@@ -536,7 +536,7 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(a)
 
 
-def _check_schema(batch: pa.RecordBatch, path: str) -> None:
+def _check_schema(batch: pa.RecordBatch, path: str, schema_version: int) -> None:
     names = set(batch.schema.names)
     for name, typ in _COLUMNS.items():
         if name not in names:
@@ -551,14 +551,18 @@ def _check_schema(batch: pa.RecordBatch, path: str) -> None:
             raise IntegrityError(f"{path}: column {name}: expected {typ}, got {got}",
                                  [{"path": path, "reason": f"column {name}: expected {typ}, got {got}"}])
     for name, typ in _LATER.items():
+        if name not in names and COLUMNS_SINCE[name] <= schema_version:
+            raise IntegrityError(f"{path}: column {name} is missing (the manifest's schema version {schema_version} has it)",
+                                 [{"path": path, "reason": f"missing column {name}"}])
         if name in names and batch.schema.field(name).type != typ:
             got = batch.schema.field(name).type
             raise IntegrityError(f"{path}: column {name}: expected {typ}, got {got}",
                                  [{"path": path, "reason": f"column {name}: expected {typ}, got {got}"}])
 
 
-def _pack(batch: pa.RecordBatch, region: _Region | None, path: str, *, step: int, shard: int, split: str) -> PackedBatch:
-    _check_schema(batch, path)
+def _pack(batch: pa.RecordBatch, region: _Region | None, path: str, *, step: int, shard: int, split: str,
+          schema_version: int) -> PackedBatch:
+    _check_schema(batch, path, schema_version)
     r = _Reader(batch, region, path)
     steps = r.fixed("step")
     if len(steps) and (steps.min() != step or steps.max() != step):
@@ -829,7 +833,8 @@ class Dataset:
             batch = _one_batch(batches, reader.schema)
         except pa.ArrowInvalid as e:
             raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
-        return _pack(batch, region, path, step=step, shard=shard, split=self.split)
+        return _pack(batch, region, path, step=step, shard=shard, split=self.split,
+                     schema_version=self.manifest["schema_version"])
 
     def _read_parquet(self, path: str, info: dict, verify: bool, step: int, shard: int) -> PackedBatch:
         import pyarrow.parquet as pq
@@ -851,7 +856,8 @@ class Dataset:
             raise IntegrityError(f"{path}: not a readable Parquet file: {e}") from None
         table = table.combine_chunks()
         batch = _one_batch(table.to_batches(), table.schema)
-        return _pack(batch, None, path, step=step, shard=shard, split=self.split)
+        return _pack(batch, None, path, step=step, shard=shard, split=self.split,
+                     schema_version=self.manifest["schema_version"])
 
     def iter_rank(self, rank: int, device: str | torch.device = "cpu", pin_memory: bool = False, verify: bool = False,
                   steps: list[int] | None = None, source: str = "auto") -> Iterator[PackedBatch]:
