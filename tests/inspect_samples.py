@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "sample_data"
 FORMATS = ("jsonl", "parquet", "pt")
 ROW_COLUMNS = ("step", "rollout_id", "sample_index", "group_index", "reward", "raw_reward", "rollout_mask_sum", "status",
-               "truncated", "response_length", "total_length", "source_name")
+               "truncated", "response_length", "total_length", "source_name", "remove_sample")
 
 
 def sample(index, group, rid=None, reward=1.0, rl=3, mask=None, status="completed", **extra) -> dict:

@@ -21,6 +21,7 @@ TRAIN_KEYS = {
     "tokens": "tokens",
     "response_length": "response_lengths",
     "loss_mask": "loss_masks",
+    "remove_sample": "remove_sample",
     "rollout_log_probs": "rollout_log_probs",
     "reward": "rewards",
     "raw_reward": "raw_reward",
@@ -95,6 +96,15 @@ def exact_diff(expected: int, got: Any) -> dict | None:
     if g is not None and g == expected:
         return None
     return {"expected": int(expected), "got": _plain(got)}
+
+
+def flag_diff(expected: bool, got: Any) -> dict | None:
+    """A true/false field (remove_sample): equal, or expected/got as they are."""
+    if isinstance(got, np.ndarray) and got.ndim == 0:
+        got = got.item()
+    if isinstance(got, (bool, np.bool_)) and bool(got) == bool(expected):
+        return None
+    return {"expected": bool(expected), "got": _plain(got)}
 
 
 def record(step: int, pos: int | None, fld: str, rollout: str | None, train: str | None, d: dict) -> dict:

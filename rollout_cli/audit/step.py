@@ -96,6 +96,7 @@ class _Compare:
         m_off, m_val, _ = _lists(batch, "loss_mask")
         l_off, l_val, l_ok = _lists(batch, "rollout_log_probs")
         rl = batch.column("response_length").to_numpy()
+        removed = batch.column("remove_sample").to_numpy(zero_copy_only=False)
         for k, p in enumerate(pos.tolist()):
             j = self.index.get(p)
             if j is None:
@@ -104,15 +105,17 @@ class _Compare:
             ts = self.td.samples[j]
             loc = str(where(p))
             lp = l_val[l_off[k]:l_off[k + 1]] if l_ok[k] else None
-            self._sample(p, loc, ts, t_val[t_off[k]:t_off[k + 1]], int(rl[k]), m_val[m_off[k]:m_off[k + 1]], lp)
+            self._sample(p, loc, ts, t_val[t_off[k]:t_off[k + 1]], int(rl[k]), m_val[m_off[k]:m_off[k + 1]], lp,
+                         bool(removed[k]))
 
-    def _sample(self, p: int, loc: str, ts: dict, tokens, rl: int, mask, lp) -> None:
+    def _sample(self, p: int, loc: str, ts: dict, tokens, rl: int, mask, lp, removed: bool) -> None:
         """A field the trainer's dump does not hold (None or absent) is not compared."""
         sa, train = self.sa, self.td.display
         for fld, key, expected, how in (("tokens", "tokens", tokens, diff.array_diff),
                                         ("response_length", "response_lengths", rl, diff.exact_diff),
                                         ("loss_mask", "loss_masks", mask, diff.array_diff),
-                                        ("rollout_log_probs", "rollout_log_probs", lp, diff.array_diff)):
+                                        ("rollout_log_probs", "rollout_log_probs", lp, diff.array_diff),
+                                        ("remove_sample", "remove_sample", removed, diff.flag_diff)):
             got = ts.get(key)
             if got is None or expected is None:
                 continue

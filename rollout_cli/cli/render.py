@@ -221,7 +221,8 @@ def print_rollout(r: dict) -> None:
         _text(con, f"-- sample {k + 1}/{len(r['samples'])}  {_where([smp['where']])}  sample_index {_fmt(smp['sample_index'])}  "
                    f"group_index {_fmt(smp['group_index'])}  status {smp['status']}  source {smp['source_name']}")
         _text(con, f"   tokens {smp['total_length']} (prompt {smp['prompt_length']}, response {smp['response_length']}); "
-                   f"loss mask {smp['mask_sum']}/{smp['response_length']} trainable, runs {_runs(smp['mask_runs'])}")
+                   f"loss mask {smp['mask_sum']}/{smp['response_length']} trainable"
+                   f"{' (remove_sample)' if smp.get('remove_sample') else ''}, runs {_runs(smp['mask_runs'])}")
         _text(con, f"   reward {_fmt(smp['reward'])} (raw {_fmt(smp['raw_reward'])})")
         if r["text"]:
             _text(con, f"   prompt: {_clip(smp.get('prompt'))}")

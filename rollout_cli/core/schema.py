@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .versions import SCHEMA_VERSION  # noqa: F401 (stamped on every shard)
+from .versions import READ_SCHEMA_VERSIONS, SCHEMA_VERSION  # noqa: F401 (stamped on every shard)
 
 STATUSES = ("pending", "completed", "truncated", "aborted", "failed")
 
@@ -26,6 +26,8 @@ CORE_FIELDS: list[pa.Field] = [
     pa.field("response_length", pa.int32(), nullable=False),
     pa.field("total_length", pa.int32(), nullable=False),
     pa.field("loss_mask", pa.list_(pa.uint8()), nullable=False),
+    # slime's Sample.remove_sample: the loss mask above is zeroed, the sample still counts
+    pa.field("remove_sample", pa.bool_(), nullable=False),
     pa.field("reward", pa.float32(), nullable=False),
     pa.field("raw_reward", pa.float64(), nullable=False),
     pa.field("truncated", pa.bool_(), nullable=False),
@@ -79,10 +81,17 @@ LIST_COLUMNS = tuple(f.name for f in CORE_FIELDS + OPTIONAL_FIELDS if pa.types.i
 DICTIONARY_COLUMNS = ("status", "source_name")
 
 
-def train_schema(keep_text: bool = False) -> pa.Schema:
-    """The schema every shard carries."""
+# Columns added after schema version 2 -> the version that added them: an output of an older
+# version lacks them (readers give their default: remove_sample false).
+COLUMNS_SINCE = {"remove_sample": 3}
+
+
+def train_schema(keep_text: bool = False, schema_version: int = SCHEMA_VERSION) -> pa.Schema:
+    """The schema every shard carries (`schema_version`: of an older output, one of
+    READ_SCHEMA_VERSIONS, as its manifest records it)."""
     fields = CORE_FIELDS + OPTIONAL_FIELDS + SCHEDULE_COLUMNS + (TEXT_FIELDS if keep_text else [])
-    return pa.schema(fields, metadata={b"rollout_cli.schema_version": str(SCHEMA_VERSION).encode()})
+    fields = [f for f in fields if COLUMNS_SINCE.get(f.name, 0) <= schema_version]
+    return pa.schema(fields, metadata={b"rollout_cli.schema_version": str(schema_version).encode()})
 
 
 # Column name -> the key of slime's train_data dict (RolloutManager._convert_samples_to_train_data).

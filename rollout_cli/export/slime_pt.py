@@ -4,8 +4,9 @@ One file per step, `DEST/{step}.pt` (train) and `DEST/eval_{step}.pt` (eval), ea
 `torch.save({"rollout_id": step, "samples": [Sample.to_dict() form, ...]})`, which slime replays
 with `--load-debug-rollout-data DEST/{rollout_id}.pt` (slime-spec sections 2a and 9). The
 samples hold plain Python values and CPU tensors only, in their input order, with `status`
-strings, the assigned rollout ids as explicit ids, the loss mask after `remove_sample`, and
-the selected reward before post-processing. Fields conversion does not keep come back with
+strings, the assigned rollout ids as explicit ids, the loss mask after `remove_sample` and the
+flag itself (false for an output of schema version 2, which did not keep it), and the
+selected reward before post-processing. Fields conversion does not keep come back with
 slime's defaults (`lost_fields`).
 
 The files are written to a staging folder next to DEST and renamed into place as a whole.
@@ -123,6 +124,7 @@ def _samples(t: pa.Table, torch) -> list[dict]:
 
     top_ids, top_off = int32_tensors("rollout_top_p_token_ids"), int32_tensors("rollout_top_p_token_offsets")
     experts = int32_tensors("rollout_routed_experts")
+    removed = c.get("remove_sample") or [False] * n  # schema version 2 outputs lack the column
     samples = []
     for i in range(n):
         meta: dict[str, Any] = {}
@@ -140,6 +142,7 @@ def _samples(t: pa.Table, torch) -> list[dict]:
             group_index=c["group_index"][i], index=c["sample_index"][i], rollout_id=c["rollout_id"][i],
             tokens=c["tokens"][i], multimodal_train_inputs=_json(c["multimodal_train_inputs"][i]),
             response_length=c["response_length"][i], reward=c["selected_reward"][i], loss_mask=c["loss_mask"][i],
+            remove_sample=removed[i],
             rollout_log_probs=c["rollout_log_probs"][i], rollout_top_p_token_ids=top_ids[i],
             rollout_top_p_token_offsets=top_off[i], rollout_routed_experts=rexp,
             teacher_log_probs=c["teacher_log_probs"][i], status=c["status"][i], metadata=meta,

@@ -77,27 +77,28 @@ def problem_kind(field: str | None, message: str) -> str:
     return "loss_mask_length" if field == "loss_mask" and str(message).startswith("expected length") else "invalid_sample"
 
 
-def row_anomalies(sd: StepData, where_row: Callable[[int], dict], anomalies: Anomalies, n_expected: int | None,
-                  removed: np.ndarray | None) -> int:
+def row_anomalies(sd: StepData, where_row: Callable[[int], dict], anomalies: Anomalies, n_expected: int | None) -> int:
     """Anomalies visible in the rows of one step; returns the number of zero-variance groups."""
     if not sd.rows.num_rows:
         return 0
-    _zero_masks(sd, where_row, anomalies, removed)
+    _zero_masks(sd, where_row, anomalies)
     _mask_sum_mismatches(sd, where_row, anomalies)
     if sd.split != "train" or not sd.groups_known:
         return 0  # eval rewards are not group-normalised, or the groups are unknown: group anomalies do not apply
     return _group_anomalies(sd, where_row, anomalies, n_expected)
 
 
-def _zero_masks(sd: StepData, where_row, anomalies: Anomalies, removed: np.ndarray | None) -> None:
-    """Samples that train on no token."""
+def _zero_masks(sd: StepData, where_row, anomalies: Anomalies) -> None:
+    """Samples that train on no token (`remove_sample` from the rows: the dump's flag, or the
+    output's column; null for an output of schema version 2)."""
     t = sd.rows
+    removed = t.column("remove_sample").to_pylist()
     mask_sum = t.column("mask_sum").to_numpy()
     rl = t.column("response_length").to_numpy()
     rid = t.column("rollout_id").to_numpy()
     sidx = t.column("sample_index").to_pylist()
     for i in np.flatnonzero(mask_sum == 0).tolist():
-        rem = None if removed is None else bool(removed[i])
+        rem = removed[i]
         why = "an empty response" if rl[i] == 0 else ("remove_sample" if rem else "every loss-mask entry is 0")
         anomalies.add("all_zero_loss_mask", "info" if rem else "warning", sd.split, sd.step,
                       f"sample trains on no token ({why}); rollout {int(rid[i])} mask sum "

@@ -33,8 +33,8 @@ from .rows import ROW_SCHEMA, DumpRecords, StepData, dense
 # the ids, rewards and positions are the same for any chunk size.
 CHUNK_RECORDS = 256
 # the staged columns a row summary needs (never tokens or the loss mask itself)
-_SMALL_PRE = ["_pos", "sample_index", "group_index", "response_length", "total_length", "_mask_total", "_reward_value",
-              "raw_reward", "truncated", "status", "source_name"]
+_SMALL_PRE = ["_pos", "sample_index", "group_index", "response_length", "total_length", "_mask_total", "remove_sample",
+              "_reward_value", "raw_reward", "truncated", "status", "source_name"]
 
 
 def read_chunks(inp: InputFile, opts: InspectOptions, payload: dict):
@@ -57,7 +57,6 @@ class _Read:
     chunks: list[NormChunk] = field(default_factory=list)  # summaries only, no rows
     problems: list[tuple[int, Problem]] = field(default_factory=list)  # validation problems by record position
     small: list[pa.RecordBatch] = field(default_factory=list)
-    removed: list[bool] = field(default_factory=list)  # per record: slime's remove_sample
     records: int = 0
 
     def pre_table(self) -> pa.Table:
@@ -68,7 +67,6 @@ class _Read:
 def _read(inp: InputFile, opts: InspectOptions) -> _Read:
     r = _Read()
     for raw in read_chunks(inp, opts, r.payload):
-        r.removed.extend(bool(x) for x in raw.values("remove_sample"))
         nc = validate_chunk(raw, r.records, inp, opts, keep_text=False)
         r.chunks.append(summary_only(nc))
         r.problems.extend((r.records + i, p) for i, p in nc.problems)
@@ -176,6 +174,7 @@ def _kept_step(inp: InputFile, step: int, pre: pa.Table, sf: StepFields, read: _
             pc.cast(pre.column("response_length"), pa.int64()),
             pc.cast(pre.column("total_length"), pa.int64()),
             pre.column("_mask_total"),
+            pre.column("remove_sample"),
             pa.array(sf.rewards, pa.float32(), from_pandas=True),  # NaN (groups unknown) -> null
             pre.column("raw_reward"),
             pre.column("truncated"),
@@ -186,12 +185,10 @@ def _kept_step(inp: InputFile, step: int, pre: pa.Table, sf: StepFields, read: _
         ],
         schema=ROW_SCHEMA,
     )
-    removed_rows = np.asarray(read.removed, dtype=bool)[pos] if m else np.zeros(0, dtype=bool)
     records = DumpRecords(inp, sf.ids, sf.assigned, sf.rejected, sf.reasons, where)
     sd = StepData(split, step, inp.display, read.records, int(sf.rejected.sum()), rows, groups_known=sf.groups_known,
                   records=records)
-    sd.zero_variance_groups = row_anomalies(sd, lambda i: loc_dict(where(int(pos[i]))), anomalies, opts.n_samples_per_prompt,
-                                            removed_rows)
+    sd.zero_variance_groups = row_anomalies(sd, lambda i: loc_dict(where(int(pos[i]))), anomalies, opts.n_samples_per_prompt)
     return sd
 
 

@@ -21,9 +21,11 @@ from .anomalies import Anomalies, problem_kind, row_anomalies
 from .options import InspectOptions
 from .rows import ROW_SCHEMA, StepData, dense
 
-# the shard columns inspect reads (source_name may be missing in older outputs)
-OUT_COLUMNS = ["rollout_id", "sample_index", "group_index", "response_length", "total_length", "loss_mask", "reward",
-               "raw_reward", "truncated", "status", "source_name", "rollout_mask_sum"]
+# the shard columns inspect reads (source_name may be missing in older outputs, remove_sample in
+# outputs of schema version 2)
+OUT_COLUMNS = ["rollout_id", "sample_index", "group_index", "response_length", "total_length", "loss_mask",
+               "remove_sample", "reward", "raw_reward", "truncated", "status", "source_name", "rollout_mask_sum"]
+_MAY_LACK = ("source_name", "remove_sample")
 _BATCH_ROWS = 8192
 
 
@@ -69,6 +71,7 @@ class _Shards:
 def _small_columns(b: pa.RecordBatch, names: set) -> pa.Table:
     msum, _ = mask_sums(b.column("loss_mask"))
     src = b.column("source_name") if "source_name" in names else pa.array(["unknown"] * b.num_rows)
+    removed = b.column("remove_sample") if "remove_sample" in names else pa.nulls(b.num_rows, pa.bool_())
     return pa.table({
         "rollout_id": b.column("rollout_id"),
         "sample_index": b.column("sample_index"),
@@ -76,6 +79,7 @@ def _small_columns(b: pa.RecordBatch, names: set) -> pa.Table:
         "response_length": pc.cast(b.column("response_length"), pa.int64()),
         "total_length": pc.cast(b.column("total_length"), pa.int64()),
         "mask_sum": pa.array(msum, pa.int64()),
+        "remove_sample": removed,
         "reward": pc.cast(b.column("reward"), pa.float32()),
         "raw_reward": pc.cast(b.column("raw_reward"), pa.float64()),
         "truncated": b.column("truncated"),
@@ -91,7 +95,7 @@ def _read_shard(path: str, k: int, got: _Shards) -> None:
     try:
         pf = pq.ParquetFile(storage.open_read(path, seekable=True)) if storage.is_uri(path) else pq.ParquetFile(path, memory_map=True)
         names = set(pf.schema_arrow.names)
-        missing = [c for c in OUT_COLUMNS if c not in names and c not in ("source_name",)]
+        missing = [c for c in OUT_COLUMNS if c not in names and c not in _MAY_LACK]
         if missing:
             raise InvalidInputError(f"{path}: not a rollout-cli shard: no column {missing[0]}")
         r0 = 0
@@ -124,8 +128,8 @@ def _step_rows(got: _Shards, step: int, keys: list) -> pa.Table:
     return pa.Table.from_arrays(
         [pa.array(np.full(n, step, dtype=np.int64)), t.column("rollout_id"), t.column("sample_index"),
          t.column("group_index"), pa.array(dense(keys), pa.int64())]
-        + [t.column(c) for c in ("response_length", "total_length", "mask_sum", "reward", "raw_reward", "truncated", "status",
-                                 "source_name", "rollout_mask_sum")]
+        + [t.column(c) for c in ("response_length", "total_length", "mask_sum", "remove_sample", "reward", "raw_reward",
+                                 "truncated", "status", "source_name", "rollout_mask_sum")]
         + [pa.array(np.arange(n, dtype=np.int64))],
         schema=ROW_SCHEMA,
     )
@@ -157,7 +161,7 @@ def output_steps(out: str, m: dict, opts: InspectOptions, anomalies: Anomalies, 
             if a.get("split") == split and a.get("step") == step:
                 anomalies.add_recorded(a, split, step, {"file": layout.manifest_path(out)})
         _reject_anomalies(out, m, split, step, anomalies)
-        sd.zero_variance_groups = row_anomalies(sd, got.where_row(), anomalies, mopts.get("n_samples_per_prompt"), None)
+        sd.zero_variance_groups = row_anomalies(sd, got.where_row(), anomalies, mopts.get("n_samples_per_prompt"))
         yield sd
 
 

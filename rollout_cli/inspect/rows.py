@@ -22,6 +22,7 @@ ROW_SCHEMA = pa.schema(
         pa.field("response_length", pa.int64()),
         pa.field("total_length", pa.int64()),
         pa.field("mask_sum", pa.int64()),
+        pa.field("remove_sample", pa.bool_()),  # slime's flag; null for an output of schema version 2
         pa.field("reward", pa.float32()),  # post-processed; null where unknown
         pa.field("raw_reward", pa.float64()),
         pa.field("truncated", pa.bool_()),

@@ -51,6 +51,7 @@ def _sample_view(r: dict, where: dict, text: bool) -> dict:
         "total_length": r["total_length"],
         "mask_sum": r["mask_sum"],
         "mask_runs": r.get("mask_runs"),
+        "remove_sample": r.get("remove_sample"),  # null for an output of schema version 2
         "reward": r6(r["reward"]),
         "raw_reward": r6(r["raw_reward"]),
         "source_name": r["source_name"],

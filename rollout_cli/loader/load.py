@@ -43,7 +43,7 @@ from ..core import hashing
 from ..core.arrays import numpy_dtype
 from ..core.errors import IntegrityError, UsageError
 from ..pipeline.fields import STEP_FIELDS
-from ..core.schema import SCHEDULE_COLUMNS, train_schema
+from ..core.schema import COLUMNS_SINCE, SCHEDULE_COLUMNS, train_schema
 
 __all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "SPLITS"]
 
@@ -60,6 +60,9 @@ _COLUMNS: dict[str, pa.DataType] = {f.name: f.type for f in train_schema() if f.
 assert len(_COLUMNS) == len(_NEEDED), "the train-row schema lost a column the loader reads"
 # Read where present (outputs written before they existed lack them); set under --schedule slime.
 _SCHEDULE = tuple(f.name for f in SCHEDULE_COLUMNS)
+# Columns of later schema versions (core.schema.COLUMNS_SINCE): read where present, their
+# default where an older output lacks them.
+_LATER: dict[str, pa.DataType] = {f.name: f.type for f in train_schema() if f.name in COLUMNS_SINCE}
 
 
 _STAGING_ALIGN = 64
@@ -85,6 +88,8 @@ class PackedBatch:
       rewards float32, raw_rewards float64, rollout_ids int64, rollout_mask_sums int64,
       group_mask_sums, group_rollouts int64 (of the sample's prompt group),
       sample_indices / group_indices int64 (-1 where null), truncated bool,
+      remove_samples bool (slime's remove_sample: the sample's loss mask is all zeros; false
+                        for every sample of an output written before the column, schema 2),
       round_numbers int64 (-1 where null) or None      [n]
       source_names      list[str] or None (not a tensor)
       step_mask_sum, step_rollouts, step_samples, step_groups   int: the whole step's loss-mask
@@ -108,6 +113,7 @@ class PackedBatch:
     group_mask_sums: torch.Tensor
     group_rollouts: torch.Tensor
     truncated: torch.Tensor
+    remove_samples: torch.Tensor
     rollout_log_probs: torch.Tensor | None
     teacher_log_probs: torch.Tensor | None
     round_numbers: torch.Tensor | None = None
@@ -281,7 +287,7 @@ class PackedBatch:
             source_names=None if self.source_names is None else self.source_names[start:end],
             **{k: per(getattr(self, k)) for k in ("response_lengths", "total_lengths", "rewards", "raw_rewards",
                                                   "rollout_ids", "sample_indices", "group_indices",
-                                                  "rollout_mask_sums", "truncated", "round_numbers",
+                                                  "rollout_mask_sums", "truncated", "remove_samples", "round_numbers",
                                                   "rollout_positions", "optimizer_steps", "micro_batch_ids")},
         )
 
@@ -530,7 +536,7 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(a)
 
 
-def _check_schema(batch: pa.RecordBatch, path: str) -> None:
+def _check_schema(batch: pa.RecordBatch, path: str, schema_version: int) -> None:
     names = set(batch.schema.names)
     for name, typ in _COLUMNS.items():
         if name not in names:
@@ -544,10 +550,19 @@ def _check_schema(batch: pa.RecordBatch, path: str) -> None:
         if not ok:
             raise IntegrityError(f"{path}: column {name}: expected {typ}, got {got}",
                                  [{"path": path, "reason": f"column {name}: expected {typ}, got {got}"}])
+    for name, typ in _LATER.items():
+        if name not in names and COLUMNS_SINCE[name] <= schema_version:
+            raise IntegrityError(f"{path}: column {name} is missing (the manifest's schema version {schema_version} has it)",
+                                 [{"path": path, "reason": f"missing column {name}"}])
+        if name in names and batch.schema.field(name).type != typ:
+            got = batch.schema.field(name).type
+            raise IntegrityError(f"{path}: column {name}: expected {typ}, got {got}",
+                                 [{"path": path, "reason": f"column {name}: expected {typ}, got {got}"}])
 
 
-def _pack(batch: pa.RecordBatch, region: _Region | None, path: str, *, step: int, shard: int, split: str) -> PackedBatch:
-    _check_schema(batch, path)
+def _pack(batch: pa.RecordBatch, region: _Region | None, path: str, *, step: int, shard: int, split: str,
+          schema_version: int) -> PackedBatch:
+    _check_schema(batch, path, schema_version)
     r = _Reader(batch, region, path)
     steps = r.fixed("step")
     if len(steps) and (steps.min() != step or steps.max() != step):
@@ -580,6 +595,8 @@ def _pack(batch: pa.RecordBatch, region: _Region | None, path: str, *, step: int
         group_mask_sums=_tensor(r.fixed("group_mask_sum")),
         group_rollouts=_tensor(r.fixed("group_rollouts")),
         truncated=_tensor(r.bools("truncated")),
+        remove_samples=_tensor(r.bools("remove_sample") if "remove_sample" in batch.schema.names
+                               else np.zeros(len(batch), dtype=bool)),
         rollout_log_probs=None if lp is None else _tensor(lp),
         teacher_log_probs=None if tlp is None else _tensor(tlp),
         round_numbers=None if round_numbers is None else _tensor(round_numbers),
@@ -816,7 +833,8 @@ class Dataset:
             batch = _one_batch(batches, reader.schema)
         except pa.ArrowInvalid as e:
             raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
-        return _pack(batch, region, path, step=step, shard=shard, split=self.split)
+        return _pack(batch, region, path, step=step, shard=shard, split=self.split,
+                     schema_version=self.manifest["schema_version"])
 
     def _read_parquet(self, path: str, info: dict, verify: bool, step: int, shard: int) -> PackedBatch:
         import pyarrow.parquet as pq
@@ -833,12 +851,13 @@ class Dataset:
         source = pa.BufferReader(data) if remote else path
         try:
             present = pq.read_schema(source, memory_map=not remote).names
-            table = pq.read_table(source, columns=[c for c in (*_COLUMNS, *_SCHEDULE) if c in present], memory_map=not remote)
+            table = pq.read_table(source, columns=[c for c in (*_COLUMNS, *_LATER, *_SCHEDULE) if c in present], memory_map=not remote)
         except (pa.ArrowInvalid, OSError) as e:
             raise IntegrityError(f"{path}: not a readable Parquet file: {e}") from None
         table = table.combine_chunks()
         batch = _one_batch(table.to_batches(), table.schema)
-        return _pack(batch, None, path, step=step, shard=shard, split=self.split)
+        return _pack(batch, None, path, step=step, shard=shard, split=self.split,
+                     schema_version=self.manifest["schema_version"])
 
     def iter_rank(self, rank: int, device: str | torch.device = "cpu", pin_memory: bool = False, verify: bool = False,
                   steps: list[int] | None = None, source: str = "auto") -> Iterator[PackedBatch]:

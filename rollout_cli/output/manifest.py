@@ -6,7 +6,7 @@ import os
 
 from ..core import hashing, storage
 from ..core.errors import IntegrityError
-from ..core.versions import FORMAT, SCHEMA_VERSION, __version__
+from ..core.versions import FORMAT, READ_SCHEMA_VERSIONS, SCHEMA_VERSION, __version__
 from ..core import layout
 
 
@@ -71,8 +71,9 @@ class ManifestError(IntegrityError):
 
 
 def read(out: str) -> dict:
-    """Load OUT/manifest.json, checking it is one of ours with a known schema version (the one
-    manifest reader: convert's --resume, the loader, inspect and verify all use it)."""
+    """Load OUT/manifest.json, checking it is one of ours with a schema version this tool reads
+    (READ_SCHEMA_VERSIONS: an older output lacks the columns core.schema.COLUMNS_SINCE names;
+    the one manifest reader: convert's --resume, the loader, inspect and verify all use it)."""
     path = layout.manifest_path(out)
     try:
         m = json.loads(storage.read_bytes(path))
@@ -84,6 +85,8 @@ def read(out: str) -> dict:
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         got = m.get("format") if isinstance(m, dict) else None
         raise ManifestError(path, "manifest", f"not a rollout-cli manifest (format {got!r}, expected {FORMAT!r})")
-    if m.get("schema_version") != SCHEMA_VERSION:
-        raise ManifestError(path, "schema_version", f"schema_version {m.get('schema_version')!r}; this tool reads {SCHEMA_VERSION}")
+    v = m.get("schema_version")
+    if not isinstance(v, int) or isinstance(v, bool) or v not in READ_SCHEMA_VERSIONS:
+        reads = ", ".join(map(str, READ_SCHEMA_VERSIONS))
+        raise ManifestError(path, "schema_version", f"schema_version {v!r}; this tool reads {reads}")
     return m

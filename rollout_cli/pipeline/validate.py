@@ -209,6 +209,7 @@ class _Row:
     tokens: np.ndarray
     response_length: int
     loss_mask: np.ndarray
+    remove_sample: bool
     reward_value: float
     raw_reward: float
     status: str
@@ -362,6 +363,7 @@ def _validate(rec: dict, reward_key: str | None, keep_text: bool) -> _Row:
     rl = _response_length(rec)
     _check_response_length(rl, len(tokens))
     mask = _loss_mask(rec, rl)
+    removed = _remove_sample(rec)
     status = _status(rec)
     reward_value, raw_reward, round_number, source_name = _rewards_and_metadata(rec, reward_key)
     lp = _log_probs(rec, "rollout_log_probs", rl)
@@ -370,7 +372,7 @@ def _validate(rec: dict, reward_key: str | None, keep_text: bool) -> _Row:
     rexp = _routed_experts(rec, len(tokens))
     train_metadata, mm, text = _json_fields(rec, keep_text)
     return _Row(
-        sample_index, group_index, tokens, rl, mask, reward_value, raw_reward, status, lp, tlp, tp_ids, tp_off,
+        sample_index, group_index, tokens, rl, mask, removed, reward_value, raw_reward, status, lp, tlp, tp_ids, tp_off,
         rexp, round_number, source_name, train_metadata, mm, text,
     )
 
@@ -420,6 +422,7 @@ PRE_FIELDS = [
     pa.field("response_length", pa.int32()),
     pa.field("total_length", pa.int32()),
     pa.field("loss_mask", pa.list_(pa.uint8())),
+    pa.field("remove_sample", pa.bool_()),
     pa.field("_reward_value", pa.float64()),
     pa.field("raw_reward", pa.float64()),
     pa.field("truncated", pa.bool_()),
@@ -457,6 +460,7 @@ def _build(rows: list[_Row], pos: list[int], keep_text: bool) -> pa.RecordBatch:
         pa.array([r.response_length for r in rows], pa.int32()),
         pa.array([len(r.tokens) for r in rows], pa.int32()),
         mask,
+        pa.array([r.remove_sample for r in rows], pa.bool_()),
         pa.array([r.reward_value for r in rows], pa.float64()),
         pa.array([r.raw_reward for r in rows], pa.float64()),
         pa.array([r.status == "truncated" for r in rows], pa.bool_()),

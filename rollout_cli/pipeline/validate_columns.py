@@ -676,6 +676,7 @@ def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f3
         pa.array(rl, pa.int32()),
         pa.array(np.diff(t_off), pa.int32()),
         _list_array(m_off, m_val, pa.uint8()),
+        pa.array(removed[rows], pa.bool_()),
         sc.reward,
         sc.raw_reward,
         sc.truncated,

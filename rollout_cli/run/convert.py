@@ -460,7 +460,14 @@ def _recorded_options(opts: ConvertOptions) -> dict:
 def _resumed_manifest(out: str, opts: ConvertOptions, recorded: dict) -> dict | None:
     """With --resume, the complete output's manifest (None when there is none); refuses options
     that differ from the ones it was made with."""
+    from ..core.schema import COLUMNS_SINCE, SCHEMA_VERSION
+
     prev = manifest_mod.read(out) if opts.resume and output.state(out) == "complete" else None
+    if prev is not None and prev["schema_version"] != SCHEMA_VERSION:  # an older output: its shards lack columns
+        added = ", ".join(k for k, v in COLUMNS_SINCE.items() if v > prev["schema_version"])
+        raise UsageError(f"--resume: {out} was written with schema version {prev['schema_version']} (without {added}); "
+                         f"this version writes {SCHEMA_VERSION} and does not mix the two in one output: "
+                         "use --overwrite to reconvert")
     if prev is not None and prev.get("options") != recorded:
         old = prev.get("options", {})
         changed = sorted(k for k in set(recorded) | set(old) if recorded.get(k) != old.get(k))

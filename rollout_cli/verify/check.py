@@ -13,7 +13,8 @@ the manifest's arithmetic, the layout, stray files and the rejects line count.
 Invariants (the `invariant` names in failures):
 
 manifest           manifest.json is present, JSON, and a rollout-cli manifest
-schema_version     the manifest's and every shard's schema version is the one this tool reads
+schema_version     the manifest's schema version is one this tool reads (core.versions.READ_SCHEMA_VERSIONS),
+                   and every shard's is the manifest's
 manifest_structure the manifest has the fields and types verify needs; paths stay inside OUT
 duplicate_step     no (split, step) appears twice
 shard_layout       a step has `options.shards` shards named {data|eval}/step-S/shard-r-of-N.parquet
@@ -22,12 +23,14 @@ file_present       every file the manifest lists exists
 size               its size is the recorded `bytes`
 checksum           its digest (the manifest's `blake3`, or `sha256`, key) is the recorded one (full mode)
 readable           Parquet / Arrow IPC that parses
-schema             the shard's Arrow schema equals `schema.train_schema(keep_text)`
+schema             the shard's Arrow schema equals `schema.train_schema(keep_text, the manifest's schema_version)`
+                   (an output of schema version 2 has no remove_sample column)
 rows, tokens, rollouts   per shard and per step, as recorded (rows from the footer in quick mode)
 not_null           the non-nullable columns hold no nulls
 step_column        every row's `step` is the step the manifest files it under
 loss_mask_length   len(loss_mask) == response_length
 loss_mask_values   loss_mask values are 0 or 1
+remove_sample      a row whose remove_sample is true has a loss_mask of zeros (slime zeroes it)
 total_length       total_length == len(tokens)
 status             status is one of schema.STATUSES, and truncated == (status == "truncated")
 rollout_split      no rollout is split across shards of a step (balanced layout; slime's may split one)
@@ -374,8 +377,6 @@ def _check_bytes(rel: str, full: str, entry: dict, rep: _Report) -> bool:
 
 
 def _schema_ok(rel: str, schema, expected, rep: _Report) -> bool:
-    from ..core.schema import SCHEMA_VERSION
-
     ok = True
     if not schema.equals(expected, check_metadata=False):
         got = {f.name: f for f in schema}
@@ -393,8 +394,10 @@ def _schema_ok(rel: str, schema, expected, rep: _Report) -> bool:
         ok = False
     md = schema.metadata or {}
     v = md.get(b"rollout_cli.schema_version")
-    if v != str(SCHEMA_VERSION).encode():
-        rep.fail(rel, "schema_version", f"rollout_cli.schema_version {v.decode(errors='replace') if v else None!r} in the schema metadata, expected {SCHEMA_VERSION}")
+    want = expected.metadata[b"rollout_cli.schema_version"]  # the manifest's
+    if v != want:
+        rep.fail(rel, "schema_version", f"rollout_cli.schema_version {v.decode(errors='replace') if v else None!r} in the schema metadata, "
+                                        f"expected {want.decode()} (the manifest's)")
         ok = False
     return ok
 
@@ -472,7 +475,7 @@ def _check_rows(t, first_row: int, step: int, shard_no: int, tally: _ShardTally,
         return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
 
     for f in CORE_FIELDS:
-        if not f.nullable and t.column(f.name).null_count:
+        if not f.nullable and f.name in t.column_names and t.column(f.name).null_count:
             c = col(f.name)
             tally.bad("not_null", c.is_null().to_numpy(zero_copy_only=False), lambda i, f=f: f"row {first_row + i}: {f.name} is null")
     if "not_null" in tally.problems:
@@ -493,6 +496,10 @@ def _check_rows(t, first_row: int, step: int, shard_no: int, tally: _ShardTally,
         bad_at = np.flatnonzero(vals > 1)
         bad_rows[np.searchsorted(np.cumsum(lens), bad_at, side="right")] = True
         tally.bad("loss_mask_values", bad_rows, lambda i: f"row {first_row + i}: loss_mask holds values other than 0/1")
+    if "remove_sample" in t.column_names:  # schema version 3 on
+        removed = col("remove_sample").to_numpy(zero_copy_only=False)
+        tally.bad("remove_sample", removed & (mask_tot != 0),
+                  lambda i: f"row {first_row + i}: remove_sample is true but its loss_mask sums to {int(mask_tot[i])} (expected all zeros)")
     status = col("status")
     known = pc.is_in(status, value_set=pa.array(STATUSES)).to_numpy(zero_copy_only=False)
     status_py = None
@@ -909,7 +916,7 @@ def verify_output(out: str, quick: bool = False) -> dict:
     if m is None or not _structure(m, rep):
         return rep.result(m)
     _manifest_arithmetic(m, rep)
-    expected = train_schema(bool(m["options"].get("keep_text", False)))
+    expected = train_schema(bool(m["options"].get("keep_text", False)), m["schema_version"])
     for s in m["steps"]:
         _check_step(out, s, expected, rep, m["options"].get("reward_baseline") == "rollout")
     _check_rejects(out, m, rep)

@@ -98,6 +98,8 @@ FAULTS = {
     "reward": (_set("rewards", 5.0), (1, 2, "reward")),
     "rollout_id": (_set("rollout_ids", 42), (1, 2, "rollout_id")),
     "raw_reward": (_raw, (1, 4, "raw_reward")),
+    "remove_sample of a removed sample": (_set("remove_sample", False, pos=3), (1, 3, "remove_sample")),
+    "remove_sample of a kept sample": (_set("remove_sample", True), (1, 2, "remove_sample")),
     "missing": (_drop, (1, 2, "missing")),
     "extra": (_extra, (1, 9, "extra")),
 }
@@ -115,6 +117,25 @@ def test_each_fault_is_named_with_step_position_and_field(tmp_path, fault, fmt, 
     pos = expected[1]
     where = {"jsonl": f"line {pos + 1}", "parquet": f"row {pos}", "pt": f"sample {pos}"}[fmt]
     assert rec["rollout"] == (None if fault == "extra" else str(tmp_path / "rollout_data" / f"1.{fmt}") + ":" + where)
+
+
+def test_remove_sample_is_compared_where_the_train_dump_carries_it(tmp_path):
+    """slime's train dumps carry no remove_sample (the clean runs above); a train dump that does
+    is compared with the rollout's flag: agreeing, nothing; the record says what each side holds."""
+    def carry(step, p):
+        for s in p["samples"]:
+            s["remove_sample"] = s["rollout_position"] == 3
+
+    assert _run(tmp_path / "a", edit=carry)["divergences"] == []
+
+    def flip(step, p):
+        carry(step, p)
+        if step == 0:
+            p["samples"][3]["remove_sample"] = 0  # not a bool: never equal
+    r = _run(tmp_path / "b", edit=flip)
+    assert _found(r) == [(0, 3, "remove_sample")]
+    rec = r["divergences"][0]
+    assert (rec["expected"], rec["got"], rec["train_field"]) == (True, 0, "remove_sample")
 
 
 def test_array_divergence_says_where(tmp_path):

@@ -208,6 +208,16 @@ def test_show_on_dumps_and_converted(converted):
     assert d["rollout"]["text"] is True and [s["response"] for s in d["rollout"]["samples"]][0] == "The answer is \\boxed{6}."
 
 
+def test_show_marks_a_removed_sample_on_dumps_and_converted(converted):
+    """sample_data step 1, sample 10 has remove_sample: --show says so, on the dumps (the field)
+    and on the output (the column)."""
+    for src in (DATA / "jsonl", converted["plain"]):
+        r = invoke(str(src), "--show", "1:10")
+        assert r.exit_code == 0, r.output
+        assert "loss mask 0/" in r.stdout and "trainable (remove_sample), runs 0x" in r.stdout, src
+        assert "(remove_sample)" not in invoke(str(src), "--show", "1:9").stdout
+
+
 # -------------------------------------------------------------------------------------- exit codes
 
 

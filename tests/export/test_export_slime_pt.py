@@ -5,6 +5,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from conftest import SAMPLE_DATA, copts, make_sample, read_rows, write_jsonl
 from slime_sample import SAMPLE_FIELDS, Sample
 
@@ -57,9 +59,11 @@ def test_files_are_slime_dumps(tmp_path):
     assert rexp.dtype == torch.int32 and list(rexp.shape) == [len(samples[0]["tokens"]) - 1, 2, 2]
     assert samples[0]["rollout_top_p_token_offsets"].dtype == torch.int32
     one = torch.load(str(tmp_path / "dest" / "1.pt"), weights_only=True)["samples"]
-    # the reward before post-processing; sample 10 had remove_sample: its mask comes back zeroed
+    # the reward before post-processing; sample 10 had remove_sample: its mask comes back zeroed,
+    # with the flag (as slime keeps it), and no other sample has it
     assert [s["reward"] for s in one] == [float(r["reward"]) for r in _pt_samples(1)]
-    assert one[10]["loss_mask"] == [0] * one[10]["response_length"] and one[10]["remove_sample"] is False
+    assert one[10]["loss_mask"] == [0] * one[10]["response_length"] and one[10]["remove_sample"] is True
+    assert [k for k, s in enumerate(one) if s["remove_sample"] is not False] == [10]
     two = torch.load(str(tmp_path / "dest" / "2.pt"), weights_only=True)["samples"]
     orig = _pt_samples(2)
     # metadata.raw_reward only where it differs from the reward (what conversion reads is the same)
@@ -84,6 +88,67 @@ def test_skipped_rollouts_are_left_out_and_round_trip(tmp_path):
     replay(tmp_path / "dest", tmp_path / "again")
     convert([str(tmp_path / "again")], str(tmp_path / "out2"), copts())
     assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "out2")
+
+
+def test_remove_sample_round_trips(tmp_path):
+    """A removed sample is exported with remove_sample: True and its zeroed mask; converting the
+    export (directly, and after slime's replay) gives the same rows, the flag included."""
+    samples = [make_sample(index=i, group_index=i // 2, reward=float(i % 2), response_length=3) for i in range(6)]
+    samples[3]["remove_sample"] = True
+    write_jsonl(tmp_path / "in" / "5.jsonl", samples)
+    convert([str(tmp_path / "in")], str(tmp_path / "out"), copts(shards=2))
+    export_slime_pt(str(tmp_path / "out"), str(tmp_path / "dest"))
+    got = torch.load(str(tmp_path / "dest" / "5.pt"), weights_only=True)["samples"]
+    assert [s["remove_sample"] for s in got] == [i == 3 for i in range(6)]
+    assert got[3]["loss_mask"] == [0, 0, 0] and got[2]["loss_mask"] == [1, 1, 1]
+    convert([str(tmp_path / "dest")], str(tmp_path / "direct"), copts(shards=2))
+    replay(tmp_path / "dest", tmp_path / "again")
+    convert([str(tmp_path / "again")], str(tmp_path / "replayed"), copts(shards=2))
+    rows = sorted(read_rows(tmp_path / "out"), key=lambda r: r["rollout_position"])
+    assert [r["remove_sample"] for r in rows] == [i == 3 for i in range(6)]
+    for again in ("direct", "replayed"):
+        assert sorted(read_rows(tmp_path / again), key=lambda r: r["rollout_position"]) == rows, again
+        assert shard_bytes(tmp_path / again) == shard_bytes(tmp_path / "out"), again
+
+
+def test_an_output_of_schema_version_2_exports_remove_sample_false(tmp_path):
+    """An output written before the column cannot say which sample was removed: the export gives
+    remove_sample: False with the zeroed mask (the same train data)."""
+    from old_outputs import as_schema_version_2
+
+    convert([str(SAMPLE_DATA / "jsonl" / "rollout_data")], str(tmp_path / "out"), copts())
+    as_schema_version_2(tmp_path / "out")
+    export_slime_pt(str(tmp_path / "out"), str(tmp_path / "dest"))
+    one = torch.load(str(tmp_path / "dest" / "1.pt"), weights_only=True)["samples"]
+    assert not any(s["remove_sample"] for s in one)
+    assert one[10]["loss_mask"] == [0] * one[10]["response_length"]
+
+
+_ROUND_TRIP = dict(max_examples=15, deadline=None, derandomize=True, database=None,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@settings(**_ROUND_TRIP)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.booleans(), st.booleans()), min_size=1, max_size=12),
+       st.integers(1, 3))
+def test_convert_export_convert_keeps_remove_sample(tmp_path_factory, spec, shards):
+    """Property: for any step (prompt groups, response lengths, which samples are removed, masks
+    null or given), convert -> export -> convert gives the same rows, and remove_sample is the
+    input's flag on every row, its mask zeros."""
+    d = tmp_path_factory.mktemp("rt")
+    samples = []
+    for i, (group, rl, removed, null_mask) in enumerate(spec):
+        s = make_sample(index=i, group_index=group, response_length=rl, reward=float(i % 3), remove_sample=removed,
+                        loss_mask=None if null_mask else [(i + j) % 2 for j in range(rl)])
+        samples.append(s)
+    write_jsonl(d / "in" / "4.jsonl", samples)
+    convert([str(d / "in")], str(d / "out"), copts(shards=shards))
+    export_slime_pt(str(d / "out"), str(d / "dest"))
+    convert([str(d / "dest")], str(d / "out2"), copts(shards=shards))
+    first = sorted(read_rows(d / "out"), key=lambda r: r["rollout_position"])
+    assert sorted(read_rows(d / "out2"), key=lambda r: r["rollout_position"]) == first
+    assert [r["remove_sample"] for r in first] == [s["remove_sample"] for s in samples]
+    assert all(not any(r["loss_mask"]) for r in first if r["remove_sample"])
 
 
 def test_reward_key_exports_the_selected_number(tmp_path):

@@ -129,6 +129,9 @@ def assert_batch_equals_parquet(batch: PackedBatch, parquet_path: str) -> None:
     assert batch.raw_rewards.tolist() == rows["raw_reward"]
     assert batch.truncated.tolist() == rows["truncated"]
     assert batch.truncated.tolist() == [s == "truncated" for s in rows["status"]]
+    assert batch.remove_samples.dtype == torch.bool and batch.remove_samples.tolist() == rows["remove_sample"]
+    for removed, mask in zip(rows["remove_sample"], rows["loss_mask"]):
+        assert not removed or not any(mask)
     assert batch.rollout_mask_sums.tolist() == rows["rollout_mask_sum"]
     assert batch.rollout_ids.tolist() == rows["rollout_id"]
     assert batch.sample_indices.tolist() == [-1 if v is None else v for v in rows["sample_index"]]
@@ -169,7 +172,7 @@ def assert_packing_rules(b: PackedBatch) -> None:
     rcu = b.response_cu_seqlens
     assert rcu.numel() == n + 1 and int(rcu[0]) == 0 and int(rcu[-1]) == b.loss_mask.numel()
     for name in ("rewards", "raw_rewards", "rollout_ids", "sample_indices", "group_indices", "rollout_mask_sums",
-                 "truncated", "total_lengths"):
+                 "truncated", "remove_samples", "total_lengths"):
         assert getattr(b, name).shape == (n,), name
 
 
@@ -800,3 +803,72 @@ def test_an_object_store_output_loads_as_the_local_one(s3, sample_out):
     storage.delete_file(ipc)
     with pytest.warns(RuntimeWarning, match="reading Parquet instead"):
         assert remote.load(remote.steps[0], 1).num_samples == local.load(local.steps[0], 1).num_samples
+
+
+# ------------------------------------------------------------------------------------------
+# remove_sample
+# ------------------------------------------------------------------------------------------
+
+
+def _flagged(out: str, source: str = "auto") -> list[tuple[int, int, int]]:
+    """(step, rollout id, loss-mask total) of every sample the loader says is removed."""
+    found = []
+    for ds, step, shard in _all_shards(out):
+        b = ds.load(step, shard, source=source)
+        masks = _split(b.loss_mask, b.response_lengths.tolist())
+        for k in torch.nonzero(b.remove_samples).flatten().tolist():
+            found.append((step, int(b.rollout_ids[k]), sum(masks[k])))
+    return sorted(found)
+
+
+def test_remove_samples_marks_the_removed_sample(sample_out):
+    """sample_data step 1, sample 10 (rollout 10) has remove_sample: the loader says so, from the
+    IPC copy and from Parquet, with its mask of zeros; a slice keeps the flags; slime's
+    train_data has no such key (its loss_masks carry it, zeroed)."""
+    for source in ("arrow", "parquet"):
+        assert _flagged(sample_out, source) == [(1, 10, 0)], source
+    ds = open_dataset(sample_out)
+    b = next(ds.load(1, r) for r in range(ds.num_shards) if bool(ds.load(1, r).remove_samples.any()))
+    k = int(torch.nonzero(b.remove_samples)[0])
+    assert b.slice(k, k + 1).remove_samples.tolist() == [True]
+    assert not b.slice(0, k).remove_samples.any()
+    d = b.to_slime_train_data()
+    assert "remove_sample" not in d and "remove_samples" not in d
+    assert d["loss_masks"][k].tolist() == [0] * int(b.response_lengths[k])
+    assert b._stage(pin=False).remove_samples.tolist() == b.remove_samples.tolist()
+
+
+def test_an_output_of_schema_version_2_loads_with_no_removed_sample(sample_out, tmp_path):
+    """An output written before the column: every sample's remove_samples is false (the masks
+    were zeroed then too, so the train data is the same)."""
+    from old_outputs import as_schema_version_2
+
+    old = tmp_path / "old"
+    shutil.copytree(sample_out, old)
+    as_schema_version_2(old)
+    for source in ("arrow", "parquet"):
+        assert _flagged(str(old), source) == [], source
+    for ds, step, shard in _all_shards(str(old)):
+        new, was = open_dataset(sample_out).load(step, shard), ds.load(step, shard, verify=True)
+        assert was.remove_samples.dtype == torch.bool and was.remove_samples.shape == (was.num_samples,)
+        assert torch.equal(was.loss_mask, new.loss_mask)
+        assert was.to_slime_train_data().keys() == new.to_slime_train_data().keys()
+
+
+def test_a_shard_without_remove_sample_in_an_output_of_schema_version_3_is_refused(sample_out, tmp_path):
+    """Only an output of schema version 2 may lack the column: in a version-3 output its absence
+    is damage, named (IntegrityError, exit 4), not read as false."""
+    from rollout_cli.core.schema import train_schema
+
+    out = tmp_path / "out"
+    shutil.copytree(sample_out, out)
+    m = orjson.loads((out / "manifest.json").read_bytes())
+    entry = next(s for s in m["steps"] if s["step"] == 1 and s["split"] == "train")["shards"][0]
+    path = out / entry["path"]
+    v2 = train_schema(False, 2)
+    pq.write_table(pq.read_table(path).select(v2.names).cast(v2), path)
+    entry["bytes"] = path.stat().st_size
+    (out / "manifest.json").write_bytes(orjson.dumps(m))
+    with pytest.raises(IntegrityError, match="column remove_sample is missing") as e:
+        open_dataset(str(out)).load(1, 0, source="parquet")
+    assert e.value.exit_code == 4

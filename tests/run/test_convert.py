@@ -838,3 +838,84 @@ def test_local_resume_copies_where_hard_links_are_refused(tmp_path, monkeypatch)
     # a copy, not a link: the reused file is a file of its own
     assert all(st[0] for st in tree_digest(copied).values())
     assert os_mod.stat(copied / "data" / "step-000001" / "shard-00000-of-00002.parquet").st_nlink == 1
+
+
+# ------------------------------------------------------------------------------ remove_sample
+
+
+def _removed_rows(out) -> list[tuple[int, int, bool, int]]:
+    """(step, rollout_position, remove_sample, loss-mask total) of every train row."""
+    rows = read_rows(out)
+    return sorted((r["step"], r["rollout_position"], r["remove_sample"], sum(r["loss_mask"])) for r in rows)
+
+
+def test_remove_sample_is_a_column_true_where_the_dump_sets_it(sample_data_outputs):
+    """sample_data step 1, sample 10 has remove_sample: true (sample_data/README.md): its row
+    keeps the flag, as slime's Sample does, with its loss mask zeroed; every other row is false."""
+    for fmt, (out, _) in sample_data_outputs.items():
+        rows = _removed_rows(out)
+        assert [(s, p) for s, p, rm, _ in rows if rm] == [(1, 10)], fmt
+        assert all(total == 0 for s, p, rm, total in rows if rm), fmt
+        assert all(total > 0 for s, p, rm, total in rows if (s, p) == (1, 9)), fmt  # a neighbour keeps its mask
+        assert not any(r["remove_sample"] for r in read_rows(out, "eval")), fmt
+
+
+@pytest.mark.parametrize("value, removed", [(True, True), (False, False), (None, False), ("absent", False)])
+def test_remove_sample_values(tmp_path, value, removed):
+    """true keeps the flag and zeroes the mask; false, null and an absent field give false."""
+    s = make_sample(index=0, group_index=0, response_length=3, loss_mask=[1, 0, 1])
+    if value == "absent":
+        del s["remove_sample"]
+    else:
+        s["remove_sample"] = value
+    write_jsonl(tmp_path / "in" / "1.jsonl", [s, make_sample(index=1, group_index=0)])
+    convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts())
+    row = read_rows(tmp_path / "out")[0]
+    assert row["remove_sample"] is removed
+    assert row["loss_mask"] == ([0, 0, 0] if removed else [1, 0, 1])
+
+
+def test_remove_sample_from_nemo_rl_and_prime_rl(tmp_path):
+    """NeMo-RL: a row whose sample_loss_mask is 0; prime-rl (--prime-rl-subset all): an errored
+    trace (status failed). Both are rows with remove_sample true and a zeroed mask."""
+    nemo = tmp_path / "nemo"
+    convert([str(SAMPLE_DATA / "nemo_rl")], str(nemo), _opts())
+    keep = [json.loads(line)["sample_loss_mask"][0] for line in
+            (SAMPLE_DATA / "nemo_rl" / "exp_001" / "train_data_step1.jsonl").read_text().splitlines()]
+    step1 = [r for r in sorted(read_rows(nemo, step=1), key=lambda r: r["rollout_position"])]
+    assert [r["remove_sample"] for r in step1] == [k == 0 for k in keep] and keep.count(0) == 2
+    assert all(sum(r["loss_mask"]) == 0 for r in step1 if r["remove_sample"])
+    assert not any(r["remove_sample"] for r in read_rows(nemo, step=2))
+    prime = tmp_path / "prime"
+    convert([str(SAMPLE_DATA / "prime_rl")], str(prime), _opts(prime_rl_subset="all"))
+    rows = read_rows(prime)
+    assert [(r["step"], r["status"]) for r in rows if r["remove_sample"]] == [(1, "failed")]
+    assert all(sum(r["loss_mask"]) == 0 for r in rows if r["remove_sample"])
+
+
+def test_resume_onto_an_output_of_schema_version_2_is_refused(tmp_path):
+    """The shards of one output share one schema: --resume does not add version-3 steps to a
+    version-2 output. It says so and changes neither the manifest nor a shard; --overwrite
+    reconverts it."""
+    from typer.testing import CliRunner
+
+    from old_outputs import as_schema_version_2
+    from rollout_cli.cli.app import app
+    from rollout_cli.verify.check import verify_output
+
+    src, out = tmp_path / "in", tmp_path / "out"
+    write_jsonl(src / "1.jsonl", [make_sample(index=i, group_index=i // 2, remove_sample=i == 1) for i in range(4)])
+    convert([str(src)], str(out), _opts())
+    as_schema_version_2(out)
+    assert verify_output(str(out))["ok"]
+    write_jsonl(src / "2.jsonl", [make_sample(index=10 + i, group_index=5) for i in range(3)])
+    before = (shard_bytes(out), (out / "manifest.json").read_bytes())
+    res = CliRunner().invoke(app, ["convert", str(src), str(out), "--resume", "--workers", "1", "-q"])
+    assert res.exit_code == 2, res.output
+    assert "schema version 2" in res.output and "remove_sample" in res.output and "--overwrite" in res.output
+    assert (shard_bytes(out), (out / "manifest.json").read_bytes()) == before
+    res = CliRunner().invoke(app, ["convert", str(src), str(out), "--overwrite", "--workers", "1", "-q"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "manifest.json").read_text())["schema_version"] == 3
+    assert verify_output(str(out))["ok"]
+    assert [r["remove_sample"] for r in read_rows(out, step=1)] == [False, True, False, False]

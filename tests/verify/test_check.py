@@ -405,6 +405,88 @@ def test_shard_schema_version_metadata_is_checked(out):
     assert fails(verify_output(str(out))) == {(shard["path"], "schema_version")}
 
 
+# ------------------------------------------------------------------------------- remove_sample
+
+
+def test_a_removed_row_with_a_nonzero_mask_is_caught_with_exit_4(out):
+    """remove_sample true means slime zeroed the loss mask: a row that says so and still trains
+    on tokens is broken (only that row's invariant fails; its sums are untouched)."""
+    m = manifest(out)
+    shard, t, rows = multi_sample_rollout(out, m)
+    r = rows[0]
+    assert sum(t.column("loss_mask")[r].as_py()) > 0 and t.column("remove_sample")[r].as_py() is False
+    rewrite_shard(out, m, shard, set_cell(t, "remove_sample", r, True))
+    res = verify_output(str(out))
+    assert fails(res) == {(shard["path"], "remove_sample")}
+    assert f"row {r}: remove_sample is true but its loss_mask sums to" in res["failures"][0]["detail"]
+    cli = CliRunner().invoke(app, ["verify", str(out)])
+    assert cli.exit_code == ExitCode.INTEGRITY == 4 and "remove_sample" in cli.output
+
+
+def test_the_removed_sample_of_the_sample_data_passes(out):
+    """sample_data step 1, sample 10: remove_sample true and a mask of zeros, as convert wrote it."""
+    m = manifest(out)
+    flagged = [(s["step"], r) for s in m["steps"] for sh in s["shards"]
+               for r in read_shard(out, sh).filter(pa.compute.field("remove_sample")).column("rollout_position").to_pylist()]
+    assert flagged == [(1, 10)]
+    assert verify_output(str(out))["ok"]
+
+
+def test_remove_sample_of_another_type_is_caught(out):
+    m = manifest(out)
+    shard = step_entry(m, 1)["shards"][0]
+    t = read_shard(out, shard)
+    schema = train_schema()
+    i = schema.get_field_index("remove_sample")
+    narrow = schema.set(i, pa.field("remove_sample", pa.int8(), nullable=False))
+    pq.write_table(t.cast(narrow), out / shard["path"])
+    refresh(out, shard)
+    save_manifest(out, m)
+    res = verify_output(str(out))
+    assert fails(res) == {(shard["path"], "schema")}
+    assert "remove_sample: int8 not null, expected bool not null" in res["failures"][0]["detail"]
+
+
+def test_an_output_of_schema_version_2_passes(out):
+    """Outputs written before the remove_sample column (schema version 2) are still verified
+    against the schema of their version, in full and quick mode."""
+    from old_outputs import as_schema_version_2
+
+    as_schema_version_2(out)
+    for quick in (False, True):
+        res = verify_output(str(out), quick=quick)
+        assert res["ok"], res["failures"]
+        assert res["schema_version"] == 2
+
+
+def test_shards_must_carry_the_manifests_schema_version(out):
+    """A version-3 shard in a version-2 output, and a version-2 shard in a version-3 output:
+    each is named (the one output holds one schema)."""
+    from old_outputs import as_schema_version_2
+
+    m = manifest(out)
+    shard = step_entry(m, 2)["shards"][0]
+    t = read_shard(out, shard)
+    v2 = train_schema(False, 2)
+    pq.write_table(t.select(v2.names).cast(v2), out / shard["path"])
+    refresh(out, shard)
+    save_manifest(out, m)
+    res = verify_output(str(out), quick=True)
+    assert fails(res) == {(shard["path"], "schema"), (shard["path"], "schema_version")}
+    assert "missing column remove_sample" in res["failures"][0]["detail"]
+    assert "expected 3 (the manifest's)" in res["failures"][1]["detail"]
+    pq.write_table(t, out / shard["path"])  # back to version 3, the rest made version 2
+    as_schema_version_2(out)
+    m = manifest(out)
+    shard_old = step_entry(m, 2)["shards"][0]
+    pq.write_table(t, out / shard_old["path"])
+    refresh(out, shard_old)
+    save_manifest(out, m)
+    res = verify_output(str(out), quick=True)
+    assert fails(res) == {(shard_old["path"], "schema"), (shard_old["path"], "schema_version")}
+    assert "unexpected column remove_sample" in res["failures"][0]["detail"]
+
+
 # ------------------------------------------------------------------------------- the manifest itself
 
 

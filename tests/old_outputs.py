@@ -1,0 +1,43 @@
+"""Outputs as an earlier rollout-cli wrote them, made from a current one.
+
+`as_schema_version_2(out)` rewrites a converted output in place as schema version 2 wrote it:
+every shard (Parquet and its Arrow IPC copy) without the columns added since
+(core.schema.COLUMNS_SINCE: `remove_sample`), stamped version 2, and the manifest's
+`schema_version` 2 with the shards' new sizes and checksums. The rows are otherwise the ones
+version 2 wrote: a removed sample's loss mask was zeroed then too.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rollout_cli.core.hashing import digest_of, file_digest
+from rollout_cli.core.schema import train_schema
+
+
+def _refresh(out: Path, entry: dict) -> None:
+    alg, _ = digest_of(entry)
+    entry["bytes"] = (out / entry["path"]).stat().st_size
+    entry[alg] = file_digest(str(out / entry["path"]), alg)
+
+
+def as_schema_version_2(out) -> Path:
+    out = Path(out)
+    m = json.loads((out / "manifest.json").read_text())
+    schema = train_schema(bool(m["options"].get("keep_text", False)), 2)
+    assert "remove_sample" not in schema.names
+    for s in m["steps"]:
+        for sh in s["shards"]:
+            t = pq.read_table(out / sh["path"]).select(schema.names).cast(schema)
+            pq.write_table(t, out / sh["path"], compression="zstd")
+            _refresh(out, sh)
+            if sh.get("mmap"):
+                with pa.ipc.new_file(str(out / sh["mmap"]["path"]), schema) as w:
+                    w.write_table(t.combine_chunks())
+                _refresh(out, sh["mmap"])
+    m["schema_version"] = 2
+    (out / "manifest.json").write_text(json.dumps(m, indent=1))
+    return out
