@@ -187,11 +187,30 @@ def print_inspect(result: dict, verbose: bool) -> None:
     if not counts:
         _text(con, "anomalies: none")
         return
-    _text(con, "anomalies: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    items = result["anomalies"] if verbose else result["anomalies"][:TEXT_ANOMALY_LIMIT]
-    _table(con, f"anomalies ({len(items)} of {sum(counts.values())} listed{'' if verbose else '; -v or --json for all kept'})",
+    _text(con, "anomalies by kind: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    items = sorted(result["anomalies"], key=_severity)  # the most severe first, then by step
+    items = items if verbose else items[:TEXT_ANOMALY_LIMIT]
+    total = sum(counts.values())
+    levels = ", ".join(_plural(n, lv) for lv, n in s["anomaly_levels"].items())
+    _table(con, f"{_plural(total, 'anomaly')}: {levels}; {len(items)} listed, most severe first"
+                f"{'' if verbose else ' (-v or --json for all kept)'}",
            ["level", "kind", "step", "where", "message"],
            [[a["level"], a["kind"], a["step"], _where(a["where"]), a["message"]] for a in items], left=3)
+
+
+_LEVEL_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+def _severity(a: dict) -> tuple:
+    """Sort key of an anomaly: level (error, warning, info), then step (none last)."""
+    return _LEVEL_RANK.get(a["level"], len(_LEVEL_RANK)), a["step"] is None, a["step"] or 0
+
+
+def _plural(n: int, word: str) -> str:
+    """'1 error', '2 errors', '3 anomalies'; info is uncounted ('5 info')."""
+    if n == 1 or word == "info":
+        return f"{n} {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
 
 
 def _clip(s: str | None) -> str:

@@ -107,8 +107,8 @@ def _step_summary(sd: StepData, rollouts: int, prompt_groups: int) -> dict:
     }
 
 
-def summary(totals: Totals, table: pa.Table, *, kind: str, split: str, files: int, anomaly_counts: dict, options: Any,
-            group_by: str | None, notes: list[str]) -> dict:
+def summary(totals: Totals, table: pa.Table, *, kind: str, split: str, files: int, anomaly_counts: dict, anomaly_levels: dict,
+            options: Any, group_by: str | None, notes: list[str]) -> dict:
     """The `summary` object of `inspect --json` (docs/inspect.md); groups_total filled in later."""
     n = table.num_rows
     per_step = totals.per_step
@@ -140,6 +140,7 @@ def summary(totals: Totals, table: pa.Table, *, kind: str, split: str, files: in
         },
         "per_step": per_step,
         "anomaly_counts": anomaly_counts,
+        "anomaly_levels": anomaly_levels,
         "options": options,
         "group_by": group_by,
         "groups_total": 0,

@@ -195,6 +195,35 @@ def test_plain_text_when_piped():
     assert "note: 1 eval input file(s) not shown" in r.stderr
 
 
+def test_text_lists_the_most_severe_first(tmp_path):
+    """24 steps of info rows (zero-variance groups) before a step with a warning and an error:
+    the 20 listed rows start with the error and the warning, and the counts line counts every
+    level."""
+    for step in range(1, 25):
+        write_jsonl(tmp_path / f"{step}.jsonl", [sample(0, 0, reward=1.0), sample(1, 0, reward=1.0)])
+    write_jsonl(tmp_path / "25.jsonl", [sample(0, 0, reward=1.0), sample(1, 0, reward=0.0),
+                                        sample(2, 1),  # a one-sample group: a warning
+                                        sample(3, 2, mask=[1, 1]), sample(4, 2)])  # a short loss mask: an error
+    r = invoke(str(tmp_path))
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if " anomalies: " in line)
+    levels = json.loads(invoke(str(tmp_path), "--json").stdout)["summary"]["anomaly_levels"]
+    n_info = levels["info"]
+    assert levels["error"] == 1 and levels["warning"] >= 1 and n_info >= 24
+    total = sum(levels.values())
+    assert lines[at] == (f"{total} anomalies: 1 error, {levels['warning']} warning{'s' if levels['warning'] > 1 else ''}, "
+                         f"{n_info} info; 20 listed, most severe first (-v or --json for all kept)")
+    rows = [line.split()[:3] for line in lines[at + 2:at + 22]]
+    assert rows[0][0] == "error" and rows[0][2] == "25"
+    assert [r[0] for r in rows[1:1 + levels["warning"]]] == ["warning"] * levels["warning"]
+    info_steps = [int(r[2]) for r in rows if r[0] == "info"]
+    assert info_steps == sorted(info_steps)  # by step within a level
+    assert not lines[at + 22].startswith("info")  # 20 rows listed, no more
+    capped = json.loads(invoke(str(tmp_path), "--json", "--max-anomalies", "1").stdout)
+    assert capped["summary"]["anomaly_levels"] == levels and len(capped["anomalies"]) < total  # counted, not kept
+
+
 def test_show_on_dumps_and_converted(converted):
     r = invoke(str(DATA / "jsonl"), "--show", "2:16")
     assert r.exit_code == 0, r.output
