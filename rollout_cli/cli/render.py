@@ -171,11 +171,14 @@ def print_inspect(result: dict, verbose: bool) -> None:
             for p in s["per_step"]], left=1)
     if s["group_by"]:
         gb = s["group_by"]
-        key_h = "step:rollout_id" if gb == "rollout_id" else gb
+        from ..inspect.aggregate import PER_STEP
+
+        per_step = gb in PER_STEP  # keyed [step, id]
+        key_h = f"step:{gb}" if per_step else gb
         mask_h = "rollout_mask_sum" if gb == "rollout_id" else "mask sum"
         rows = []
         for g in result["groups"]:
-            key = f"{g['key'][0]}:{g['key'][1]}" if gb == "rollout_id" else g["key"]
+            key = f"{g['key'][0]}:{_fmt(g['key'][1])}" if per_step else g["key"]
             rows.append([key, g["samples"], g["rollouts"], g["prompt_groups"], g["tokens"],
                          g["rollout_mask_sum"] if gb == "rollout_id" else g["mask_sum"],
                          g["reward_mean"], g["reward_min"], g["reward_max"], g["raw_reward_mean"], g["statuses"]])

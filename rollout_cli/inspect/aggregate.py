@@ -167,8 +167,11 @@ _AGGREGATES = [
 ]
 
 
+PER_STEP = ("rollout_id", "group_index")  # ids that are unique within a step only: grouped per (step, id)
+
+
 def _group_keys(group_by: str) -> list[str]:
-    return ["step", "rollout_id"] if group_by == "rollout_id" else [group_by]
+    return ["step", group_by] if group_by in PER_STEP else [group_by]
 
 
 def _with_group_columns(table: pa.Table) -> pa.Table:
@@ -217,7 +220,7 @@ def _sort_spec(sort: str | None, group_by: str) -> tuple[str, str]:
 
 def _group_view(r: dict, group_by: str) -> dict:
     """One group row as `groups[]` of the JSON shows it."""
-    key = [r["step"], r["rollout_id"]] if group_by == "rollout_id" else r[group_by]
+    key = [r["step"], r[group_by]] if group_by in PER_STEP else r[group_by]
     row: dict[str, Any] = {"key": key, "samples": r["samples"], "rollouts": r["rollouts"], "prompt_groups": r["prompt_groups"],
                            "tokens": r["tokens"], "prompt_tokens": r["prompt_tokens"], "response_tokens": r["response_tokens"],
                            "mask_sum": r["mask_sum"]}

@@ -85,7 +85,7 @@ def test_other_group_keys_on_every_format(fmt):
     by_step = inspect_json(str(DATA / fmt), "--group-by", "step")["groups"]
     assert [(g["key"], g["samples"], g["rollouts"], g["prompt_groups"]) for g in by_step] == [(1, 16, 16, 4), (2, 15, 8, 4), (3, 15, 11, 4)]
     by_group = inspect_json(str(DATA / fmt), "--group-by", "group_index")["groups"]
-    assert [g["key"] for g in by_group] == list(range(12))
+    assert [g["key"] for g in by_group] == [[1 + gi // 4, gi] for gi in range(12)]  # per step: [step, group_index]
     assert [g["samples"] for g in by_group] == [4, 4, 4, 4, 5, 3, 5, 2, 4, 4, 4, 3]
     assert [g["rollouts"] for g in by_group] == [4, 4, 4, 4, 2, 2, 2, 2, 4, 2, 4, 1]
     assert by_group[1]["reward_min"] == by_group[1]["reward_max"] == 0.0  # zero variance
@@ -95,6 +95,23 @@ def test_other_group_keys_on_every_format(fmt):
     assert sum(g["samples"] for g in by_source) == 46
     ev = inspect_json(str(DATA / fmt), "--split", "eval", "--group-by", "rollout_id")
     assert [g["key"] for g in ev["groups"]] == [[3, i] for i in range(7)]
+
+
+def test_group_index_groups_are_per_step(tmp_path):
+    """Prompt-group ids that restart every step (NeMo-RL's renumbering, per-step JSONL ids) are
+    separate groups, keyed [step, group_index] as rollout ids are; the table shows STEP:ID."""
+    for step in (1, 2):
+        write_jsonl(tmp_path / f"{step}.jsonl", [sample(0, 0, reward=0.0), sample(1, 0, reward=1.0),
+                                                 sample(2, 1, reward=0.0), sample(3, 1, reward=float(step))])
+    d = inspect_json(str(tmp_path), "--group-by", "group_index")
+    assert [(g["key"], g["samples"], g["prompt_groups"]) for g in d["groups"]] == [
+        ([1, 0], 2, 1), ([1, 1], 2, 1), ([2, 0], 2, 1), ([2, 1], 2, 1)]
+    assert d["summary"]["groups_total"] == 4
+    assert d["groups"][3]["raw_reward_max"] == 2.0 and d["groups"][1]["raw_reward_max"] == 1.0
+    r = invoke(str(tmp_path), "--group-by", "group_index")
+    assert r.exit_code == 0, r.output
+    assert "by group_index: 4 group(s)" in r.stdout and "step:group_index" in r.stdout
+    assert [line.split()[0] for line in r.stdout.splitlines() if line[:2] in ("1:", "2:")] == ["1:0", "1:1", "2:0", "2:1"]
 
 
 @pytest.mark.parametrize("group_by", ["rollout_id", "group_index", "step", "status", "source_name"])
@@ -121,7 +138,7 @@ def test_limit_and_sort():
     assert len(d["groups"]) == 2 and d["summary"]["groups_total"] == 35
     assert d["groups"][0]["tokens"] >= d["groups"][1]["tokens"]
     d = inspect_json(str(DATA / "jsonl"), "--group-by", "group_index", "--sort", "key:desc")
-    assert [g["key"] for g in d["groups"]] == list(range(11, -1, -1))
+    assert [g["key"] for g in d["groups"]] == [[1 + gi // 4, gi] for gi in range(11, -1, -1)]
 
 
 def test_options_reach_the_pipeline():
