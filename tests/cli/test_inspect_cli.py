@@ -273,6 +273,27 @@ def test_exit_codes(tmp_path, converted):
     assert invoke(str(bad_pq)).exit_code == 3
 
 
+def test_unfinished_output_says_what_it_is_and_what_to_run(tmp_path):
+    """An output folder holding only an interrupted run: not 'no input files found', but what it
+    is and the two ways on."""
+    from conftest import copts
+    from rollout_cli.run.convert import convert
+
+    def stop(what, done, total):
+        if done >= 1:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        convert([str(DATA / "jsonl")], str(out), copts(), progress=stop)
+    assert not (out / "manifest.json").exists() and (out / ".staging").is_dir()
+    r = invoke(str(out), "--json")
+    assert r.exit_code == 2
+    msg = json.loads(r.stdout)["message"]
+    assert "no input files found" not in msg
+    assert f"{out}: an unfinished conversion" in msg and "--resume" in msg and "--overwrite" in msg
+
+
 def _fanout_dump(tmp_path, sibling_rewards=(1.0, 1.0, 1.0)):
     """Group 0: rollout 10 with three samples, rollout 11 with one (reward 0); group 1: no fan-out."""
     rows = [sample(i, 0, rid=10, reward=r) for i, r in enumerate(sibling_rewards)]
