@@ -800,3 +800,19 @@ def test_an_object_store_output_loads_as_the_local_one(s3, sample_out):
     storage.delete_file(ipc)
     with pytest.warns(RuntimeWarning, match="reading Parquet instead"):
         assert remote.load(remote.steps[0], 1).num_samples == local.load(local.steps[0], 1).num_samples
+
+
+def test_without_torch_the_error_names_the_extra():
+    """torch is an extra: the loader's import, with torch missing, says what to install."""
+    import subprocess
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import rollout_cli\n"
+            "try:\n"
+            "    rollout_cli.open_dataset\n"
+            "except ModuleNotFoundError as e:\n"
+            "    print(e.name); print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    name, message = p.stdout.splitlines()
+    assert name == "torch" and "pip install 'rollout-cli[torch]'" in message
