@@ -191,7 +191,10 @@ def print_inspect(result: dict, verbose: bool) -> None:
         _text(con, "anomalies: none")
         return
     _text(con, "anomalies by kind: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    items = sorted(result["anomalies"], key=_severity)  # the most severe first, then by step
+    from ..inspect.anomalies import LEVELS
+
+    rank = {lv: k for k, lv in enumerate(LEVELS)}  # the most severe first, then by step (none last)
+    items = sorted(result["anomalies"], key=lambda a: (rank.get(a["level"], len(rank)), a["step"] is None, a["step"] or 0))
     items = items if verbose else items[:TEXT_ANOMALY_LIMIT]
     total = sum(counts.values())
     levels = ", ".join(_plural(n, lv) for lv, n in s["anomaly_levels"].items())
@@ -199,14 +202,6 @@ def print_inspect(result: dict, verbose: bool) -> None:
                 f"{'' if verbose else ' (-v or --json for all kept)'}",
            ["level", "kind", "step", "where", "message"],
            [[a["level"], a["kind"], a["step"], _where(a["where"]), a["message"]] for a in items], left=3)
-
-
-_LEVEL_RANK = {"error": 0, "warning": 1, "info": 2}
-
-
-def _severity(a: dict) -> tuple:
-    """Sort key of an anomaly: level (error, warning, info), then step (none last)."""
-    return _LEVEL_RANK.get(a["level"], len(_LEVEL_RANK)), a["step"] is None, a["step"] or 0
 
 
 def _plural(n: int, word: str) -> str:
