@@ -239,6 +239,7 @@ def generate(a) -> Stats:
 
 def main(argv=None):
     a = parse_args(argv)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     t0 = time.perf_counter()
     st = generate(a)
     dt = time.perf_counter() - t0

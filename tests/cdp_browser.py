@@ -115,8 +115,9 @@ class Browser:
                 self.events.append(msg)
         raise TimeoutError(method)
 
-    def open(self, path: Path) -> str:
-        url = Path(path).resolve().as_uri()
+    def open(self, path: Path, fragment: str | None = None) -> str:
+        """Load a local file (at `#fragment` when given, as a permalink opens it); returns its URL."""
+        url = Path(path).resolve().as_uri() + (f"#{fragment}" if fragment else "")
         self.events.clear()
         self.call("Page.navigate", url=url)
         self.wait_event("Page.loadEventFired")

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from .audit import audit_cmd
+from .common import JsonUsageErrors
 from .convert import convert
 from .helpfmt import FittedCommand, FittedGroup
 from .export import export_cmd
@@ -17,8 +18,12 @@ from .inspect import inspect_cmd
 from .report import report_cmd
 from .verify import verify
 
+class RootGroup(JsonUsageErrors, FittedGroup):
+    """The root command: help laid out to fit, usage errors as JSON under --json."""
+
+
 app = typer.Typer(
-    cls=FittedGroup,
+    cls=RootGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Convert RL rollout sample dumps (slime .pt, JSONL, Parquet) into sharded train-data Parquet.\n\n"

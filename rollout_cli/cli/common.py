@@ -9,10 +9,58 @@ from typing import Callable, NoReturn, TypeVar
 
 import typer
 
+try:  # typer 0.28 carries its own copy of click; earlier versions use click itself
+    from typer._click.exceptions import UsageError as ClickUsageError
+except ImportError:  # pragma: no cover
+    from click.exceptions import UsageError as ClickUsageError
+
 from ..core.errors import ExitCode, RolloutCliError
 from .render import err_console
 
 T = TypeVar("T")
+_JSON = "rollout_cli.json"  # Context.meta key: --json is on the command line
+
+
+def wants_json(args) -> bool:
+    """--json among the options of a command line (not after `--`)."""
+    for a in args:
+        if a == "--":
+            return False
+        if a == "--json":
+            return True
+    return False
+
+
+def print_usage_error(e: ClickUsageError) -> None:
+    """The JSON object of a command-line mistake (unknown option, bad value, missing argument),
+    on stdout as every other error's: the usage text goes to stderr as without --json."""
+    print(json.dumps({"error": "UsageError", "message": e.format_message(), "exit_code": int(ExitCode.USAGE)}))
+    sys.stdout.flush()
+
+
+class JsonUsageErrors:
+    """A click group mixin: under --json, a usage error that click finds while parsing the
+    group's or a command's arguments is printed as the one JSON object as well (typer then
+    prints its usage text to stderr and exits 2)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        as_json = wants_json(args)
+        try:
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+        except ClickUsageError as e:
+            if as_json:
+                print_usage_error(e)
+            raise
+        ctx.meta[_JSON] = as_json
+        return ctx
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ClickUsageError as e:
+            if ctx.meta.get(_JSON):
+                print_usage_error(e)
+            raise
 
 
 def report(e: RolloutCliError, as_json: bool) -> NoReturn:

@@ -20,7 +20,7 @@ R = o.RULES
 
 GroupByOpt = Annotated[Optional[GroupBy], typer.Option(
     "--group-by", metavar="KEY", rich_help_panel=o.VIEW,
-    help=f"One row per group: {o.one_of(GroupBy)}; rollout_id groups are per (step, rollout_id).")]
+    help=f"One row per group: {o.one_of(GroupBy)}; rollout_id and group_index groups are per step (STEP:ID).")]
 Limit = Annotated[Optional[int], typer.Option(
     "--limit", metavar="N", rich_help_panel=o.VIEW,
     help=f"Show at most N groups (default: all with --json, {TEXT_GROUP_LIMIT} in tables; 0: all).")]

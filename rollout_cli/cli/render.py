@@ -171,11 +171,14 @@ def print_inspect(result: dict, verbose: bool) -> None:
             for p in s["per_step"]], left=1)
     if s["group_by"]:
         gb = s["group_by"]
-        key_h = "step:rollout_id" if gb == "rollout_id" else gb
+        from ..inspect.aggregate import PER_STEP
+
+        per_step = gb in PER_STEP  # keyed [step, id]
+        key_h = f"step:{gb}" if per_step else gb
         mask_h = "rollout_mask_sum" if gb == "rollout_id" else "mask sum"
         rows = []
         for g in result["groups"]:
-            key = f"{g['key'][0]}:{g['key'][1]}" if gb == "rollout_id" else g["key"]
+            key = f"{g['key'][0]}:{_fmt(g['key'][1])}" if per_step else g["key"]
             rows.append([key, g["samples"], g["rollouts"], g["prompt_groups"], g["tokens"],
                          g["rollout_mask_sum"] if gb == "rollout_id" else g["mask_sum"],
                          g["reward_mean"], g["reward_min"], g["reward_max"], g["raw_reward_mean"], g["statuses"]])
@@ -187,11 +190,25 @@ def print_inspect(result: dict, verbose: bool) -> None:
     if not counts:
         _text(con, "anomalies: none")
         return
-    _text(con, "anomalies: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    items = result["anomalies"] if verbose else result["anomalies"][:TEXT_ANOMALY_LIMIT]
-    _table(con, f"anomalies ({len(items)} of {sum(counts.values())} listed{'' if verbose else '; -v or --json for all kept'})",
+    _text(con, "anomalies by kind: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    from ..inspect.anomalies import LEVELS
+
+    rank = {lv: k for k, lv in enumerate(LEVELS)}  # the most severe first, then by step (none last)
+    items = sorted(result["anomalies"], key=lambda a: (rank.get(a["level"], len(rank)), a["step"] is None, a["step"] or 0))
+    items = items if verbose else items[:TEXT_ANOMALY_LIMIT]
+    total = sum(counts.values())
+    levels = ", ".join(_plural(n, lv) for lv, n in s["anomaly_levels"].items())
+    _table(con, f"{_plural(total, 'anomaly')}: {levels}; {len(items)} listed, most severe first"
+                f"{'' if verbose else ' (-v or --json for all kept)'}",
            ["level", "kind", "step", "where", "message"],
            [[a["level"], a["kind"], a["step"], _where(a["where"]), a["message"]] for a in items], left=3)
+
+
+def _plural(n: int, word: str) -> str:
+    """'1 error', '2 errors', '3 anomalies'; info is uncounted ('5 info')."""
+    if n == 1 or word == "info":
+        return f"{n} {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
 
 
 def _clip(s: str | None) -> str:

@@ -107,8 +107,8 @@ def _step_summary(sd: StepData, rollouts: int, prompt_groups: int) -> dict:
     }
 
 
-def summary(totals: Totals, table: pa.Table, *, kind: str, split: str, files: int, anomaly_counts: dict, options: Any,
-            group_by: str | None, notes: list[str]) -> dict:
+def summary(totals: Totals, table: pa.Table, *, kind: str, split: str, files: int, anomaly_counts: dict, anomaly_levels: dict,
+            options: Any, group_by: str | None, notes: list[str]) -> dict:
     """The `summary` object of `inspect --json` (docs/inspect.md); groups_total filled in later."""
     n = table.num_rows
     per_step = totals.per_step
@@ -140,6 +140,7 @@ def summary(totals: Totals, table: pa.Table, *, kind: str, split: str, files: in
         },
         "per_step": per_step,
         "anomaly_counts": anomaly_counts,
+        "anomaly_levels": anomaly_levels,
         "options": options,
         "group_by": group_by,
         "groups_total": 0,
@@ -166,8 +167,11 @@ _AGGREGATES = [
 ]
 
 
+PER_STEP = ("rollout_id", "group_index")  # ids that are unique within a step only: grouped per (step, id)
+
+
 def _group_keys(group_by: str) -> list[str]:
-    return ["step", "rollout_id"] if group_by == "rollout_id" else [group_by]
+    return ["step", group_by] if group_by in PER_STEP else [group_by]
 
 
 def _with_group_columns(table: pa.Table) -> pa.Table:
@@ -216,7 +220,7 @@ def _sort_spec(sort: str | None, group_by: str) -> tuple[str, str]:
 
 def _group_view(r: dict, group_by: str) -> dict:
     """One group row as `groups[]` of the JSON shows it."""
-    key = [r["step"], r["rollout_id"]] if group_by == "rollout_id" else r[group_by]
+    key = [r["step"], r[group_by]] if group_by in PER_STEP else r[group_by]
     row: dict[str, Any] = {"key": key, "samples": r["samples"], "rollouts": r["rollouts"], "prompt_groups": r["prompt_groups"],
                            "tokens": r["tokens"], "prompt_tokens": r["prompt_tokens"], "response_tokens": r["response_tokens"],
                            "mask_sum": r["mask_sum"]}

@@ -28,6 +28,7 @@ ANOMALY_KINDS = (
     "fanout_baseline_shift",
     "sibling_reward_mismatch",
 )
+LEVELS = ("error", "warning", "info")  # most severe first
 _LOC_RE = re.compile(r"^(?P<file>.*):(?P<kind>line|row|sample) (?P<n>-?\d+)$")
 
 
@@ -38,9 +39,11 @@ class Anomalies:
         self.cap = cap
         self.items: list[dict] = []
         self.counts: Counter = Counter()
+        self.levels: Counter = Counter()
 
     def add(self, kind: str, level: str, split: str, step: int | None, message: str, where: list[dict], **extra) -> None:
         self.counts[kind] += 1
+        self.levels[level] += 1
         if self.cap is not None and self.counts[kind] > self.cap:
             return
         rec: dict[str, Any] = {"kind": kind, "level": level, "split": split, "step": step}
@@ -60,6 +63,11 @@ class Anomalies:
         return {k: self.counts[k] for k in ANOMALY_KINDS if self.counts[k]} | {
             k: v for k, v in sorted(self.counts.items()) if k not in ANOMALY_KINDS
         }
+
+
+    def level_dict(self) -> dict:
+        """Every anomaly counted by level, most severe first (zeros included)."""
+        return {lv: self.levels[lv] for lv in LEVELS} | {k: v for k, v in sorted(self.levels.items()) if k not in LEVELS}
 
 
 def loc_dict(loc: Location | str) -> dict:

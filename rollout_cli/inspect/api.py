@@ -47,7 +47,7 @@ def inspect_paths(
             each_step(sd)
     table = totals.table()
     s = summary(totals, table, kind=src.kind, split=opts.split, files=_files(src, totals, opts.split),
-                anomaly_counts=anomalies.count_dict(), options=_options(src, opts, notes), group_by=group_by, notes=notes)
+                anomaly_counts=anomalies.count_dict(), anomaly_levels=anomalies.level_dict(), options=_options(src, opts, notes), group_by=group_by, notes=notes)
     rows: list[dict] = []
     if group_by:
         rows, s["groups_total"] = groups(table, group_by, sort, limit)

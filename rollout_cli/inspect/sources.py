@@ -50,8 +50,25 @@ def resolve(paths: list[str], opts: InspectOptions) -> Sources:
     src = Sources("dumps", units=[u for u in units if u.input.split == opts.split], notes=notes)
     src.other_split = len(units) - len(src.units)
     if not units:
+        for p in paths:
+            if _interrupted(p):
+                raise UsageError(
+                    f"{p}: an unfinished conversion (no {layout.MANIFEST} yet: interrupted, or still running), so nothing "
+                    f"to inspect; finish it with `rollout-cli convert INPUT... {p} --resume` (the same inputs and options), "
+                    f"or start over with `--overwrite`; inspect the dumps themselves meanwhile")
         raise UsageError("no input files found (expected .pt, .jsonl, .jsonl.gz, .jsonl.zst, .parquet, or a converted output folder)")
     return src
+
+
+def _interrupted(path: str) -> bool:
+    """An output folder of a conversion that has not committed (its staging area, no manifest)."""
+    if path == "-":
+        return False
+    if storage.is_uri(path):
+        from ..output.commit import state
+
+        return state(path) == "interrupted"
+    return os.path.isdir(os.path.join(path, layout.STAGING)) and not layout.is_output(path)
 
 
 def _is_train_rows(path: str) -> bool:

@@ -34,8 +34,14 @@ from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
-import torch
-from torch.utils.data import IterableDataset, get_worker_info
+try:
+    import torch
+    from torch.utils.data import IterableDataset, get_worker_info
+except ModuleNotFoundError as e:  # torch is an extra: say which
+    if e.name != "torch":
+        raise
+    raise ModuleNotFoundError("the loader (open_dataset, PackedBatch, RankDataset) hands out torch tensors and needs "
+                              "torch: pip install 'rollout-cli[torch]'", name="torch") from None
 
 from ..core import layout, storage
 from ..output import manifest as manifest_mod

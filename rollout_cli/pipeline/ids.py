@@ -46,6 +46,23 @@ def reused_ids(id_state: np.ndarray, explicit: np.ndarray, group_index: list) ->
     return {v: gs for v, gs in groups_of.items() if len(gs) > 1}
 
 
+def places(locs: list[Location], cap: int = 12) -> str:
+    """Locations said once per file: 'a.jsonl:line 1, 2, 5; b.jsonl:line 3', at most `cap`
+    numbers per file, then how many more."""
+    by_file: dict[tuple, list] = {}
+    for loc in locs:
+        by_file.setdefault((loc.file, loc.kind), []).append(loc.number)
+    parts = []
+    for (file, kind), numbers in by_file.items():
+        numbers = [n for n in numbers if n is not None]
+        if not numbers:
+            parts.append(file)
+            continue
+        more = f" and {len(numbers) - cap} more" if len(numbers) > cap else ""
+        parts.append(f"{file}:{kind} {', '.join(str(n) for n in numbers[:cap])}{more}")
+    return "; ".join(parts)
+
+
 def assign_ids(
     id_state: np.ndarray,
     explicit: np.ndarray,
@@ -65,14 +82,17 @@ def assign_ids(
     if conflicts and scope == "strict":
         for v, gs in conflicts.items():
             members = [i for i in np.flatnonzero(is_explicit & (ids == v)).tolist()]
-            shown = ", ".join(str(where(i)) if where else str(i) for i in members[:4])
+            locs = [where(i) if where else Location("?", "sample", i) for i in members]
             msg = (
-                f"explicit id {v} is used by samples of different prompt groups "
-                f"{', '.join('null' if g is None else str(g) for g in gs)} ({shown}); two executions may have reused it. "
+                f"explicit id {v} is used by {len(members)} samples of different prompt groups "
+                f"{', '.join('null' if g is None else str(g) for g in gs)} ({places(locs)}); two executions may have reused it. "
                 "Pass --rollout-id-scope step to merge them as slime does, or --rollout-id-scope group to keep them apart"
             )
-            for i in members:
-                problems.append((i, Problem(where(i) if where else Location("?"), "rollout_id", msg)))
+            # said once, at the first sample; its siblings in the conflict point there
+            see = f"explicit id {v} is used by samples of different prompt groups: see "
+            for k, (i, loc) in enumerate(zip(members, locs)):
+                first = locs[0] if loc.file != locs[0].file or locs[0].number is None else f"{locs[0].kind} {locs[0].number}"
+                problems.append((i, Problem(loc if where else Location("?"), "rollout_id", msg if k == 0 else f"{see}{first}")))
     if conflicts and scope == "group":
         # later (group, id) keys of a reused value are remapped like missing ids
         remap = np.zeros(n, dtype=bool)

@@ -185,6 +185,26 @@ def test_pairs_by_payload_step_not_name(tmp_path):
     assert r["divergences"] == [] and r["steps"][0]["step"] == 3
 
 
+def test_a_prime_rl_run_says_it_has_no_trainer_dumps():
+    """prime-rl writes nothing the train side reads: the error says so and what auditing it
+    would take, not 'train steps none'."""
+    run = Path(__file__).resolve().parents[2] / "sample_data" / "prime_rl" / "outputs" / "run"
+    with pytest.raises(InvalidInputError) as e:
+        audit_paths([str(run)], [str(run)])
+    msg = str(e.value)
+    assert "train steps none" not in msg
+    assert f"no train dump under --train {run} (rollout steps [1, 2])" in msg
+    assert "prime-rl writes no trainer dump rollout-cli reads" in msg and "Other readers of the train side" in msg
+
+
+def test_no_train_dump_of_slime_names_what_audit_reads(tmp_path):
+    T.write_rollout(tmp_path / "r", T.rollout_samples(3), 3, "pt")
+    (tmp_path / "t").mkdir()
+    with pytest.raises(InvalidInputError, match=r"no train dump under --train .*--save-debug-train-data") as e:
+        audit_paths([str(tmp_path / "r")], [str(tmp_path / "t")])
+    assert "prime-rl" not in str(e.value)
+
+
 def test_another_steps_train_dump_is_invalid_input(tmp_path):
     T.write_rollout(tmp_path / "r", T.rollout_samples(3), 3, "pt")
     T.write_train(tmp_path / "t", T.rollout_samples(5), 5, n=N, rbs=PROMPTS)

@@ -115,6 +115,18 @@ def test_exit_3_names_file_line_and_field(tmp_path):
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_reused_id_is_explained_once(tmp_path):
+    """One explicit id on 15 samples of 5 prompt groups: the explanation once, naming the places."""
+    samples = [make_sample(index=i, group_index=i // 3, rollout_id=7) for i in range(15)]
+    inp = write_jsonl(tmp_path / "in" / "1.jsonl", samples)
+    r = _invoke(["convert", str(inp), str(tmp_path / "out"), *FAST])
+    assert r.exit_code == 3, r.output
+    assert r.stderr.count("--rollout-id-scope step") == 1
+    assert f"{inp}:line 1, 2, 3" in r.stderr and "15 samples of different prompt groups 0, 1, 2, 3, 4" in r.stderr
+    others = r.stderr.splitlines()[1:]
+    assert len(others) == 14 and all(line.endswith("different prompt groups: see line 1") for line in others)
+
+
 def test_exit_3_json_error(tmp_path):
     inp = _bad_input(tmp_path)
     r = _invoke(["convert", str(inp), str(tmp_path / "out"), "--json", *FAST])

@@ -85,7 +85,7 @@ def test_other_group_keys_on_every_format(fmt):
     by_step = inspect_json(str(DATA / fmt), "--group-by", "step")["groups"]
     assert [(g["key"], g["samples"], g["rollouts"], g["prompt_groups"]) for g in by_step] == [(1, 16, 16, 4), (2, 15, 8, 4), (3, 15, 11, 4)]
     by_group = inspect_json(str(DATA / fmt), "--group-by", "group_index")["groups"]
-    assert [g["key"] for g in by_group] == list(range(12))
+    assert [g["key"] for g in by_group] == [[1 + gi // 4, gi] for gi in range(12)]  # per step: [step, group_index]
     assert [g["samples"] for g in by_group] == [4, 4, 4, 4, 5, 3, 5, 2, 4, 4, 4, 3]
     assert [g["rollouts"] for g in by_group] == [4, 4, 4, 4, 2, 2, 2, 2, 4, 2, 4, 1]
     assert by_group[1]["reward_min"] == by_group[1]["reward_max"] == 0.0  # zero variance
@@ -95,6 +95,23 @@ def test_other_group_keys_on_every_format(fmt):
     assert sum(g["samples"] for g in by_source) == 46
     ev = inspect_json(str(DATA / fmt), "--split", "eval", "--group-by", "rollout_id")
     assert [g["key"] for g in ev["groups"]] == [[3, i] for i in range(7)]
+
+
+def test_group_index_groups_are_per_step(tmp_path):
+    """Prompt-group ids that restart every step (NeMo-RL's renumbering, per-step JSONL ids) are
+    separate groups, keyed [step, group_index] as rollout ids are; the table shows STEP:ID."""
+    for step in (1, 2):
+        write_jsonl(tmp_path / f"{step}.jsonl", [sample(0, 0, reward=0.0), sample(1, 0, reward=1.0),
+                                                 sample(2, 1, reward=0.0), sample(3, 1, reward=float(step))])
+    d = inspect_json(str(tmp_path), "--group-by", "group_index")
+    assert [(g["key"], g["samples"], g["prompt_groups"]) for g in d["groups"]] == [
+        ([1, 0], 2, 1), ([1, 1], 2, 1), ([2, 0], 2, 1), ([2, 1], 2, 1)]
+    assert d["summary"]["groups_total"] == 4
+    assert d["groups"][3]["raw_reward_max"] == 2.0 and d["groups"][1]["raw_reward_max"] == 1.0
+    r = invoke(str(tmp_path), "--group-by", "group_index")
+    assert r.exit_code == 0, r.output
+    assert "by group_index: 4 group(s)" in r.stdout and "step:group_index" in r.stdout
+    assert [line.split()[0] for line in r.stdout.splitlines() if line[:2] in ("1:", "2:")] == ["1:0", "1:1", "2:0", "2:1"]
 
 
 @pytest.mark.parametrize("group_by", ["rollout_id", "group_index", "step", "status", "source_name"])
@@ -121,7 +138,7 @@ def test_limit_and_sort():
     assert len(d["groups"]) == 2 and d["summary"]["groups_total"] == 35
     assert d["groups"][0]["tokens"] >= d["groups"][1]["tokens"]
     d = inspect_json(str(DATA / "jsonl"), "--group-by", "group_index", "--sort", "key:desc")
-    assert [g["key"] for g in d["groups"]] == list(range(11, -1, -1))
+    assert [g["key"] for g in d["groups"]] == [[1 + gi // 4, gi] for gi in range(11, -1, -1)]
 
 
 def test_options_reach_the_pipeline():
@@ -195,6 +212,35 @@ def test_plain_text_when_piped():
     assert "note: 1 eval input file(s) not shown" in r.stderr
 
 
+def test_text_lists_the_most_severe_first(tmp_path):
+    """24 steps of info rows (zero-variance groups) before a step with a warning and an error:
+    the 20 listed rows start with the error and the warning, and the counts line counts every
+    level."""
+    for step in range(1, 25):
+        write_jsonl(tmp_path / f"{step}.jsonl", [sample(0, 0, reward=1.0), sample(1, 0, reward=1.0)])
+    write_jsonl(tmp_path / "25.jsonl", [sample(0, 0, reward=1.0), sample(1, 0, reward=0.0),
+                                        sample(2, 1),  # a one-sample group: a warning
+                                        sample(3, 2, mask=[1, 1]), sample(4, 2)])  # a short loss mask: an error
+    r = invoke(str(tmp_path))
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if " anomalies: " in line)
+    levels = json.loads(invoke(str(tmp_path), "--json").stdout)["summary"]["anomaly_levels"]
+    n_info = levels["info"]
+    assert levels["error"] == 1 and levels["warning"] >= 1 and n_info >= 24
+    total = sum(levels.values())
+    assert lines[at] == (f"{total} anomalies: 1 error, {levels['warning']} warning{'s' if levels['warning'] > 1 else ''}, "
+                         f"{n_info} info; 20 listed, most severe first (-v or --json for all kept)")
+    rows = [line.split()[:3] for line in lines[at + 2:at + 22]]
+    assert rows[0][0] == "error" and rows[0][2] == "25"
+    assert [r[0] for r in rows[1:1 + levels["warning"]]] == ["warning"] * levels["warning"]
+    info_steps = [int(r[2]) for r in rows if r[0] == "info"]
+    assert info_steps == sorted(info_steps)  # by step within a level
+    assert not lines[at + 22].startswith("info")  # 20 rows listed, no more
+    capped = json.loads(invoke(str(tmp_path), "--json", "--max-anomalies", "1").stdout)
+    assert capped["summary"]["anomaly_levels"] == levels and len(capped["anomalies"]) < total  # counted, not kept
+
+
 def test_show_on_dumps_and_converted(converted):
     r = invoke(str(DATA / "jsonl"), "--show", "2:16")
     assert r.exit_code == 0, r.output
@@ -235,6 +281,27 @@ def test_exit_codes(tmp_path, converted):
     bad_pq = tmp_path / "2.parquet"
     bad_pq.write_bytes(b"PAR1 broken")
     assert invoke(str(bad_pq)).exit_code == 3
+
+
+def test_unfinished_output_says_what_it_is_and_what_to_run(tmp_path):
+    """An output folder holding only an interrupted run: not 'no input files found', but what it
+    is and the two ways on."""
+    from conftest import copts
+    from rollout_cli.run.convert import convert
+
+    def stop(what, done, total):
+        if done >= 1:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        convert([str(DATA / "jsonl")], str(out), copts(), progress=stop)
+    assert not (out / "manifest.json").exists() and (out / ".staging").is_dir()
+    r = invoke(str(out), "--json")
+    assert r.exit_code == 2
+    msg = json.loads(r.stdout)["message"]
+    assert "no input files found" not in msg
+    assert f"{out}: an unfinished conversion" in msg and "--resume" in msg and "--overwrite" in msg
 
 
 def _fanout_dump(tmp_path, sibling_rewards=(1.0, 1.0, 1.0)):

@@ -195,12 +195,14 @@ def test_convert_run_folder_without_a_flag_then_inspect_and_verify(tmp_path):
     assert summary["prompt_groups"] == len({e["group"]["id"] for e in effective}) == 4
     assert summary["samples"] == 15 and summary["samples_per_rollout"] == {"1": 11, "2": 2}
     r = runner.invoke(app, ["inspect", str(RUN), "--json", "--group-by", "group_index"])
-    shown = {g["key"]: g["rollouts"] for g in json.loads(r.stdout)["groups"]}
-    written: dict[int, int] = {}
-    for e in effective:
-        key = prime_rl.string_id(e["group"]["id"])
-        written[key] = written.get(key, 0) + 1
-    assert shown == written  # a prompt group per group id, a rollout per episode
+    shown = {tuple(g["key"]): g["rollouts"] for g in json.loads(r.stdout)["groups"]}
+    written: dict[tuple, int] = {}
+    for p in sorted(RUN.glob("rollouts/step_*/train/effective/traces.jsonl")):
+        step = int(p.parts[-4].split("_")[1])
+        for line in p.read_bytes().splitlines():
+            key = (step, prime_rl.string_id(orjson.loads(line)["group"]["id"]))
+            written[key] = written.get(key, 0) + 1
+    assert shown == written  # a prompt group per (step, group id), a rollout per episode
     r = runner.invoke(app, ["inspect", str(RUN), "--json", "--prime-rl-subset", "all"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)["summary"]

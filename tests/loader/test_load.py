@@ -872,3 +872,17 @@ def test_a_shard_without_remove_sample_in_an_output_of_schema_version_3_is_refus
     with pytest.raises(IntegrityError, match="column remove_sample is missing") as e:
         open_dataset(str(out)).load(1, 0, source="parquet")
     assert e.value.exit_code == 4
+def test_without_torch_the_error_names_the_extra():
+    """torch is an extra: the loader's import, with torch missing, says what to install."""
+    import subprocess
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import rollout_cli\n"
+            "try:\n"
+            "    rollout_cli.open_dataset\n"
+            "except ModuleNotFoundError as e:\n"
+            "    print(e.name); print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    name, message = p.stdout.splitlines()
+    assert name == "torch" and "pip install 'rollout-cli[torch]'" in message

@@ -94,10 +94,24 @@ def test_strict_conflict_is_an_error_naming_id_groups_and_file():
     for i, p in r.problems:
         assert p.field == "rollout_id"
         assert p.location == _where(i)
-        assert "5" in p.message
-        assert "0" in p.message and "1" in p.message  # both prompt groups named
-        assert "steps/4.jsonl:line 2" in p.message and "steps/4.jsonl:line 5" in p.message
-        assert "--rollout-id-scope" in p.message
+        assert "explicit id 5 " in p.message
+    first = r.problems[0][1].message  # said once, at the first sample
+    assert "prompt groups 0, 1" in first  # both prompt groups named
+    assert "steps/4.jsonl:line 2, 3, 5" in first
+    assert "--rollout-id-scope" in first
+    for _, p in r.problems[1:]:  # its siblings point there
+        assert p.message.endswith("see line 2") and "--rollout-id-scope" not in p.message
+
+
+def test_strict_conflict_is_said_once_with_every_place():
+    """15 samples of one id in 5 prompt groups: one sentence naming the places, not 15 copies."""
+    r = _assign([7] * 15, groups=[i // 3 for i in range(15)], scope="strict")
+    assert len(r.problems) == 15
+    messages = [p.message for _, p in r.problems]
+    assert sum("--rollout-id-scope step" in m for m in messages) == 1
+    assert "15 samples of different prompt groups 0, 1, 2, 3, 4" in messages[0]
+    assert "steps/4.jsonl:line 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 and 3 more" in messages[0]
+    assert all(len(m) < 100 for m in messages[1:])
 
 
 def test_strict_same_group_siblings_are_fine():

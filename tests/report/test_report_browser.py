@@ -17,15 +17,20 @@ PLOTS = ["plot-reward", "plot-length", "plot-rates", "plot-spr", "dist-length", 
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
+def report_file(tmp_path_factory):
     if find_browser() is None:
         pytest.fail("no Chromium on PATH: apt-get install chromium (the browser test is required, not optional)")
     out = tmp_path_factory.mktemp("report") / "report.html"
     build_report([str(SAMPLE_DATA / "jsonl")], str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def page(report_file):
     with Browser() as b:
-        url = b.open(out)
+        url = b.open(report_file)
         b.settle(0.3)
-        yield b, url, read_data(str(out))
+        yield b, url, read_data(str(report_file))
 
 
 def js(b, expr: str):
@@ -105,6 +110,31 @@ def test_group_and_links(page):
     b.settle(0.2)
     assert "rollout 1:10: 1 sample(s)" in b.eval("document.getElementById('drill-view').textContent")
     assert b.errors() == []
+
+
+@pytest.mark.parametrize("fragment,shown", [
+    ("rollout-train-2-16", "rollout 2:16: 3 sample(s) in 1 rollout(s)"),
+    ("group-train-3-11", "prompt group 11 of step 3: 3 sample(s) in 1 rollout(s)"),
+    ("rollout-eval-3-2", "rollout 3:2:"),
+])
+def test_permalink_opens_what_it_names(report_file, fragment, shown):
+    """A page opened at a link shows what the link names, not the split's first rollout."""
+    with Browser() as b:
+        b.open(report_file, fragment)
+        b.settle(0.3)
+        assert b.eval("document.body.dataset.ready") == "1" and b.errors() == []
+        assert shown in b.eval("document.getElementById('drill-view').textContent")
+        assert b.eval("location.hash") == "#" + fragment
+        split = fragment.split("-")[1]
+        assert js(b, f"document.querySelector('#splits button[data-split={split}]').getAttribute('aria-selected')") == "true"
+
+
+def test_anomaly_permalink_keeps_its_hash(report_file):
+    with Browser() as b:
+        b.open(report_file, "anomaly-train-3")
+        b.settle(0.3)
+        assert js(b, "document.getElementById('anomaly-train-3').classList.contains('hl')")
+        assert b.eval("location.hash") == "#anomaly-train-3" and b.errors() == []
 
 
 def test_eval_tab(page):

@@ -478,8 +478,11 @@
     if (!keepDrill) selectDrill(sd().inspect.summary.per_step.length ? sd().inspect.summary.per_step[0].step : null, null, null, false);
   }
 
-  function applyHash() {
-    var h = decodeURIComponent(location.hash.slice(1));
+  function applyHash() { return applyLink(location.hash); }
+
+  // a link: #rollout-SPLIT-STEP-ID, #group-SPLIT-STEP-ID, #step-SPLIT-STEP or #anomaly-SPLIT-N
+  function applyLink(hash) {
+    var h = decodeURIComponent(hash.slice(1));
     var m = /^(rollout|group|step|anomaly)-(\w+)-(-?\d+)(?:-(-?\d+))?$/.exec(h);
     if (!m || SPLITS.indexOf(m[2]) < 0) return false;
     if (m[2] !== state.split) selectSplit(m[2], true);
@@ -487,6 +490,7 @@
       $("anomaly-kind").value = ""; renderAnomalies();
       var row = $(h);
       if (row) { row.classList.add("hl"); row.scrollIntoView({ block: "center" }); }
+      if (location.hash !== hash) history.replaceState(null, "", hash);
       return true;
     }
     var step = Number(m[3]), id = m[4] == null ? null : Number(m[4]);
@@ -501,7 +505,8 @@
   window.addEventListener("hashchange", applyHash);
 
   renderHeader();
+  var opened = location.hash;  // read first: selecting the split points the hash at its first rollout
   selectSplit(state.split);
-  applyHash();
+  applyLink(opened);
   document.body.setAttribute("data-ready", "1");
 })();
