@@ -214,6 +214,40 @@ def rollout_samples(step: int, *, prompts: int = 3, n: int = 2, rl: int = 4, see
     return out
 
 
+# Batches where the rules agree and where they differ (audit's rule tests, the report's).
+
+
+def uniform(step: int = 0) -> list[dict]:
+    """n x rollout_batch_size samples, prompt groups consecutive, no explicit ids: slime's rows
+    are the prompt groups."""
+    return rollout_samples(step, prompts=3, n=2)
+
+
+def compact(step: int = 0) -> list[dict]:
+    """Group 0 is one compact rollout of two siblings (explicit id 0, one reward), group 2 has
+    a third sample: 7 samples, so slime normalises the whole batch as one row."""
+    s = rollout_samples(step, prompts=3, n=2)
+    s[0]["rollout_id"] = s[1]["rollout_id"] = 0
+    s[1]["reward"] = s[0]["reward"]
+    extra = dict(s[5], index=6, reward=0.5, response=f"r6-{step}")
+    s.append(extra)
+    return s
+
+
+def mixed_ids(step: int = 0) -> list[dict]:
+    """Explicit and missing ids mixed, an explicit id equal to another sample's index (slime's
+    `mixed_ids` dump): group 1's two siblings carry id 2, group 2's first sample has index 2
+    (so #1933's rule merges it into rollout 2), sample 6 carries id 7."""
+    s = rollout_samples(step, prompts=4, n=2)
+    for k in (2, 3):
+        s[k]["rollout_id"] = 2
+    s[3]["reward"] = s[2]["reward"]
+    s[6]["rollout_id"] = 7
+    for k, sample in enumerate(s):
+        sample["index"] = 2 if k == 4 else 100 + k
+    return s
+
+
 def write_rollout(folder: Path, samples: list[dict], step: int, fmt: str) -> Path:
     """The rollout dump of one step in one of the three formats."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,9 @@ import torch
 
 import train_dumps as T
 from rollout_cli.audit import AuditOptions, audit_paths
-from test_rules import N, PROMPTS, compact
+
+N, PROMPTS = 2, 3
+compact = T.compact
 
 
 def _audit(root: Path, samples, *, edit=None, opts: dict | None = None, drop: str | None = None, **train) -> dict:

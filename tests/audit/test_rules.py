@@ -23,34 +23,7 @@ N = 2  # --n-samples-per-prompt
 PROMPTS = 3  # --rollout-batch-size of the stand-in
 
 
-def uniform(step: int = 0) -> list[dict]:
-    """n x rollout_batch_size samples, prompt groups consecutive, no explicit ids: slime's rows
-    are the prompt groups."""
-    return T.rollout_samples(step, prompts=PROMPTS, n=N)
-
-
-def compact(step: int = 0) -> list[dict]:
-    """Group 0 is one compact rollout of two siblings (explicit id 0, one reward), group 2 has
-    a third sample: 7 samples, so slime normalises the whole batch as one row."""
-    s = T.rollout_samples(step, prompts=PROMPTS, n=N)
-    s[0]["rollout_id"] = s[1]["rollout_id"] = 0
-    s[1]["reward"] = s[0]["reward"]
-    extra = dict(s[5], index=6, reward=0.5, response=f"r6-{step}")
-    s.append(extra)
-    return s
-
-
-def mixed_ids(step: int = 0) -> list[dict]:
-    """Explicit ids that collide with other samples' indices (slime's `mixed_ids` dump): group
-    1's two siblings carry id 2, which is also sample 2's index."""
-    s = T.rollout_samples(step, prompts=4, n=N)
-    for k in (2, 3):
-        s[k]["rollout_id"] = 2
-    s[3]["reward"] = s[2]["reward"]
-    s[6]["rollout_id"] = 7
-    for k, sample in enumerate(s):
-        sample["index"] = 100 + k if k not in (2, 3) else k
-    return s
+uniform, compact, mixed_ids = T.uniform, T.compact, T.mixed_ids
 
 
 def _audit(root: Path, samples: list[dict], *, n: int = N, rbs: int = PROMPTS, step: int = 0, opts: dict | None = None,
@@ -198,9 +171,15 @@ def test_sample_index_rule_merges_an_explicit_id_with_an_index(tmp_path):
     r = _audit(tmp_path, mixed_ids(), id_rule="sample_index", reward_rule="group")
     e = _rules(r)[(0, "rollout_id")]
     assert e["trainer_rule"] == "sample_index" and "7405851ff (#1933)" in e["source"]
-    # ids 2 (explicit) and sample 2's index 2 are one namespace: no merge here, but every
-    # default sample's id is its index
-    assert e["samples"] == len(mixed_ids()) - 3
+    # every default sample's id is its index: fill [0, 1, 2, 2, 3, 4, 7, 5], #1933 [100, 101, 2, 2, 2, 105, 7, 107]
+    assert e["positions"] == [0, 1, 4, 5, 7]
+    # sample 4 (index 2) joins rollout 2 of another prompt: one rollout of three samples
+    (moved,) = [m for m in e["cost"]["loss_weight"] if m["positions"] == [4]]
+    assert moved["trainer_rollout_ids"] == [2] and moved["rollout_id"] == 3
+    assert moved["share"]["rollout_mean"] == pytest.approx(1 / 7)  # one of 7 rollouts expected
+    assert moved["trainer_share"]["rollout_mean"] == pytest.approx(1 / 6 / 3)  # a third of one of 6
+    (two,) = [m for m in e["cost"]["loss_weight"] if m["positions"] == [2, 3]]  # rollout 2 loses a third
+    assert two["share"]["rollout_mean"] == pytest.approx(1 / 7) and two["trainer_share"]["rollout_mean"] == pytest.approx(2 / 18)
     assert r["summary"]["divergences"] == 0
 
 
