@@ -8,6 +8,9 @@ explicit id shared by samples of different prompt groups means:
 - step: one rollout, as slime does.
 - group: ids are unique within a prompt group only; the first (group, id) key in order keeps
   the value, later keys with the same value get fresh ids the way missing ids do.
+
+This is the `fill` rule; slime's older rules are named beside it (ID_RULES, at the end), for
+`audit` to name the one a trainer ran.
 """
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ surviving samples, float32, unbiased std, eps 1e-6; a one-sample group gives 0.0
 `rollout_baseline_rewards` is the same rule with one member per rollout instead of per sample
 (the rollout's reward, broadcast back to its samples).
 `slime_compat_rewards` reproduces slime's position-based rule with torch, bit for bit.
+The rules by name (`group`, `group_rollout`, `slime_positional`, `raw`) are REWARD_RULES, at
+the end: `convert` runs the one its options choose, `audit` names the one a trainer ran.
 """
 from __future__ import annotations
 
