@@ -105,7 +105,8 @@ def _whitened(samples: list[tuple]) -> list[np.ndarray]:
     var = np.float32((v * v * m).sum(dtype=np.float32) / total) - mean * mean
     if total >= 2:
         var = var * total / (total - 1)
-    scale = np.float32(1.0 / np.sqrt(np.float64(var) + WHITEN_EPS))
+    with np.errstate(invalid="ignore", divide="ignore"):  # a variance rounded below 0: NaN, as torch.rsqrt gives
+        scale = np.float32(1.0 / np.sqrt(np.float64(var) + WHITEN_EPS))
     return [((x - mean) * scale).astype(np.float64) for x in vals]
 
 

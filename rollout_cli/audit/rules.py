@@ -16,6 +16,7 @@ n_samples_per_prompt, and the whole batch as one row.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,7 +114,9 @@ def reward_candidates(values: np.ndarray, keys: list | None, ids: np.ndarray, op
         cases = _positional_cases(len(values), opts) if name == "slime_positional" else [(opts, None)]
         for o, case in cases:
             try:
-                out.append((name, case, apply_reward_rule(name, values, keys, ids, o).tolist()))
+                with warnings.catch_warnings():  # torch's one-sample-row std warning: the NaN is the rule's value
+                    warnings.simplefilter("ignore", UserWarning)
+                    out.append((name, case, apply_reward_rule(name, values, keys, ids, o).tolist()))
             except SiblingRewardConflict:
                 pass  # the rule is undefined on this batch
             except UsageError as e:
