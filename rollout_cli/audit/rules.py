@@ -67,10 +67,11 @@ def _id_same(e: Any, g: Any) -> bool:
     return _id_value(e) == _id_value(g)
 
 
-def _best(candidates: list[tuple[str, str | None, list]], got: list, same, expected: str) -> tuple[int, list[int]]:
-    """Index of the candidate matching `got` (None: the trainer holds no value) on the most
-    samples (ties: the expected rule, then the order given), and each candidate's count."""
-    counts = [sum(1 for v, g in zip(vals, got) if g is not _ABSENT and same(v, g)) for _, _, vals in candidates]
+def _best(candidates: list[tuple], got: list, same, expected: str) -> tuple[int, list[int]]:
+    """Index of the candidate `(rule, case, values, ...)` matching `got` (_ABSENT: the trainer
+    holds no value) on the most samples (ties: the expected rule, then the order given), and
+    each candidate's count."""
+    counts = [sum(1 for v, g in zip(c[2], got) if g is not _ABSENT and same(v, g)) for c in candidates]
     order = sorted(range(len(candidates)), key=lambda i: (-counts[i], candidates[i][0] != expected, i))
     return order[0], counts
 
@@ -89,8 +90,8 @@ def prompt_keys(group_index: list, opts) -> list | None:
         return None
 
 
-def _positional_cases(size: int, opts) -> list[tuple[Any, str]]:
-    """(options, case) of slime_positional: the given --rollout-batch-size, or both cases."""
+def _positional_cases(size: int, opts) -> list[tuple[Any, str, int]]:
+    """(options, case, row length) of slime_positional: the given --rollout-batch-size, or both cases."""
     n = opts.n_samples_per_prompt
     if opts.rollout_batch_size:
         rbs = opts.rollout_batch_size
@@ -101,22 +102,23 @@ def _positional_cases(size: int, opts) -> list[tuple[Any, str]]:
     for rbs in cases:
         rows = slime_row_length(size, n, rbs)
         case = "the whole batch as one row" if rows == size else f"rows of {rows} consecutive samples"
-        out.append((dataclasses.replace(opts, rollout_batch_size=rbs), case))
+        out.append((dataclasses.replace(opts, rollout_batch_size=rbs), case, rows))
     return out
 
 
 def reward_candidates(values: np.ndarray, keys: list | None, ids: np.ndarray, opts) -> tuple[list, list[str]]:
-    """[(rule, case, float32 rewards per row)] of every reward rule that can run here, and notes."""
+    """[(rule, case, float32 rewards per row, row length)] of every reward rule that can run
+    here (the row length: slime_positional's, else None), and notes."""
     out, notes = [], []
     for name in REWARD_RULES:
         if name in ("group", "group_rollout") and keys is None:
             continue  # prompt groups unknown
-        cases = _positional_cases(len(values), opts) if name == "slime_positional" else [(opts, None)]
-        for o, case in cases:
+        cases = _positional_cases(len(values), opts) if name == "slime_positional" else [(opts, None, None)]
+        for o, case, rows in cases:
             try:
                 with warnings.catch_warnings():  # torch's one-sample-row std warning: the NaN is the rule's value
                     warnings.simplefilter("ignore", UserWarning)
-                    out.append((name, case, apply_reward_rule(name, values, keys, ids, o).tolist()))
+                    out.append((name, case, apply_reward_rule(name, values, keys, ids, o).tolist(), rows))
             except SiblingRewardConflict:
                 pass  # the rule is undefined on this batch
             except UsageError as e:
@@ -147,11 +149,11 @@ def choose_reward(values: np.ndarray, keys: list | None, ids: np.ndarray, got: l
     """The trainer's reward rule for one step (`got`: its reward per rollout row, or _ABSENT)."""
     expected = expected_reward_rule(opts)
     cands, notes = reward_candidates(values, keys, ids, opts)
-    exp_vals = next((v for n, _, v in cands if n == expected), None)
+    exp_vals = next((c[2] for c in cands if c[0] == expected), None)
     if exp_vals is None:  # not computable (no prompt groups, no torch): nothing to name against
         return Choice("reward", expected, expected, [], [], 0, 0, notes=notes)
     k, counts = _best(cands, got, _reward_same, expected)
-    name, case, vals = cands[k]
+    name, case, vals, rows = cands[k]
     ch = Choice("reward", name, expected, vals, exp_vals, counts[k], sum(g is not _ABSENT for g in got), case,
                 notes=notes)
     if name != expected:
@@ -162,8 +164,6 @@ def choose_reward(values: np.ndarray, keys: list | None, ids: np.ndarray, got: l
             delta = delta[np.isfinite(delta)]
             tol = diff.REWARD_ATOL
             sign = [i for i in differ if np.sign(e[i]) * (abs(e[i]) > tol) != np.sign(t[i]) * (abs(t[i]) > tol)]
-            rows = slime_row_length(len(values), opts.n_samples_per_prompt,
-                                    _rbs_of(case, len(values), opts)) if name == "slime_positional" else None
             together = _normalised_together(rows, group_labels(keys), keys) if keys is not None else []
             ch.finding = {
                 "samples": len(differ), "max_abs_delta": float(delta.max()) if len(delta) else None,
@@ -172,13 +172,6 @@ def choose_reward(values: np.ndarray, keys: list | None, ids: np.ndarray, got: l
                          "groups_normalised_with_others": together},
             }
     return ch
-
-
-def _rbs_of(case: str | None, size: int, opts) -> int | None:
-    if opts.rollout_batch_size:
-        return opts.rollout_batch_size
-    n = opts.n_samples_per_prompt
-    return size // n if case and case.startswith("rows") and n else None
 
 
 # ------------------------------------------------------------------------------ rollout ids
@@ -247,7 +240,7 @@ def choose_ids(id_state: np.ndarray, explicit: np.ndarray, group_index: list, sa
     cands = [(n, c, [v[p] for p in row_pos.tolist()]) for n, c, v in cands]
     k, counts = _best(cands, got, _id_same, EXPECTED_ID_RULE)
     name, _, vals = cands[k]
-    exp_vals = next(v for n, _, v in cands if n == EXPECTED_ID_RULE)
+    exp_vals = next(c[2] for c in cands if c[0] == EXPECTED_ID_RULE)
     ch = Choice("rollout_id", name, EXPECTED_ID_RULE, vals, exp_vals, counts[k], sum(g is not _ABSENT for g in got))
     if name != EXPECTED_ID_RULE:
         differ = [i for i in range(len(vals)) if not _id_same(exp_vals[i], vals[i])]
