@@ -142,3 +142,6 @@ def _show(v: Any) -> str:
     if v is None:
         return "nothing"
     return repr(v)
+
+
+plain, number = _plain, _number  # for the other audit modules (rules, loss_side)

@@ -84,7 +84,7 @@ def _trained(ts: dict, expected_mask: np.ndarray | None) -> tuple[np.ndarray, np
     """(mask, advantages, reward) of a training sample holding all three, else None. The mask
     is the trainer's where the rollout's own mask agrees (a loss_mask divergence is reported
     as such, not again as advantages)."""
-    adv, m, r = ts.get("advantages"), ts.get("loss_masks"), diff._number(ts.get("rewards"))
+    adv, m, r = ts.get("advantages"), ts.get("loss_masks"), diff.number(ts.get("rewards"))
     if adv is None or m is None or r is None or len(adv) != len(m):
         return None
     m = np.asarray(m) != 0

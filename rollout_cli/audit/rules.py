@@ -48,6 +48,14 @@ class Choice:
     finding: dict | None = None  # the `rules` entry, where the two rules differ on some sample
     notes: list = field(default_factory=list)
 
+    def summary(self) -> dict:
+        """The step's `trainer_rules[field]`: the rule named and how many samples it explains."""
+        out = {"trainer_rule": self.trainer_rule, "expected_rule": self.expected_rule, "explained": self.explained,
+               "compared": self.compared, "source": SOURCES[self.trainer_rule]}
+        if self.detail:
+            out["case"] = self.detail
+        return out
+
 
 # ------------------------------------------------------------------------------ comparisons
 
@@ -59,24 +67,24 @@ def _reward_same(e: float, g: Any) -> bool:
 def _id_value(v: Any) -> Any:
     if v is None:
         return None
-    n = diff._number(v)
+    n = diff.number(v)
     return v if n is None else n
 
 
-def _id_same(e: Any, g: Any) -> bool:
+def same_id(e: Any, g: Any) -> bool:
     return _id_value(e) == _id_value(g)
 
 
 def _best(candidates: list[tuple], got: list, same, expected: str) -> tuple[int, list[int]]:
-    """Index of the candidate `(rule, case, values, ...)` matching `got` (_ABSENT: the trainer
+    """Index of the candidate `(rule, case, values, ...)` matching `got` (ABSENT: the trainer
     holds no value) on the most samples (ties: the expected rule, then the order given), and
     each candidate's count."""
-    counts = [sum(1 for v, g in zip(c[2], got) if g is not _ABSENT and same(v, g)) for c in candidates]
+    counts = [sum(1 for v, g in zip(c[2], got) if g is not ABSENT and same(v, g)) for c in candidates]
     order = sorted(range(len(candidates)), key=lambda i: (-counts[i], candidates[i][0] != expected, i))
     return order[0], counts
 
 
-_ABSENT = object()  # the trainer holds no value for this row (unpaired, or the key is absent)
+ABSENT = object()  # the trainer holds no value for this row (unpaired, or the key is absent)
 
 
 # ------------------------------------------------------------------------------ rewards
@@ -140,13 +148,13 @@ def _normalised_together(rows: int | None, labels: np.ndarray, keys: list) -> li
     first = {}
     for i, lab in enumerate(labels.tolist()):
         first.setdefault(lab, i)
-    return [diff._plain(keys[first[k]]) if not isinstance(keys[first[k]], tuple) else f"chunk {keys[first[k]][1]}"
+    return [diff.plain(keys[first[k]]) if not isinstance(keys[first[k]], tuple) else f"chunk {keys[first[k]][1]}"
             for k in sorted(mixed)]
 
 
 def choose_reward(values: np.ndarray, keys: list | None, ids: np.ndarray, got: list, row_pos: np.ndarray,
                   opts) -> Choice:
-    """The trainer's reward rule for one step (`got`: its reward per rollout row, or _ABSENT)."""
+    """The trainer's reward rule for one step (`got`: its reward per rollout row, or ABSENT)."""
     expected = expected_reward_rule(opts)
     cands, notes = reward_candidates(values, keys, ids, opts)
     exp_vals = next((c[2] for c in cands if c[0] == expected), None)
@@ -154,7 +162,7 @@ def choose_reward(values: np.ndarray, keys: list | None, ids: np.ndarray, got: l
         return Choice("reward", expected, expected, [], [], 0, 0, notes=notes)
     k, counts = _best(cands, got, _reward_same, expected)
     name, case, vals, rows = cands[k]
-    ch = Choice("reward", name, expected, vals, exp_vals, counts[k], sum(g is not _ABSENT for g in got), case,
+    ch = Choice("reward", name, expected, vals, exp_vals, counts[k], sum(g is not ABSENT for g in got), case,
                 notes=notes)
     if name != expected:
         e, t = np.asarray(exp_vals, dtype=np.float64), np.asarray(vals, dtype=np.float64)
@@ -224,8 +232,8 @@ def id_cost(expected: list, trainer: list, masks: np.ndarray, groups: np.ndarray
             continue  # the same samples form one rollout on both sides
         share = {mode: float(e_share[mode][rows].sum()) for mode in MODES}
         t = {mode: float(t_share[mode][rows].sum()) for mode in MODES}
-        out.append({"rollout_id": diff._plain(expected[rows[0]]), "positions": row_pos[rows].tolist(),
-                    "trainer_rollout_ids": list(dict.fromkeys(diff._plain(trainer[i]) for i in rows)),
+        out.append({"rollout_id": diff.plain(expected[rows[0]]), "positions": row_pos[rows].tolist(),
+                    "trainer_rollout_ids": list(dict.fromkeys(diff.plain(trainer[i]) for i in rows)),
                     "share": share, "trainer_share": t,
                     "max_shift": max(abs(t[m] - share[m]) for m in MODES)})
     out.sort(key=lambda r: (-r["max_shift"], r["positions"][0]))
@@ -234,16 +242,16 @@ def id_cost(expected: list, trainer: list, masks: np.ndarray, groups: np.ndarray
 
 def choose_ids(id_state: np.ndarray, explicit: np.ndarray, group_index: list, sample_index: list, scope: str,
                got: list, row_pos: np.ndarray, masks: np.ndarray, groups: np.ndarray) -> Choice:
-    """The trainer's rollout-id rule for one step (`got`: its id per rollout row, or _ABSENT).
+    """The trainer's rollout-id rule for one step (`got`: its id per rollout row, or ABSENT).
     Ids are per record; rows are records here (audit fails on invalid samples)."""
     cands = id_candidates(id_state, explicit, group_index, sample_index, scope)
     cands = [(n, c, [v[p] for p in row_pos.tolist()]) for n, c, v in cands]
-    k, counts = _best(cands, got, _id_same, EXPECTED_ID_RULE)
+    k, counts = _best(cands, got, same_id, EXPECTED_ID_RULE)
     name, _, vals = cands[k]
     exp_vals = next(c[2] for c in cands if c[0] == EXPECTED_ID_RULE)
-    ch = Choice("rollout_id", name, EXPECTED_ID_RULE, vals, exp_vals, counts[k], sum(g is not _ABSENT for g in got))
+    ch = Choice("rollout_id", name, EXPECTED_ID_RULE, vals, exp_vals, counts[k], sum(g is not ABSENT for g in got))
     if name != EXPECTED_ID_RULE:
-        differ = [i for i in range(len(vals)) if not _id_same(exp_vals[i], vals[i])]
+        differ = [i for i in range(len(vals)) if not same_id(exp_vals[i], vals[i])]
         if differ:
             ch.finding = {"samples": len(differ), "positions": row_pos[differ].tolist(),
                           "cost": {"loss_weight": id_cost(exp_vals, vals, masks, groups, row_pos)}}

@@ -219,13 +219,13 @@ def audit_step(unit: Unit, first, reading, step: int, td: TrainDump, opts: Audit
 
 
 def _got(td: TrainDump, pos: np.ndarray, key: str) -> list:
-    """The trainer's value of `key` per rollout row (rules._ABSENT where it holds none)."""
+    """The trainer's value of `key` per rollout row (rules.ABSENT where it holds none)."""
     index = td.index()
     out = []
     for p in pos.tolist():
         j = index.get(p)
-        v = rules._ABSENT if j is None or key not in td.samples[j] else td.samples[j][key]
-        out.append(rules._ABSENT if v is None and key == "rewards" else v)
+        v = rules.ABSENT if j is None or key not in td.samples[j] else td.samples[j][key]
+        out.append(rules.ABSENT if v is None and key == "rewards" else v)
     return out
 
 
@@ -237,10 +237,7 @@ def _choose(sa: StepAudit, td: TrainDump, pos, sf, values, masks, id_state, expl
                            pos, masks, sf.group_labels)
     for ch in (rch, ich):
         sa.notes.extend(ch.notes)
-        sa.trainer_rules[ch.field] = {"trainer_rule": ch.trainer_rule, "expected_rule": ch.expected_rule,
-                                      "explained": ch.explained, "compared": ch.compared, "source": rules.SOURCES[ch.trainer_rule]}
-        if ch.detail:
-            sa.trainer_rules[ch.field]["case"] = ch.detail
+        sa.trainer_rules[ch.field] = ch.summary()
         e = rules.entry(sa.step, ch)
         if e is not None:
             sa.rule_findings.append(e)
@@ -279,8 +276,8 @@ def _step_fields(sa: StepAudit, td: TrainDump, pos: np.ndarray, sf, raw: np.ndar
         sa.paired += 1
         ts = td.samples[j]
         loc = str(where(p))
-        if "rollout_ids" in ts and not rules._id_same(ich.values[k], ts["rollout_ids"]):
-            d = {"expected": diff._plain(ich.values[k]), "got": diff._plain(ts["rollout_ids"])}
+        if "rollout_ids" in ts and not rules.same_id(ich.values[k], ts["rollout_ids"]):
+            d = {"expected": diff.plain(ich.values[k]), "got": diff.plain(ts["rollout_ids"])}
             sa.add(diff.record(sa.step, p, "rollout_id", loc, train, d))
         if ts.get("rewards") is not None:
             d = diff.reward_diff(float(rewards[k]), ts["rewards"])
