@@ -139,6 +139,42 @@ def fill_rollout_ids(samples: list[dict]) -> list:
     return out
 
 
+def first_sample_rollout_ids(samples: list[dict]) -> list:
+    """slime 09c704501 (#1965), section 4: positions 0..n-1 when the first sample has no
+    rollout_id, otherwise every sample's own rollout_id (None included)."""
+    if samples and _get(samples[0], "rollout_id") is None:
+        return list(range(len(samples)))
+    return [_get(s, "rollout_id") for s in samples]
+
+
+def sample_index_rollout_ids(samples: list[dict]) -> list:
+    """slime 7405851ff (#1933), section 4: the explicit rollout_id, else ``sample.index``."""
+    return [_get(s, "index") if _get(s, "rollout_id") is None else _get(s, "rollout_id") for s in samples]
+
+
+ROLLOUT_ID_RULES = {"fill": fill_rollout_ids, "first_sample": first_sample_rollout_ids,
+                    "sample_index": sample_index_rollout_ids}
+
+
+def group_index_rewards(samples: list[dict], *, std: bool = True, reward_key: str | None = None) -> list[float]:
+    """slime's own correct alternative (section 3a, ``_fanout_test_helpers.grpo_normalize_by_group_index``):
+    per group_index, mean-centred and divided by (unbiased std + 1e-6), float32; a one-sample
+    group gives 0.0."""
+    values = [float(get_reward_value(s, reward_key)) for s in samples]
+    out = [0.0] * len(samples)
+    groups: dict = {}
+    for i, s in enumerate(samples):
+        groups.setdefault(_get(s, "group_index"), []).append(i)
+    for members in groups.values():
+        t = torch.tensor([values[i] for i in members], dtype=torch.float32)
+        t = t - t.mean()
+        if std and len(members) > 1:
+            t = t / (t.std() + STD_EPS)
+        for i, v in zip(members, t.tolist()):
+            out[i] = v
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # section 3a: _post_process_rewards
 # ---------------------------------------------------------------------------------------------

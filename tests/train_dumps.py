@@ -29,9 +29,45 @@ WHOLE_BATCH = ("raw_reward", "total_lengths")
 LAYOUT = ("micro_batch_indices", "num_microbatches", "global_batch_sizes")
 
 
-def train_data(samples: list[dict], *, n: int, rbs: int, **rules) -> dict:
-    """slime's train_data of a step, tensorised as the trainer receives it."""
+REWARD_RULES = ("group", "group_rollout", "slime_positional", "raw")
+
+
+def rule_rewards(samples: list[dict], rule: str, *, n: int, rbs: int, std: bool = True) -> list[float]:
+    """A step's rewards under one named reward rule (grpo), computed independently of
+    rollout_cli: slime's positional rows, slime's group_index alternative, each rollout once in
+    its group (fill ids), or the raw rewards."""
+    if rule == "slime_positional":
+        return ref.post_process_rewards(samples, n_samples_per_prompt=n, rollout_batch_size=rbs,
+                                        grpo_std_normalization=std)[1]
+    if rule == "group":
+        return ref.group_index_rewards(samples, std=std)
+    if rule == "raw":
+        return [float(torch.tensor(float(s["reward"]), dtype=torch.float32)) for s in samples]
+    assert rule == "group_rollout"
+    ids = ref.fill_rollout_ids(samples)
+    units: dict = {}  # (group, rollout) -> its reward, in order
+    for s, rid in zip(samples, ids):
+        units.setdefault((s["group_index"], rid), float(s["reward"]))
+    unit_samples = [{"group_index": g, "reward": r, "status": "completed"} for (g, _), r in units.items()]
+    per_unit = dict(zip(units, ref.group_index_rewards(unit_samples, std=std)))
+    return [per_unit[(s["group_index"], rid)] for s, rid in zip(samples, ids)]
+
+
+def train_data(samples: list[dict], *, n: int, rbs: int, reward_rule: str | None = None, id_rule: str = "fill",
+               **rules) -> dict:
+    """slime's train_data of a step, tensorised as the trainer receives it. `reward_rule` (one
+    of REWARD_RULES; None: slime's own) and `id_rule` (slime_reference.ROLLOUT_ID_RULES) stand
+    for a trainer that ran another rule: its rewards, rollout ids and mask sums follow it."""
     td = ref.convert_samples_to_train_data(samples, n_samples_per_prompt=n, rollout_batch_size=rbs, **rules)
+    if reward_rule is not None:
+        td["rewards"] = rule_rewards(samples, reward_rule, n=n, rbs=rbs)
+    if id_rule != "fill":
+        ids = ref.ROLLOUT_ID_RULES[id_rule](samples)
+        per: dict = {}
+        for rid, m in zip(ids, td["loss_masks"]):
+            per[rid] = per.get(rid, 0) + int(sum(m))
+        td["rollout_ids"] = ids
+        td["rollout_mask_sums"] = [per[rid] for rid in ids]
     td["total_lengths"] = [len(t) for t in td["tokens"]]
     return ref.tensorize(td)
 
@@ -83,6 +119,29 @@ def rank_data(td: dict, dp: int, *, mbs: int = 1, seed: int = 0) -> list[dict]:
     return ranks
 
 
+def whiten_advantages(ranks: list[dict]) -> None:
+    """slime's --normalize-advantages: every rank's advantages whitened with the DP group's
+    masked statistics (distributed_masked_whiten: float32 sums, Bessel-corrected variance,
+    epsilon 1e-8, mean shifted), in place."""
+    m = torch.cat([mask.to(torch.float32) for rd in ranks for mask in rd["loss_masks"]])
+    # the trainer broadcasts the reward over every token before whitening
+    full = [torch.full_like(a, float(r)) for rd in ranks for a, r in zip(rd["advantages"], rd["rewards"])]
+    v = torch.cat(full)
+    total = m.sum()
+    mean = (v * m).sum() / total
+    var = ((v * v) * m).sum() / total - mean ** 2
+    if total >= 2:
+        var = var * total / (total - 1)
+    scale = torch.rsqrt(var + 1e-8)
+    k = 0
+    for rd in ranks:
+        out = []
+        for mask in rd["loss_masks"]:
+            out.append(((full[k] - mean) * scale) * mask.to(torch.float32))
+            k += 1
+        rd["advantages"] = out
+
+
 def payload(shards: list[dict], step: int, writer_rank: int = 0) -> dict:
     """slime's dump payload of gathered shards ({rank, data_parallel_rank, rollout_data})."""
     samples, layout, whole = [], [], {}
@@ -114,10 +173,13 @@ def payload(shards: list[dict], step: int, writer_rank: int = 0) -> dict:
 
 
 def write_train(folder: Path, samples: list[dict], step: int, *, n: int, rbs: int, dp: int = 1, per_rank: bool = False,
-                seed: int = 0, edit=None, **rules) -> list[Path]:
+                seed: int = 0, edit=None, whiten: bool = False, **rules) -> list[Path]:
     """The train dump(s) of one step under `folder`: `{step}.pt`, or `{step}_{rank}.pt` per rank.
-    `edit(payload)` may change the payload before it is saved (fault injection)."""
+    `edit(payload)` may change the payload before it is saved (fault injection); `whiten`:
+    advantages whitened over every rank (--normalize-advantages)."""
     ranks = rank_data(train_data(samples, n=n, rbs=rbs, **rules), dp, seed=seed + step)
+    if whiten:
+        whiten_advantages(ranks)
     shards = [{"rank": r, "data_parallel_rank": r, "rollout_data": rd} for r, rd in enumerate(ranks)]
     folder.mkdir(parents=True, exist_ok=True)
     groups = [[sh] for sh in shards] if per_rank else [shards]
@@ -150,6 +212,40 @@ def rollout_samples(step: int, *, prompts: int = 3, n: int = 2, rl: int = 4, see
                 "remove_sample": i in removed, "status": "completed", "metadata": {"tag": "x"},
             })
     return out
+
+
+# Batches where the rules agree and where they differ (audit's rule tests, the report's).
+
+
+def uniform(step: int = 0) -> list[dict]:
+    """n x rollout_batch_size samples, prompt groups consecutive, no explicit ids: slime's rows
+    are the prompt groups."""
+    return rollout_samples(step, prompts=3, n=2)
+
+
+def compact(step: int = 0) -> list[dict]:
+    """Group 0 is one compact rollout of two siblings (explicit id 0, one reward), group 2 has
+    a third sample: 7 samples, so slime normalises the whole batch as one row."""
+    s = rollout_samples(step, prompts=3, n=2)
+    s[0]["rollout_id"] = s[1]["rollout_id"] = 0
+    s[1]["reward"] = s[0]["reward"]
+    extra = dict(s[5], index=6, reward=0.5, response=f"r6-{step}")
+    s.append(extra)
+    return s
+
+
+def mixed_ids(step: int = 0) -> list[dict]:
+    """Explicit and missing ids mixed, an explicit id equal to another sample's index (slime's
+    `mixed_ids` dump): group 1's two siblings carry id 2, group 2's first sample has index 2
+    (so #1933's rule merges it into rollout 2), sample 6 carries id 7."""
+    s = rollout_samples(step, prompts=4, n=2)
+    for k in (2, 3):
+        s[k]["rollout_id"] = 2
+    s[3]["reward"] = s[2]["reward"]
+    s[6]["rollout_id"] = 7
+    for k, sample in enumerate(s):
+        sample["index"] = 2 if k == 4 else 100 + k
+    return s
 
 
 def write_rollout(folder: Path, samples: list[dict], step: int, fmt: str) -> Path:

@@ -16,7 +16,9 @@ from .train_side import TrainSide
 
 def audit_paths(rollout_paths: list[str], train_paths: list[str], options: AuditOptions | None = None, *,
                 each_step: Callable[[StepAudit], None] | None = None) -> dict:
-    """`{"summary": {...}, "steps": [...], "divergences": [...]}` (docs/audit.md). `each_step`
+    """`{"summary": {...}, "rules": [...], "steps": [...], "divergences": [...]}` (docs/audit.md):
+    `rules` lists, per step and derived field, a trainer rule that is not the expected one
+    (audit/rules.py). `each_step`
     sees every step's StepAudit (with its per-token data under keep_tokens) before it is dropped.
 
     Raises UsageError for bad arguments, InvalidInputError for unreadable or invalid input and
@@ -69,9 +71,10 @@ def audit_paths(rollout_paths: list[str], train_paths: list[str], options: Audit
         "train_only_steps": [s.step for s in steps if not s.rollout_file],
         "samples": sum(s.paired for s in steps), "divergences": total,
         "divergences_by_field": dict(sorted(by_field.items())),
-        "options": opts.rule_options(), "notes": notes,
+        "rule_differences": sum(len(s.rule_findings) for s in steps),
+        "options": opts.rule_options(), "notes": notes + [n for s in steps for n in s.notes],
     }
-    return {"summary": summary, "steps": [s.to_dict() for s in steps],
+    return {"summary": summary, "rules": [e for s in steps for e in s.rule_findings], "steps": [s.to_dict() for s in steps],
             "divergences": [r for s in steps for r in s.divergences]}
 
 

@@ -27,9 +27,20 @@ TRAIN_KEYS = {
     "raw_reward": "raw_reward",
     "rollout_id": "rollout_ids",
 }
+# the loss side (audit/loss_side.py): denominators and advantages, compared under the trainer's rules
+LOSS_KEYS = {
+    "rollout_mask_sum": "rollout_mask_sums",
+    "group_mask_sum": "group_mask_sums",
+    "group_rollouts": "group_rollouts",
+    "step_mask_sum": "step_mask_sums",
+    "step_rollouts": "step_rollouts",
+    "step_samples": "step_samples",
+    "step_groups": "step_groups",
+    "advantages": "advantages",
+}
 # a sample (or, at rollout_position null, a whole step) the rollout side has and the trainer
 # lacks is `missing`; the reverse `extra`
-FIELDS = ("missing", "extra") + tuple(TRAIN_KEYS)
+FIELDS = ("missing", "extra") + tuple(TRAIN_KEYS) + tuple(LOSS_KEYS)
 REWARD_RTOL = 1e-6  # about 8 float32 units in the last place
 REWARD_ATOL = 1e-6  # mean-centred rewards near 0
 
@@ -109,7 +120,7 @@ def flag_diff(expected: bool, got: Any) -> dict | None:
 
 def record(step: int, pos: int | None, fld: str, rollout: str | None, train: str | None, d: dict) -> dict:
     """One divergence record (see the module)."""
-    out = {"step": step, "rollout_position": pos, "rollout_id": None, "field": fld, "train_field": TRAIN_KEYS.get(fld),
+    out = {"step": step, "rollout_position": pos, "rollout_id": None, "field": fld, "train_field": TRAIN_KEYS.get(fld, LOSS_KEYS.get(fld)),
            "rollout": rollout, "train": train, "expected": d.get("expected"), "got": d.get("got")}
     for k in ("index", "differing"):
         if k in d:
@@ -141,3 +152,6 @@ def _show(v: Any) -> str:
     if v is None:
         return "nothing"
     return repr(v)
+
+
+plain, number = _plain, _number  # for the other audit modules (rules, loss_side)

@@ -21,7 +21,7 @@ from ..inspect.loss_weight import loss_weight
 from ..pipeline.records import id_inputs, locator, summary_only
 from ..pipeline.step import compute_step
 from ..pipeline.validate import normalize_chunk
-from . import diff
+from . import diff, loss_side, rules
 from .mismatch import Pair, TokenStats
 from .options import AuditOptions
 
@@ -52,6 +52,9 @@ class StepAudit:
     tokens: dict[int, tuple] = field(default_factory=dict)
     rollout_of: dict[int, int] = field(default_factory=dict)  # rollout position -> rollout id
     cap: int | None = None
+    rule_findings: list[dict] = field(default_factory=list)  # the step's `rules` entries (audit/rules.py)
+    trainer_rules: dict = field(default_factory=dict)  # field -> the trainer's rule and what it explains
+    notes: list[str] = field(default_factory=list)
 
     def add(self, rec: dict) -> None:
         self.divergence_count += 1
@@ -66,7 +69,7 @@ class StepAudit:
             "divergences": self.divergence_count, "divergences_by_field": dict(sorted(self.by_field.items())),
             "mismatch": self.mismatch, "ref_mismatch": self.ref_mismatch, "advantages": self.advantages,
             "entropy": self.entropy, "rollout_log_probs_from": self.rollout_log_probs_from, "rollouts": self.rollouts,
-            "loss_weight": self.loss_weight,
+            "loss_weight": self.loss_weight, "trainer_rules": self.trainer_rules,
         }
 
 
@@ -89,6 +92,7 @@ class _Compare:
         self.adv = TokenStats("advantages")
         self.ent = TokenStats("entropy")
         self.lp_from: set[str] = set()
+        self.masks: dict[int, np.ndarray] = {}  # rollout position -> its loss mask (bool), for the loss side
 
     def batch(self, batch, where) -> None:
         pos = batch.column("_pos").to_numpy()
@@ -102,6 +106,7 @@ class _Compare:
             if j is None:
                 continue  # missing: reported once the step's rows are known
             self.seen.add(p)
+            self.masks[p] = m_val[m_off[k]:m_off[k + 1]] != 0
             ts = self.td.samples[j]
             loc = str(where(p))
             lp = l_val[l_off[k]:l_off[k + 1]] if l_ok[k] else None
@@ -168,7 +173,7 @@ def audit_step(unit: Unit, first, reading, step: int, td: TrainDump, opts: Audit
     sa = StepAudit(step, inp.display, td.display, train_samples=len(td.samples), cap=opts.max_divergences)
     cmp = _Compare(sa, td, opts)
     chunks, problems = [], []
-    row_pos, reward_values, mask_totals, raw = [], [], [], []
+    row_pos, reward_values, mask_totals, raw, sample_index = [], [], [], [], []
     records = 0
     for raw_chunk in chain([first] if first is not None else [], reading):
         nc = normalize_chunk(raw_chunk, records, reward_key=opts.reward_key, keep_text=False, step=record_step(inp))
@@ -183,6 +188,7 @@ def audit_step(unit: Unit, first, reading, step: int, td: TrainDump, opts: Audit
             reward_values.append(b.column("_reward_value").to_numpy())
             mask_totals.append(b.column("_mask_total").to_numpy())
             raw.append(b.column("raw_reward").to_numpy())
+            sample_index.extend(b.column("sample_index").to_pylist())
         problems.extend((records + i, p) for i, p in nc.problems)
         chunks.append(summary_only(nc))
         records += len(numbers)
@@ -202,15 +208,63 @@ def audit_step(unit: Unit, first, reading, step: int, td: TrainDump, opts: Audit
         )
     except StepProblems as e:
         raise _fail(inp.display, e.args[0] if e.args else []) from None
-    _step_fields(sa, td, pos, sf, cat(raw, np.float64), where)
-    _figures(sa, cmp, pos, sf, td, where, records)
     masks = cat(mask_totals, np.int64)
+    values = cat(reward_values, np.float64)
+    index_of = [None] * records
+    for p, v in zip(pos.tolist(), sample_index):
+        index_of[p] = v
+    rch, ich = _choose(sa, td, pos, sf, values, masks, id_state, explicit, group_index, index_of, opts)
+    _step_fields(sa, td, pos, sf, cat(raw, np.float64), where, rch, ich)
+    _loss_side(sa, td, pos, sf, masks, rch, ich, where, opts, cmp.masks)
+    _figures(sa, cmp, pos, sf, td, where, records)
     sa.loss_weight = loss_weight(sf.ids[pos], masks, sf.mask_sums, sf.group_mask_sums, sf.group_rollouts, sf.step_totals)
     return sa
 
 
-def _step_fields(sa: StepAudit, td: TrainDump, pos: np.ndarray, sf, raw: np.ndarray, where) -> None:
-    """Rollout id, reward and raw reward per paired sample; then missing and extra samples."""
+def _got(td: TrainDump, pos: np.ndarray, key: str) -> list:
+    """The trainer's value of `key` per rollout row (rules.ABSENT where it holds none)."""
+    index = td.index()
+    out = []
+    for p in pos.tolist():
+        j = index.get(p)
+        v = rules.ABSENT if j is None or key not in td.samples[j] else td.samples[j][key]
+        out.append(rules.ABSENT if v is None and key == "rewards" else v)
+    return out
+
+
+def _choose(sa: StepAudit, td: TrainDump, pos, sf, values, masks, id_state, explicit, group_index, index_of, opts):
+    """The trainer's reward and id rules (audit/rules.py): findings, and what each explains."""
+    keys = rules.prompt_keys([group_index[p] for p in pos.tolist()], opts)
+    rch = rules.choose_reward(values, keys, sf.ids[pos], _got(td, pos, "rewards"), pos, opts)
+    ich = rules.choose_ids(id_state, explicit, group_index, index_of, opts.rollout_id_scope, _got(td, pos, "rollout_ids"),
+                           pos, masks, sf.group_labels)
+    for ch in (rch, ich):
+        sa.notes.extend(ch.notes)
+        sa.trainer_rules[ch.field] = ch.summary()
+        e = rules.entry(sa.step, ch)
+        if e is not None:
+            sa.rule_findings.append(e)
+    return rch, ich
+
+
+def _loss_side(sa: StepAudit, td: TrainDump, pos, sf, masks, rch, ich, where, opts, loss_masks: dict) -> None:
+    """Denominators under the trainer's ids, advantages under its rewards (audit/loss_side.py)."""
+    rewards = dict(zip(pos.tolist(), rch.values if rch.values else sf.rewards.tolist()))
+    recs, compared = loss_side.denominator_divergences(sa.step, rules.labels_of(ich.values), masks, sf.group_labels,
+                                                       pos, td, where)
+    all_present = set(td.positions.tolist()) >= set(pos.tolist())
+    adv_rule, adv, notes = loss_side.advantage_check(sa.step, td, opts, all_present, lambda p: str(where(p)),
+                                                        loss_masks, rewards)
+    for r in recs + adv:
+        sa.add(r)
+    sa.notes.extend(notes)
+    sa.trainer_rules["loss_side"] = {"denominators": compared, "advantages": adv_rule}
+
+
+def _step_fields(sa: StepAudit, td: TrainDump, pos: np.ndarray, sf, raw: np.ndarray, where, rch, ich) -> None:
+    """Rollout id, reward (each against the trainer's rule's values) and raw reward per paired
+    sample; then missing and extra samples."""
+    rewards = rch.values if rch.values else sf.rewards.tolist()
     index = td.index()
     train = td.display
     rr = td.raw_reward
@@ -225,12 +279,11 @@ def _step_fields(sa: StepAudit, td: TrainDump, pos: np.ndarray, sf, raw: np.ndar
         sa.paired += 1
         ts = td.samples[j]
         loc = str(where(p))
-        if ts.get("rollout_ids") is not None:
-            d = diff.exact_diff(int(sf.ids[p]), ts["rollout_ids"])
-            if d:
-                sa.add(diff.record(sa.step, p, "rollout_id", loc, train, d))
+        if "rollout_ids" in ts and not rules.same_id(ich.values[k], ts["rollout_ids"]):
+            d = {"expected": diff.plain(ich.values[k]), "got": diff.plain(ts["rollout_ids"])}
+            sa.add(diff.record(sa.step, p, "rollout_id", loc, train, d))
         if ts.get("rewards") is not None:
-            d = diff.reward_diff(float(sf.rewards[k]), ts["rewards"])
+            d = diff.reward_diff(float(rewards[k]), ts["rewards"])
             if d:
                 sa.add(diff.record(sa.step, p, "reward", loc, train, d))
         if rr is not None and p < len(rr):

@@ -20,6 +20,10 @@ Train = Annotated[List[str], typer.Option(
     "--train", metavar="PATH", rich_help_panel=o.INPUTS, show_default=False,
     help="The trainer's dumps (slime's --save-debug-train-data .pt files, or their folder); "
          "repeat for more.")]
+Strict = Annotated[bool, typer.Option(
+    "--strict", rich_help_panel=o.VIEW,
+    help="Exit 4 when the trainer ran another reward or rollout-id rule than the expected one, "
+         "as for a divergence (without it, a named rule difference is reported and exits 0).")]
 MaxDivergences = Annotated[Optional[int], typer.Option(
     "--max-divergences", metavar="N", rich_help_panel=o.VIEW,
     help="List at most N divergences per step (the counts stay complete; 0: all).")]
@@ -46,6 +50,7 @@ def audit_cmd(
     input_format: o.InputFormat = R.input_format,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
     as_json: o.Json = False,
+    strict: Strict = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No notes on stderr.")] = False,
     verbose: Annotated[bool, typer.Option(
         "-v", "--verbose", help="List every kept divergence; tracebacks for internal errors.")] = False,
@@ -54,7 +59,9 @@ def audit_cmd(
 
     Steps pair by number, samples by their position in the rollout dump. The expected values are those convert writes with the same options; the mismatch figures compare the trainer's log-probs with the rollout's over the tokens it trained on.
 
-    Exit 0 when nothing diverges, 4 when something does, 3 on invalid input. --json prints {summary, steps, divergences}, as docs/audit.md describes.
+    Each step's reward and rollout-id rules are named: a trainer that ran another known rule (slime's positional reward rows, an older slime id rule) is reported first, with what it cost, and is not a divergence.
+
+    Exit 0 when nothing diverges (rule differences included, unless --strict), 4 when something does, 3 on invalid input. --json prints {summary, rules, steps, divergences}, as docs/audit.md describes.
     """
     rules = o.option_values(o.RuleOptions, locals())  # parameters are named as its fields
 
@@ -72,5 +79,5 @@ def audit_cmd(
         if not quiet:
             for n in result["summary"]["notes"]:
                 print(f"note: {n}", file=sys.stderr)
-    if result["summary"]["divergences"]:
+    if result["summary"]["divergences"] or (strict and result["rules"]):
         raise typer.Exit(int(ExitCode.INTEGRITY))

@@ -257,6 +257,10 @@ TEXT_DIVERGENCE_LIMIT = 5  # divergences listed per step without -v
 def print_audit(result: dict, verbose: bool) -> None:
     """The mismatch per step, then each step's first divergences (all kept ones with -v)."""
     con = _console() if sys.stdout.isatty() else None
+    from .audit_text import divergence_lines, loss_weight_lines, rule_lines, worst_lines
+
+    for line in rule_lines(result):  # the rules the trainer ran, first
+        _text(con, line)
     s = result["summary"]
     title = (f"audit: {s['paired_steps']} paired step(s), {s['samples']} paired samples, "
              f"{s['divergences']} divergence(s)")
@@ -266,9 +270,7 @@ def print_audit(result: dict, verbose: bool) -> None:
         rows.append([st["step"], st["samples"]["paired"], m.get("tokens"), m.get("mean_abs_diff"), m.get("max_abs_diff"),
                      m.get("k1"), m.get("k3"), m.get("ratio_above_2"), m.get("ratio_below_0.5"), st["divergences"]])
     _table(con, title, ["step", "samples", "tokens", "mean|d|", "max|d|", "k1", "k3", ">2", "<0.5", "divergences"], rows)
-    from .audit_text import divergence_lines, loss_weight_lines
-
-    for line in loss_weight_lines(result):
+    for line in worst_lines(result) + loss_weight_lines(result):
         _text(con, line)
     limit = None if verbose else TEXT_DIVERGENCE_LIMIT
     for line in divergence_lines(result, limit):

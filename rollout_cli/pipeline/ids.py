@@ -8,6 +8,9 @@ explicit id shared by samples of different prompt groups means:
 - step: one rollout, as slime does.
 - group: ids are unique within a prompt group only; the first (group, id) key in order keeps
   the value, later keys with the same value get fresh ids the way missing ids do.
+
+This is the `fill` rule; slime's older rules are named beside it (ID_RULES, at the end), for
+`audit` to name the one a trainer ran.
 """
 from __future__ import annotations
 
@@ -176,3 +179,45 @@ def find_id_anomalies(ids, assigned, is_explicit, is_missing, where, conflicts, 
                     }
                 )
     return out
+
+
+# ------------------------------------------------------------------------------ named rules
+# Each rollout-id rule by name: (id_state, explicit ids, group_index, sample.index per record,
+# scope) -> one id per record (an int, or None where the rule leaves none). `convert` runs
+# `fill` (assign_ids, with its scope checks); `audit` tries them all against a trainer's ids.
+
+
+def _fill_rule(id_state, explicit, group_index, sample_index, scope) -> list:
+    r = assign_ids(id_state, explicit, group_index, scope if scope != "strict" else "step")
+    return [int(v) if a else None for v, a in zip(r.ids.tolist(), r.assigned.tolist())]
+
+
+def _first_sample_rule(id_state, explicit, group_index, sample_index, scope) -> list:
+    n = len(id_state)
+    if n and id_state[0] == ID_MISSING:
+        return list(range(n))
+    return [int(explicit[i]) if id_state[i] == ID_EXPLICIT else None for i in range(n)]
+
+
+def _sample_index_rule(id_state, explicit, group_index, sample_index, scope) -> list:
+    return [int(explicit[i]) if id_state[i] == ID_EXPLICIT else sample_index[i] for i in range(len(id_state))]
+
+
+ID_RULES = {
+    "fill": _fill_rule,  # explicit ids kept, missing ones the smallest integers the explicit ids leave free
+    "first_sample": _first_sample_rule,  # positions when the first sample has no id, else each own id (None too)
+    "sample_index": _sample_index_rule,  # explicit id, else sample.index
+}
+ID_RULE_SOURCES = {
+    "fill": "slime since 2bfa5693d (#2031), _convert_samples_to_train_data (slime/ray/rollout.py at 624b824a)",
+    "first_sample": "slime 09c704501 (#1965)",
+    "sample_index": "slime 7405851ff (#1933)",
+}
+EXPECTED_ID_RULE = "fill"  # what convert assigns
+
+
+def apply_id_rule(name: str, id_state: np.ndarray, explicit: np.ndarray, group_index: list, sample_index: list,
+                  scope: str = "step") -> list:
+    """The ids of rule `name` (ID_RULES) for one step's records, in order. Under `fill`, a
+    strict scope's conflicts are merged as slime merges them (the check is convert's, not the rule's)."""
+    return ID_RULES[name](id_state, explicit, group_index, sample_index, scope)

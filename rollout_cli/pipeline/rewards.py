@@ -5,6 +5,8 @@ surviving samples, float32, unbiased std, eps 1e-6; a one-sample group gives 0.0
 `rollout_baseline_rewards` is the same rule with one member per rollout instead of per sample
 (the rollout's reward, broadcast back to its samples).
 `slime_compat_rewards` reproduces slime's position-based rule with torch, bit for bit.
+The rules by name (`group`, `group_rollout`, `slime_positional`, `raw`) are REWARD_RULES, at
+the end: `convert` runs the one its options choose, `audit` names the one a trainer ran.
 """
 from __future__ import annotations
 
@@ -171,6 +173,14 @@ def slime_compat_note(
     return f"{size} samples, not {n} × {rollout_batch_size}{given}: normalised as one group, as slime does"
 
 
+def slime_row_length(size: int, n_samples_per_prompt: int | None, rollout_batch_size: int | None) -> int:
+    """The length of slime's reward rows for a batch of `size` samples
+    (slime@624b824a:slime/ray/rollout.py:619-623, `_post_process_rewards`): n_samples_per_prompt
+    consecutive samples when the batch holds exactly n x rollout_batch_size, else the whole batch."""
+    n, rbs = n_samples_per_prompt, rollout_batch_size
+    return n if n and rbs and n * rbs == size else size
+
+
 def slime_compat_rewards(
     values: np.ndarray,
     *,
@@ -192,12 +202,66 @@ def slime_compat_rewards(
     if n_samples_per_prompt == 1:
         grpo_std_normalization = False  # slime's parse_args
     t = torch.tensor(x.tolist(), dtype=torch.float)
-    if t.numel() == n_samples_per_prompt * rollout_batch_size:
-        t = t.reshape(-1, n_samples_per_prompt)
-    else:
-        t = t.view(1, -1)
+    t = t.view(-1, slime_row_length(t.numel(), n_samples_per_prompt, rollout_batch_size) or 1)
     t = t - t.mean(dim=-1, keepdim=True)
     if advantage_estimator in STD_SCALED_ESTIMATORS and grpo_std_normalization:
         std = t.std(dim=-1, keepdim=True)
         t = t / (std + 1e-6)
     return t.flatten().numpy().astype(np.float32)
+
+
+# ------------------------------------------------------------------------------ named rules
+# Each reward rule by name: (selected rewards, prompt-group keys, rollout ids, options) ->
+# post-processed float32 rewards. `options` is a RuleOptions (or anything with its reward
+# fields). `convert` runs `expected_reward_rule(options)`; `audit` tries them all against
+# what a trainer computed. The source each one reproduces is in REWARD_RULE_SOURCES.
+
+
+def _rule_kwargs(opts) -> dict:
+    return dict(advantage_estimator=opts.advantage_estimator, rewards_normalization=opts.rewards_normalization,
+                grpo_std_normalization=opts.grpo_std_normalization, n_samples_per_prompt=opts.n_samples_per_prompt)
+
+
+def _group_rule(values, keys, rollout_ids, opts) -> np.ndarray:
+    return normalize_rewards(values, keys, **_rule_kwargs(opts))
+
+
+def _group_rollout_rule(values, keys, rollout_ids, opts) -> np.ndarray:
+    return rollout_baseline_rewards(values, keys, rollout_ids, sibling_reward=opts.sibling_reward, **_rule_kwargs(opts))
+
+
+def _slime_positional_rule(values, keys, rollout_ids, opts) -> np.ndarray:
+    kw = _rule_kwargs(opts)
+    kw["n_samples_per_prompt"] = opts.n_samples_per_prompt or 1
+    return slime_compat_rewards(values, rollout_batch_size=opts.rollout_batch_size or 0, **kw)
+
+
+def _raw_rule(values, keys, rollout_ids, opts) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32).copy()
+
+
+REWARD_RULES = {
+    "group": _group_rule,  # by group_index, each sample once (rollout-cli's default)
+    "group_rollout": _group_rollout_rule,  # each rollout once in its prompt group (--reward-baseline rollout)
+    "slime_positional": _slime_positional_rule,  # slime's rows of n, or the whole batch (--slime-compat)
+    "raw": _raw_rule,  # no normalisation
+}
+REWARD_RULE_SOURCES = {
+    "group": "rollout-cli's group rule (slime's own grpo_normalize_by_group_index, slime/rollout/_fanout_test_helpers.py)",
+    "group_rollout": "rollout-cli's --reward-baseline rollout (one member per rollout in its prompt group)",
+    "slime_positional": "slime's _post_process_rewards (RolloutManager, slime/ray/rollout.py at 624b824a)",
+    "raw": "no normalisation (the selected rewards as float32)",
+}
+
+
+def expected_reward_rule(opts) -> str:
+    """The reward rule `convert` runs with these options."""
+    if getattr(opts, "slime_compat", False):
+        return "slime_positional"
+    return "group_rollout" if getattr(opts, "reward_baseline", "sample") == "rollout" else "group"
+
+
+def apply_reward_rule(name: str, values: np.ndarray, keys: list, rollout_ids: np.ndarray, opts) -> np.ndarray:
+    """The rewards of rule `name` (REWARD_RULES) for one step's kept rows. `group_rollout`
+    raises SiblingRewardConflict, `slime_positional` UsageError without torch."""
+    return REWARD_RULES[name](values, keys, rollout_ids, opts)

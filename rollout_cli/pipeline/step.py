@@ -11,8 +11,8 @@ import numpy as np
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems
 from .fields import group_fields, rollout_mask_sums, step_fields
 from .ids import assign_ids
-from .rewards import (SiblingRewardConflict, group_keys, group_labels, normalize_rewards, rollout_baseline_rewards,
-                      slime_compat_note, slime_compat_rewards)
+from .rewards import (SiblingRewardConflict, apply_reward_rule, expected_reward_rule, group_keys, group_labels,
+                      slime_compat_note)
 
 
 @dataclass
@@ -116,50 +116,34 @@ def compute_step(
         rewards = values.astype(np.float32)
     elif not groups_known:
         rewards = np.full(len(values), np.nan, dtype=np.float32)
-    elif compat:
-        rewards = slime_compat_rewards(
-            values,
-            advantage_estimator=opts.advantage_estimator,
-            rewards_normalization=opts.rewards_normalization,
-            grpo_std_normalization=opts.grpo_std_normalization,
-            n_samples_per_prompt=opts.n_samples_per_prompt or 1,
-            rollout_batch_size=opts.rollout_batch_size or 0,
-        )
-        note = slime_compat_note(len(values), advantage_estimator=opts.advantage_estimator,
-                                 rewards_normalization=opts.rewards_normalization,
-                                 n_samples_per_prompt=opts.n_samples_per_prompt,
-                                 rollout_batch_size=opts.rollout_batch_size or 0)
-        if note:
-            notes.append(f"step {step}: {note}")
     else:
-        rule = dict(
-            advantage_estimator=opts.advantage_estimator,
-            rewards_normalization=opts.rewards_normalization,
-            grpo_std_normalization=opts.grpo_std_normalization,
-            n_samples_per_prompt=opts.n_samples_per_prompt,
-        )
-        if getattr(opts, "reward_baseline", "sample") == "rollout":
-            try:
-                rewards = rollout_baseline_rewards(values, keys, ids, sibling_reward=opts.sibling_reward, **rule)
-            except SiblingRewardConflict as e:
-                locs = ", ".join(str(where(int(pos[r]))) for r in e.rows)
-                if unknown_groups_ok:  # inspect: shown as an anomaly, the rewards as unknown
-                    rewards = np.full(len(values), np.nan, dtype=np.float32)
-                    idr.anomalies.append({
-                        "kind": "sibling_reward_mismatch", "level": "error", "rollout_id": e.rollout_id,
-                        "rewards": e.values, "where": [where(int(pos[r])) for r in e.rows[:6]],
-                        "message": f"rollout {e.rollout_id}: its samples carry different rewards "
-                                   f"{', '.join(repr(v) for v in e.values)}: convert fails under --reward-baseline "
-                                   "rollout (--sibling-reward mean averages them)",
-                    })
-                else:
-                    raise InvalidInputError(
-                        f"{split} step {step}: rollout {e.rollout_id}: its samples carry different rewards "
-                        f"{', '.join(repr(v) for v in e.values)} ({locs}); --reward-baseline rollout needs one reward per "
-                        "rollout (--sibling-reward mean averages them)"
-                    ) from None
-        else:
-            rewards = normalize_rewards(values, keys, **rule)
+        rule = expected_reward_rule(opts)
+        if compat:
+            note = slime_compat_note(len(values), advantage_estimator=opts.advantage_estimator,
+                                     rewards_normalization=opts.rewards_normalization,
+                                     n_samples_per_prompt=opts.n_samples_per_prompt,
+                                     rollout_batch_size=opts.rollout_batch_size or 0)
+            if note:
+                notes.append(f"step {step}: {note}")
+        try:
+            rewards = apply_reward_rule(rule, values, keys, ids, opts)
+        except SiblingRewardConflict as e:
+            locs = ", ".join(str(where(int(pos[r]))) for r in e.rows)
+            if unknown_groups_ok:  # inspect: shown as an anomaly, the rewards as unknown
+                rewards = np.full(len(values), np.nan, dtype=np.float32)
+                idr.anomalies.append({
+                    "kind": "sibling_reward_mismatch", "level": "error", "rollout_id": e.rollout_id,
+                    "rewards": e.values, "where": [where(int(pos[r])) for r in e.rows[:6]],
+                    "message": f"rollout {e.rollout_id}: its samples carry different rewards "
+                               f"{', '.join(repr(v) for v in e.values)}: convert fails under --reward-baseline "
+                               "rollout (--sibling-reward mean averages them)",
+                })
+            else:
+                raise InvalidInputError(
+                    f"{split} step {step}: rollout {e.rollout_id}: its samples carry different rewards "
+                    f"{', '.join(repr(v) for v in e.values)} ({locs}); --reward-baseline rollout needs one reward per "
+                    "rollout (--sibling-reward mean averages them)"
+                ) from None
     kept_masks = mask_totals[keep]
     sums = rollout_mask_sums(ids, kept_masks)
     denom_keys = keys

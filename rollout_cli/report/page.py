@@ -93,6 +93,7 @@ def build_report(paths: list[str], out: str, options: ReportOptions | None = Non
     if "trainer" in data:
         s = data["trainer"]["audit"]["summary"]
         result["trainer"] = {"paired_steps": s["paired_steps"], "samples": s["samples"], "divergences": s["divergences"],
+                             "rule_differences": s["rule_differences"],
                              "rollouts_embedded": len(data["trainer"]["tokens"])}
     return result
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 from ..core.errors import InvalidInputError, Location, StepProblems, UsageError
 from ..core.options import REWARD_BASELINES, SCOPES, SIBLING_REWARDS, RuleOptions
 from ..inputs.base import RawChunk
+from ..pipeline.rewards import slime_row_length
 from ..pipeline.step import StepFields, compute_step
 from ..pipeline.validate import normalize_chunk, pre_schema
 from .defaults import slime_arg
@@ -122,10 +123,8 @@ def _where(i: int) -> Location:
 
 def _chunk(opts: RuleOptions, size: int) -> int:
     """How many consecutive samples without group_index make one prompt group, as slime groups
-    rewards (slime@624b824a:slime/ray/rollout.py:619-623): n_samples_per_prompt when the
-    batch holds n x rollout_batch_size samples, else the whole batch as one group."""
-    n, rbs = opts.n_samples_per_prompt, opts.rollout_batch_size
-    return n if n and rbs and n * rbs == size else size
+    rewards: slime's own rows (pipeline.rewards.slime_row_length)."""
+    return slime_row_length(size, opts.n_samples_per_prompt, opts.rollout_batch_size)
 
 
 def _positions(positions: list[int], index: list) -> str:

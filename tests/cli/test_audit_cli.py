@@ -97,3 +97,32 @@ def test_train_is_required(tmp_path):
 
 def test_default_max_divergences_is_the_librarys():
     assert pyinspect.signature(audit_cmd).parameters["max_divergences"].default == DEFAULT_MAX_DIVERGENCES
+
+
+def test_text_names_the_worst_rollouts_and_tokens(tmp_path):
+    root = _run_dir(tmp_path)
+    text = _audit(root / "rollout_data", "--train", root / "train_data")
+    js = json.loads(_audit(root / "rollout_data", "--train", root / "train_data", "--json").stdout)
+    for st in js["steps"]:
+        worst = max(st["rollouts"], key=lambda r: r["mismatch"]["max_abs_diff"])
+        assert (f"step {st['step']}: largest |d| in rollouts {worst['rollout_id']} "
+                f"(max {worst['mismatch']['max_abs_diff']:.3g}" in text.output)
+        t = st["mismatch"]["top_tokens"][0]
+        assert (f"  position {t['rollout_position']} token {t['token']} (rollout {t['rollout_id']}): |d| "
+                f"{t['abs_diff']:.4g}, log_probs {t['log_probs']:.4g}, rollout_log_probs {t['rollout_log_probs']:.4g}"
+                in text.output)
+
+
+def test_a_rule_difference_exits_0_and_4_under_strict(tmp_path):
+    samples = T.compact(0)
+    T.write_rollout(tmp_path / "rollout_data", samples, 0, "jsonl")
+    T.write_train(tmp_path / "train_data", samples, 0, n=2, rbs=3, id_rule="sample_index")
+    args = (tmp_path / "rollout_data", "--train", tmp_path / "train_data", "--n-samples-per-prompt", 2)
+    r = _audit(*args)
+    assert r.exit_code == 0, r.output
+    first = r.output.splitlines()[:2]
+    assert first[0].startswith("step 0: reward: the trainer ran slime_positional")
+    assert first[1].startswith("step 0: rollout_id: the trainer ran sample_index (slime 7405851ff (#1933)), not fill")
+    assert _audit(*args, "--strict").exit_code == 4
+    out = json.loads(_audit(*args, "--json").stdout)
+    assert [e["samples"] for e in out["rules"]] == [7, 5] and out["summary"]["rule_differences"] == 2

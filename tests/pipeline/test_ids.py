@@ -228,3 +228,44 @@ def test_ids_are_per_step(tmp_path):
     assert [r["rollout_id"] for r in read_rows(tmp_path / "out", step=2)] == [0, 1]
     keys = [(r["step"], r["rollout_id"]) for r in read_rows(tmp_path / "out")]
     assert len(set(keys)) == len(keys)
+
+
+# ------------------------------------------------------------------------------ named rules
+
+
+def _named(rule, rollout_ids, index):
+    from rollout_cli.pipeline.ids import apply_id_rule
+
+    state = np.array([ID_MISSING if r is None else ID_EXPLICIT for r in rollout_ids], dtype=np.int8)
+    explicit = np.array([0 if r is None else r for r in rollout_ids], dtype=np.int64)
+    return apply_id_rule(rule, state, explicit, [0] * len(rollout_ids), list(index))
+
+
+def test_named_id_rules_on_the_spec_history_examples():
+    """slime-spec section 4 on `mixed_ids`: #1933 merges explicit id 2 with index 2, #1965
+    discards every explicit id when the first sample has none, #2031 fills."""
+    ids, index = [None, 2, 2, None, 0, 0, None, 7], [0, 1, 1, 2, 3, 3, 4, 5]
+    assert _named("fill", ids, index) == [1, 2, 2, 3, 0, 0, 4, 7]
+    assert _named("first_sample", ids, index) == list(range(8))
+    assert _named("sample_index", ids, index) == [0, 2, 2, 2, 0, 0, 4, 7]
+    # #1965 with an explicit first sample: the default samples keep None
+    assert _named("first_sample", [10, 10, None, None, 1, None], range(6)) == [10, 10, None, None, 1, None]
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("rule", ["fill", "first_sample", "sample_index"])
+def test_named_id_rules_match_the_oracle(rule, seed):
+    rng = random.Random(seed)
+    n = rng.randint(1, 12)
+    ids = [rng.choice([None, None, rng.randint(0, 8)]) for _ in range(n)]
+    index = [rng.choice([None, rng.randint(0, 20)]) for _ in range(n)]
+    samples = [{"rollout_id": r, "index": i} for r, i in zip(ids, index)]
+    assert _named(rule, ids, index) == ref.ROLLOUT_ID_RULES[rule](samples)
+
+
+def test_fill_rule_is_what_convert_assigns():
+    from rollout_cli.pipeline.ids import EXPECTED_ID_RULE, ID_RULES
+
+    assert EXPECTED_ID_RULE == "fill" and list(ID_RULES) == ["fill", "first_sample", "sample_index"]
+    ids = [None, 2, 2, None, 0, 0, None, 7]
+    assert _named("fill", ids, [None] * 8) == _assign(ids, groups=[0, 0, 0, 1, 1, 1, 2, 2]).ids.tolist()

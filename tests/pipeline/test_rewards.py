@@ -249,3 +249,51 @@ def test_the_note_matches_what_slime_compat_rewards_does():
         one_group = _note(size, n=2, rbs=rbs) is not None
         assert one_group == (size != 2 * rbs)
         assert np.array_equal(got, whole) == one_group, (size, rbs)
+# ------------------------------------------------------------------------------ named rules
+
+
+def test_slime_row_length_is_slimes_reshape():
+    from rollout_cli.pipeline.rewards import slime_row_length
+
+    assert slime_row_length(6, 2, 3) == 2  # n x rbs: rows of n
+    assert slime_row_length(7, 2, 3) == 7  # otherwise the whole batch
+    assert slime_row_length(6, 2, None) == 6 and slime_row_length(6, None, 3) == 6
+
+
+def test_the_slime_hooks_group_as_slime_rows():
+    """One implementation: the hooks' chunk of group-less samples is slime_row_length."""
+    from rollout_cli.core.options import RuleOptions
+    from rollout_cli.slime import plugin
+
+    for size in (6, 7, 12):
+        opts = RuleOptions(n_samples_per_prompt=2, rollout_batch_size=3)
+        assert plugin._chunk(opts, size) == (2 if size == 6 else size)
+
+
+PLAIN_CASES = sorted(n for n, c in CASES.items()
+                     if c["args"].get("reward_key") is None and c["args"].get("advantage_estimator", "grpo") == "grpo"
+                     and all(isinstance(s.get("reward"), (int, float)) and s.get("group_index") is not None
+                             for s in c["samples"]))
+
+
+@pytest.mark.filterwarnings("ignore:std\\(\\)")  # slime's one-sample row: torch warns, the value is NaN
+@pytest.mark.parametrize("name", PLAIN_CASES)
+def test_named_reward_rules_are_the_functions_convert_runs(name):
+    from rollout_cli.core.options import RuleOptions
+    from rollout_cli.pipeline.rewards import REWARD_RULES, apply_reward_rule, expected_reward_rule
+
+    case = fresh_case(name)
+    samples, a = case["samples"], case["args"]
+    opts = RuleOptions(n_samples_per_prompt=a["n_samples_per_prompt"], rollout_batch_size=a["rollout_batch_size"])
+    values = np.array([float(s["reward"]) for s in samples])
+    keys = group_keys([s["group_index"] for s in samples], opts.n_samples_per_prompt)
+    ids = np.array(ref.fill_rollout_ids(samples), dtype=np.int64)
+    assert list(REWARD_RULES) == ["group", "group_rollout", "slime_positional", "raw"]
+    assert expected_reward_rule(opts) == "group"
+    assert apply_reward_rule("group", values, keys, ids, opts).tolist() == normalize_rewards(
+        values, keys, n_samples_per_prompt=opts.n_samples_per_prompt).tolist()
+    assert apply_reward_rule("raw", values, keys, ids, opts).tolist() == values.astype(np.float32).tolist()
+    slime = ref.post_process_rewards(samples, n_samples_per_prompt=opts.n_samples_per_prompt,
+                                     rollout_batch_size=opts.rollout_batch_size)[1]
+    got = apply_reward_rule("slime_positional", values, keys, ids, opts)
+    assert np.array_equal(got, np.asarray(slime, dtype=np.float32), equal_nan=True)

@@ -208,3 +208,44 @@ def test_trainer_drilldown_colours_tokens_by_d(trainer_page):
                " return [[...g.getImageData(0, 0, 1, 1).data], [...g.getImageData(1, 0, 1, 1).data]]; })()")
     assert px[0][:3] == [208, 215, 222] and px[1][:3] != [208, 215, 222]
     assert b.errors() == []
+
+
+@pytest.fixture(scope="module")
+def rules_page(tmp_path_factory):
+    """A compact slime run whose trainer ran #1965's id rule."""
+    import train_dumps as T
+    from rollout_cli.inspect import InspectOptions
+    from rollout_cli.report import ReportOptions
+
+    if find_browser() is None:
+        pytest.fail("no Chromium on PATH: apt-get install chromium (the browser test is required, not optional)")
+    base = tmp_path_factory.mktemp("rules")
+    samples = T.compact(0)
+    T.write_train(base / "train_data", samples, 0, n=2, rbs=3, id_rule="first_sample")
+    T.write_rollout(base / "rollout_data", samples, 0, "jsonl")
+    out = base / "report.html"
+    build_report([str(base / "rollout_data")], str(out),
+                 ReportOptions(InspectOptions(n_samples_per_prompt=2), train=[str(base / "train_data")]))
+    with Browser() as b:
+        url = b.open(out)
+        b.settle(0.3)
+        yield b, url, read_data(str(out))
+
+
+def test_trainer_section_names_the_rules_with_audits_numbers(rules_page):
+    b, _, data = rules_page
+    assert b.errors() == []
+    items = js(b, "[...document.querySelectorAll('#trainer-rules li')].map(li => li.textContent)")
+    rules = data["trainer"]["audit"]["rules"]
+    assert len(items) == len(rules) == 2
+    reward, ids = rules
+    assert items[0].startswith(f"step 0: reward: the trainer ran slime_positional ({reward['source']}; {reward['case']}), "
+                               f"not group: {reward['samples']} sample(s) differ")
+    assert f"max |delta| {reward['max_abs_delta']:.3g}" in items[0]
+    assert f"{len(reward['cost']['advantage_sign_changes'])} advantage(s) change sign" in items[0]
+    assert items[1].startswith(f"step 0: rollout_id: the trainer ran first_sample ({ids['source']}), not fill: "
+                               f"{ids['samples']} sample(s) differ")
+    top = ids["cost"]["loss_weight"][0]
+    mode = max(top["share"], key=lambda m: abs(top["trainer_share"][m] - top["share"][m]))
+    assert (f"rollout {top['rollout_id']} {top['share'][mode]:.3g} \u2192 {top['trainer_share'][mode]:.3g} ({mode})"
+            in items[1])

@@ -207,3 +207,32 @@ def test_a_rollout_whose_samples_were_all_rejected_is_not_embedded(tmp_path):
     convert([str(tmp_path / "in")], str(out), copts(on_error="skip", shards=2))
     d = collect([str(out)])["splits"]["train"]  # raised "--show: train step 9 has no rollout 1"
     assert set(d["details"]) == {"9:0"}
+
+
+@pytest.fixture(scope="module")
+def rules_run(tmp_path_factory):
+    """A compact slime run whose trainer ran #1965's id rule: both rules differ from convert's."""
+    import train_dumps as T
+
+    root = tmp_path_factory.mktemp("rules")
+    for step in (0, 1):
+        samples = T.compact(step)
+        T.write_train(root / "train_data", samples, step, n=2, rbs=3, id_rule="first_sample")
+        T.write_rollout(root / "rollout_data", samples, step, "jsonl")
+    return root / "rollout_data", root / "train_data"
+
+
+def test_trainer_section_rule_findings_are_audits(rules_run):
+    from rollout_cli.audit import AuditOptions, audit_paths
+    from rollout_cli.inspect import InspectOptions as IO
+
+    rollout, train = rules_run
+    d = collect([str(rollout)], ReportOptions(IO(n_samples_per_prompt=2), train=[str(train)]))
+    a = audit_paths([str(rollout)], [str(train)], AuditOptions(n_samples_per_prompt=2, max_divergences=100))
+    assert d["trainer"]["audit"]["rules"] == a["rules"]
+    assert [(e["step"], e["field"], e["trainer_rule"]) for e in a["rules"]] == [
+        (0, "reward", "slime_positional"), (0, "rollout_id", "first_sample"),
+        (1, "reward", "slime_positional"), (1, "rollout_id", "first_sample")]
+    assert all(e["cost"]["loss_weight"] for e in a["rules"] if e["field"] == "rollout_id")
+    for mine, theirs in zip(d["trainer"]["audit"]["steps"], a["steps"]):
+        assert mine["trainer_rules"] == theirs["trainer_rules"]

@@ -220,6 +220,7 @@
     $("trainer-summary").textContent = "audit against " + DATA.train_inputs.join(", ") + ": " + s.paired_steps +
       " paired step(s), " + s.samples + " paired samples, " + s.divergences + " divergence(s)" + (fields ? " (" + fields + ")" : "") +
       ". d = train log-prob \u2212 rollout log-prob, over the tokens the trainer trained on (loss mask 1): masked positions never count.";
+    renderRules(a.rules || []);
     var steps = a.steps.filter(function (st) { return st.mismatch; });
     var x = steps.map(function (st) { return st.step; });
     function m(k) { return steps.map(function (st) { return st.mismatch[k]; }); }
@@ -266,6 +267,34 @@
     $("divergence-note").textContent = a.divergences.length < s.divergences
       ? a.divergences.length + " of " + s.divergences + " listed (at most --max-anomalies per step; the counts are complete)"
       : (s.divergences ? "" : "no divergence: the trainer trained on what the rollout dumps determine");
+  }
+
+  // the rules the trainer ran where they are not the expected ones: audit's `rules`, its numbers
+  function g3(x) { return x == null ? "-" : String(Number(x.toPrecision(3))); }
+  function someOf(ps) { return ps.slice(0, 6).join(", ") + (ps.length > 6 ? ", ..." : ""); }
+  var MOVERS_SHOWN = 3;
+  function ruleText(e) {
+    var t = "step " + e.step + ": " + e.field + ": the trainer ran " + e.trainer_rule + " (" + e.source +
+      (e.case ? "; " + e.case : "") + "), not " + e.expected_rule + ": " + e.samples + " sample(s) differ (positions " + someOf(e.positions) + ")";
+    if (e.field === "reward") {
+      if (e.max_abs_delta != null) t += ", max |delta| " + g3(e.max_abs_delta);
+      var flips = e.cost.advantage_sign_changes, mixed = e.cost.groups_normalised_with_others;
+      t += "; " + flips.length + " advantage(s) change sign";
+      if (mixed.length) t += "; prompt groups " + someOf(mixed) + " normalised together with other prompts' samples";
+      return t;
+    }
+    var lw = e.cost.loss_weight;
+    if (!lw.length) return t + "; no rollout's loss weight moves";
+    return t + "; loss weight, expected \u2192 trainer: " + lw.slice(0, MOVERS_SHOWN).map(function (r) {
+      var mode = Object.keys(r.share).reduce(function (b, m) {
+        return Math.abs(r.trainer_share[m] - r.share[m]) > Math.abs(r.trainer_share[b] - r.share[b]) ? m : b; });
+      return "rollout " + r.rollout_id + " " + g3(r.share[mode]) + " \u2192 " + g3(r.trainer_share[mode]) + " (" + mode + ")";
+    }).join(", ") + (lw.length > MOVERS_SHOWN ? " and " + (lw.length - MOVERS_SHOWN) + " more" : "");
+  }
+  function renderRules(rules) {
+    var ul = clear($("trainer-rules"));
+    ul.hidden = !rules.length;
+    rules.forEach(function (e) { ul.appendChild(el("li", { text: ruleText(e) })); });
   }
 
   var D_SCALE = 0.25;  // |d| drawn at full colour (an importance ratio of e^0.25 = 1.28)
