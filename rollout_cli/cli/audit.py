@@ -12,6 +12,7 @@ from ..core.choices import Estimator, PrimeRlSubset, RewardBaseline, Scope, Sibl
 from ..core.errors import ExitCode
 from . import options as o
 from .common import run_command
+from .gating import apply, exit_if_failed, plan, print_lines
 from .render import print_audit
 
 R = o.RULES
@@ -45,6 +46,9 @@ def audit_cmd(
     trust_pickle: o.TrustPickle = R.trust_pickle,
     input_format: o.InputFormat = R.input_format,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
+    fail_on: o.FailOn = None,
+    checks: o.ChecksFile = None,
+    junit_xml: o.JunitXml = None,
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No notes on stderr.")] = False,
     verbose: Annotated[bool, typer.Option(
@@ -54,9 +58,10 @@ def audit_cmd(
 
     Steps pair by number, samples by their position in the rollout dump. The expected values are those convert writes with the same options; the mismatch figures compare the trainer's log-probs with the rollout's over the tokens it trained on.
 
-    Exit 0 when nothing diverges, 4 when something does, 3 on invalid input. --json prints {summary, steps, divergences}, as docs/audit.md describes.
+    Exit 0 when nothing diverges, 4 when something does, 3 on invalid input, 7 when nothing diverges but a --fail-on or --checks gate fails (docs/ci.md). --json prints {summary, steps, divergences}, as docs/audit.md describes.
     """
     rules = o.option_values(o.RuleOptions, locals())  # parameters are named as its fields
+    gates = plan("audit", fail_on, checks, junit_xml, as_json, verbose)
 
     def work():
         from ..audit import AuditOptions, audit_paths
@@ -65,12 +70,15 @@ def audit_cmd(
         return audit_paths(paths, train, opts)
 
     result = run_command(work, as_json, verbose)
+    gated = apply(gates, result, junit_xml, as_json, verbose)
     if as_json:
         print(json.dumps(result))
     else:
         print_audit(result, verbose)
+        print_lines(gated)
         if not quiet:
             for n in result["summary"]["notes"]:
                 print(f"note: {n}", file=sys.stderr)
     if result["summary"]["divergences"]:
         raise typer.Exit(int(ExitCode.INTEGRITY))
+    exit_if_failed(gated)
