@@ -78,12 +78,12 @@ def _inspect() -> list[Figure]:
 
     run = "run-wide (summary)"
     out = [Figure(n, m, run, ("summary", *n.split("."))) for n, m in RUN_FIGURES.items()]
-    out += [Figure(f"status.{s}", f"samples with status {s} (0 when none)", run, ("summary", "status", s), absent=0)
-            for s in STATUSES]
-    step = "per step (summary.per_step[]; fails when any step crosses, naming each)"
+    statuses = "sample statuses (summary.status; 0 when none)"
+    out += [Figure(f"status.{s}", f"samples {s}", statuses, ("summary", "status", s), absent=0) for s in STATUSES]
+    step = "per step (summary.per_step[]; fails when any step crosses, naming it)"
     out += [Figure(f"step.{n}", m, step, (n,), entries=("summary", "per_step")) for n, m in STEP_FIGURES.items()]
     anomalies = "anomaly counts (summary.anomaly_counts; 0 when none)"
-    out += [Figure(f"anomalies.{k}", f"anomalies of kind {k}", anomalies, ("summary", "anomaly_counts", k), absent=0)
+    out += [Figure(f"anomalies.{k}", "anomalies of this kind", anomalies, ("summary", "anomaly_counts", k), absent=0)
             for k in ANOMALY_KINDS]
     return out
 
@@ -94,10 +94,10 @@ def _audit() -> list[Figure]:
     run = "run-wide (summary)"
     out = [Figure(n, m, run, ("summary", n)) for n, m in AUDIT_RUN_FIGURES.items()]
     for obj, what in (("mismatch", "train log_probs - rollout_log_probs"), ("ref_mismatch", "ref_log_probs - log_probs")):
-        sec = f"per step, d = {what} (steps[].{obj}; fails when any step crosses)"
+        sec = f"per step (steps[].{obj}, d = {what})"
         out += [Figure(f"{obj}.{k}", m, sec, (obj, k), entries=("steps",)) for k, m in MEANING.items()]
-    out.append(Figure("rules.samples", "samples of each rule finding (0 when the rules list is empty or absent)",
-                      "per rule finding (rules[]; fails when any entry crosses, naming its step and field)",
+    out.append(Figure("rules.samples", "samples of a finding (0 when there is none)",
+                      "per rule finding (rules[]; fails when any crosses, naming its step and field)",
                       ("samples",), entries=("rules",), label=("step", "field"), empty=0))
     return out
 
@@ -115,15 +115,14 @@ def catalogue(command: str) -> dict[str, Figure]:
 
 def names_help(command: str) -> str:
     """The text of `rollout-cli COMMAND --fail-on help`: every name, by section, with its meaning."""
-    figs = catalogue(command)
-    width = max(len(n) for n in figs) + 2
-    out = [f'The figures `rollout-cli {command} --fail-on "NAME OP NUMBER"` can name. OP is one of',
-           "< <= > >= == !=. The check fails when NAME OP NUMBER holds, and when the figure is null",
-           "or NaN; the figures are those --json shows."]
-    section = None
-    for f in figs.values():
-        if f.section != section:
-            section = f.section
-            out += ["", f"{section}:"]
-        out.append(f"  {f.name.ljust(width)}{f.meaning}")
+    sections: dict[str, list[Figure]] = {}
+    for f in catalogue(command).values():
+        sections.setdefault(f.section, []).append(f)
+    out = [f'The figures `rollout-cli {command} --fail-on "NAME OP NUMBER"` can name, as',
+           "--json shows them. OP is one of < <= > >= == !=. The check fails when NAME OP",
+           "NUMBER holds, and when the figure is null or NaN; a per-step check fails when",
+           "any step crosses."]
+    for section, figs in sections.items():
+        width = max(len(f.name) for f in figs) + 2
+        out += ["", f"{section}:"] + [f"  {f.name.ljust(width)}{f.meaning}" for f in figs]
     return "\n".join(out) + "\n"

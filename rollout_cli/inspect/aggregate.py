@@ -29,7 +29,7 @@ SORT_COLUMNS = (
 _STATS = {"count": "how many are known", "mean": "mean", "std": "standard deviation", "min": "minimum",
           "max": "maximum"}
 RUN_FIGURES = {
-    "files": "input files read (dumps) or shards of the steps shown (output)",
+    "files": "dump files read, or output shards",
     "steps": "steps shown",
     "samples": "samples read, valid or not",
     "rows": "samples kept (what convert writes)",
@@ -54,9 +54,9 @@ STEP_FIGURES = {
     "response_length_mean": "mean response length",
     "raw_reward_mean": "mean raw reward",
     "reward_mean": "mean normalised reward",
-    "reward_std": "standard deviation of the normalised reward",
+    "reward_std": "std of the normalised reward",
     "truncation_rate": "truncated samples over rows",
-    "zero_variance_groups": "prompt groups whose samples all have one reward (train split)",
+    "zero_variance_groups": "groups whose samples share one reward",
     "zero_variance_share": "zero-variance groups over prompt groups",
 }
 

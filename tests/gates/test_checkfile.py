@@ -58,3 +58,21 @@ def test_missing_file(tmp_path):
     f = tmp_path / "none.toml"
     with pytest.raises(UsageError, match=f"--checks {f}: cannot read it: No such file or directory"):
         load(str(f))
+
+
+def test_the_checks_file_of_docs_ci_md_is_valid(tmp_path):
+    """The file docs/ci.md shows plans on both commands, each with its own table."""
+    import re
+    from pathlib import Path
+
+    from rollout_cli.gates import plan
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "ci.md").read_text(encoding="utf-8")
+    (text,) = re.findall(r"```toml\n(.*?)```", page, re.S)
+    f = tmp_path / "gates.toml"
+    f.write_text(text)
+    ins, aud = plan("inspect", [], str(f)), plan("audit", [], str(f))
+    assert [c.expr for c in ins.checks] == ["anomalies.id_reused_across_groups > 0", "step.truncation_rate > 0.2",
+                                            "step.zero_variance_share >= 0.5"]
+    assert [c.expr for c in aud.checks] == ["mismatch.mean_abs_diff > 0.05", "rules.samples > 0"]
+    assert [s["expr"] for s in aud.skipped] == ["anomalies.id_reused_across_groups > 0"]

@@ -111,6 +111,7 @@ def test_fail_on_help_lists_every_name_with_its_meaning(command):
         line = next(x for x in text.splitlines() if x.split()[:1] == [name])
         assert line.strip().endswith(fig.meaning)
     assert "< <= > >= == !=" in text
+    assert max(len(x) for x in text.splitlines()) <= 80
 
 
 def test_unknown_command():
