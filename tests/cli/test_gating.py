@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import train_dumps as T
-from inspect_samples import DATA
+from inspect_samples import DATA, sample, write_jsonl
 from rollout_cli.cli.app import app
 from rollout_cli.core.errors import ExitCode
 
@@ -50,6 +50,26 @@ def test_inspect_output_gated_on_truncation_rate(sample_out_clean, tmp_path):
     assert cases["rows > 1000"] == []
     [(tag, message)] = cases["step.truncation_rate > 0.15"]
     assert tag == "failure" and message.endswith("crossed at step 1 (0.1875)")
+
+
+def test_the_step_that_crosses_is_named(tmp_path):
+    """Step 5 truncates 2 of its 4 samples, step 6 none: the gate of the README exits 7 naming
+    step 5, from the flag and from a checks file alike."""
+    for step, statuses in ((5, ["truncated", "completed", "truncated", "completed"]), (6, ["completed"] * 4)):
+        write_jsonl(tmp_path / "dumps" / f"{step}.jsonl",
+                    [sample(i, i // 2, reward=float(i % 2), status=st) for i, st in enumerate(statuses)])
+    out = tmp_path / "out"
+    assert run("convert", tmp_path / "dumps", out, "-q").exit_code == 0
+    (tmp_path / "gates.toml").write_text('[inspect]\nfail_on = ["step.truncation_rate > 0.2"]\n')
+    for gate in (["--fail-on", "step.truncation_rate > 0.2"], ["--checks", tmp_path / "gates.toml"]):
+        xml = tmp_path / "gates.xml"
+        r = run("inspect", out, *gate, "--junit-xml", xml)
+        assert r.exit_code == GATED, r.output
+        assert r.stdout.splitlines()[-1] == ("check FAILED: step.truncation_rate > 0.2: value 0.5 (largest of 2), "
+                                             "threshold 0.2; crossed at step 5 (0.5)")
+        [(tag, _)] = junit_cases(xml)["step.truncation_rate > 0.2"]
+        assert tag == "failure"
+        assert "crossed at: step 5 (0.5)" in ET.parse(xml).getroot().find("testsuite/testcase/failure").text
 
 
 def test_inspect_dumps_json_checks(tmp_path):
