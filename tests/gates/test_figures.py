@@ -3,6 +3,7 @@ declared table holds exactly the numbers the commands' results carry), how each 
 0 when absent, a missing mismatch object null, an empty rules list 0), and `--fail-on help`."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -123,8 +124,6 @@ def test_readme_has_no_stale_name():
     """Names the docs use as examples are valid (a renamed figure breaks them)."""
     root = Path(__file__).resolve().parents[2]
     valid = {n for c in COMMANDS for n in catalogue(c)}
-    import re
-
     for page in ("README.md", "docs/ci.md"):
         text = (root / page).read_text(encoding="utf-8")
         used = set(re.findall(r'"([a-z_][\w.]*) (?:<|<=|>|>=|==|!=) [-\d.e]+"', text))
