@@ -19,7 +19,7 @@ LAYERS = [
     {"run"},
     {"inspect", "loader", "verify", "slime", "export"},
     {"audit"},
-    {"report"},
+    {"report", "gates"},
     {"cli"},
     {"entry", "__init__"},  # the executable, and the package's lazy facade
     {"__main__"},

@@ -24,7 +24,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-KEYS = ("tokens", "mean_abs_diff", "max_abs_diff", "k1", "k3", "ratio_above_2", "ratio_below_0.5")
+MEANING = {  # the figures, in order, with what each is (gates name them: `mismatch.k3`)
+    "tokens": "tokens counted",
+    "mean_abs_diff": "mean |d|",
+    "max_abs_diff": "max |d|",
+    "k1": "mean(-d)",
+    "k3": "mean(exp(d) - 1 - d)",
+    "ratio_above_2": "share of tokens with exp(d) > 2",
+    "ratio_below_0.5": "share of tokens with exp(d) < 0.5",
+}
+KEYS = tuple(MEANING)
 TOP_TOKENS = 10  # the tokens with the largest |d| kept per step
 # the sums a sample contributes: tokens, sum|d|, max|d|, sum(-d), sum(k3), n above 2, n below 0.5
 _N = 7

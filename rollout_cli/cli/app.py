@@ -29,7 +29,8 @@ app = typer.Typer(
     help="Convert RL rollout sample dumps (slime .pt, JSONL, Parquet) into sharded train-data Parquet.\n\n"
     "Exit codes: 0 ok, 1 internal error, 2 usage, 3 invalid input, 4 integrity (audit: divergences), "
     "5 output exists, "
-    "6 output not writable. Reference: docs/cli.md.",
+    "6 output not writable, "
+    "7 a --fail-on gate failed. Reference: docs/cli.md.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

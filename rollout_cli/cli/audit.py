@@ -12,6 +12,7 @@ from ..core.choices import Estimator, PrimeRlSubset, RewardBaseline, Scope, Sibl
 from ..core.errors import ExitCode
 from . import options as o
 from .common import run_command
+from .gating import apply, exit_if_failed, plan, print_lines
 from .render import print_audit
 
 R = o.RULES
@@ -49,6 +50,9 @@ def audit_cmd(
     trust_pickle: o.TrustPickle = R.trust_pickle,
     input_format: o.InputFormat = R.input_format,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
+    fail_on: o.FailOn = None,
+    checks: o.ChecksFile = None,
+    junit_xml: o.JunitXml = None,
     as_json: o.Json = False,
     strict: Strict = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No notes on stderr.")] = False,
@@ -61,9 +65,10 @@ def audit_cmd(
 
     Each step's reward and rollout-id rules are named: a trainer that ran another known rule (slime's positional reward rows, an older slime id rule) is reported first, with what it cost, and is not a divergence.
 
-    Exit 0 when nothing diverges (rule differences included, unless --strict), 4 when something does, 3 on invalid input. --json prints {summary, rules, steps, divergences}, as docs/audit.md describes.
+    Exit 0 when nothing diverges (rule differences included, unless --strict), 4 when something does, 3 on invalid input, 7 when nothing diverges but a --fail-on or --checks gate fails (docs/ci.md). --json prints {summary, rules, steps, divergences}, as docs/audit.md describes.
     """
     rules = o.option_values(o.RuleOptions, locals())  # parameters are named as its fields
+    gates = plan("audit", fail_on, checks, junit_xml, as_json, verbose)
 
     def work():
         from ..audit import AuditOptions, audit_paths
@@ -72,12 +77,15 @@ def audit_cmd(
         return audit_paths(paths, train, opts)
 
     result = run_command(work, as_json, verbose)
+    gated = apply(gates, result, junit_xml, as_json, verbose)
     if as_json:
         print(json.dumps(result))
     else:
         print_audit(result, verbose)
+        print_lines(gated)
         if not quiet:
             for n in result["summary"]["notes"]:
                 print(f"note: {n}", file=sys.stderr)
     if result["summary"]["divergences"] or (strict and result["rules"]):
         raise typer.Exit(int(ExitCode.INTEGRITY))
+    exit_if_failed(gated)

@@ -1,4 +1,5 @@
-"""docs/cli.md, made from every command's `--help` as it prints at 80 columns without colour.
+"""docs/cli.md, made from every command's `--help` as it prints at 80 columns without colour,
+and the names `--fail-on help` lists for each command that takes gates.
 
     python -m rollout_cli.cli.docs          # rewrite docs/cli.md
     python -m rollout_cli.cli.docs --check  # exit 1 when docs/cli.md is stale
@@ -18,17 +19,18 @@ PROG = "rollout-cli"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
-def help_text(args: list[str]) -> str:
-    """`rollout-cli ARGS --help` as printed at COLUMNS columns, without colour or trailing blanks."""
+def help_text(args: list[str], flag: list[str] = ["--help"]) -> str:  # noqa: B006 (never changed)
+    """`rollout-cli ARGS --help` (or ARGS FLAG) as printed at COLUMNS columns, without colour or
+    trailing blanks."""
     from rich.text import Text
     from typer.testing import CliRunner
 
     from .app import app
 
     env = {"COLUMNS": str(COLUMNS), "TERMINAL_WIDTH": str(COLUMNS), "NO_COLOR": "1"}
-    r = CliRunner().invoke(app, [*args, "--help"], prog_name=PROG, env=env)
+    r = CliRunner().invoke(app, [*args, *flag], prog_name=PROG, env=env)
     if r.exit_code != 0:
-        raise RuntimeError(f"{PROG} {' '.join(args)} --help exited {r.exit_code}: {r.output}")
+        raise RuntimeError(f"{PROG} {' '.join([*args, *flag])} exited {r.exit_code}: {r.output}")
     lines = [line.rstrip() for line in Text.from_ansi(r.stdout).plain.splitlines()]
     return "\n".join(lines).strip("\n") + "\n"
 
@@ -58,6 +60,10 @@ def render() -> str:
     ]
     for args in [[]] + [[n] for n in names]:
         out += [f"## {' '.join([PROG, *args])}", "", "```text", help_text(args).rstrip("\n"), "```", ""]
+    from ..gates import COMMANDS as GATED
+
+    for n in GATED:  # the names each command's gates can use (docs/ci.md)
+        out += [f"## {PROG} {n} --fail-on help", "", "```text", help_text([n], ["--fail-on", "help"]).rstrip("\n"), "```", ""]
     return "\n".join(out)
 
 

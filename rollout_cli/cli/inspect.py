@@ -13,6 +13,7 @@ import typer
 from ..core.choices import Estimator, GroupBy, PrimeRlSubset, RewardBaseline, Scope, SiblingReward, Split
 from . import options as o
 from .common import run_command
+from .gating import apply, exit_if_failed, plan, print_lines
 from .render import print_inspect, print_rollout
 
 TEXT_GROUP_LIMIT = 50  # groups shown as a table when --limit is not given (JSON: all)
@@ -59,6 +60,9 @@ def inspect_cmd(
     trust_pickle: o.TrustPickle = R.trust_pickle,
     input_format: o.InputFormat = R.input_format,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
+    fail_on: o.FailOn = None,
+    checks: o.ChecksFile = None,
+    junit_xml: o.JunitXml = None,
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No notes on stderr.")] = False,
     verbose: Annotated[bool, typer.Option(
@@ -68,9 +72,10 @@ def inspect_cmd(
 
     On dumps, the ids and rewards shown are those convert would assign with the same options.
 
-    --json prints {summary, groups, anomalies}, as docs/inspect.md describes.
+    --json prints {summary, groups, anomalies}, as docs/inspect.md describes. With --fail-on or --checks, exit 7 when a gate fails (docs/ci.md).
     """
     rules = o.option_values(o.RuleOptions, locals())  # parameters are named as its fields
+    gates = plan("inspect", fail_on, checks, junit_xml, as_json, verbose, excluded_by="--show" if show is not None else None)
 
     def work():
         from ..inspect import InspectOptions, inspect_paths, show_rollout
@@ -83,16 +88,18 @@ def inspect_cmd(
 
     result = run_command(work, as_json, verbose)
     _dropped_warnings(paths, split.value)
+    gated = apply(gates, result, junit_xml, as_json, verbose)
     if as_json:
         print(json.dumps(result))
-        return
-    if "rollout" in result:
+    elif "rollout" in result:
         print_rollout(result["rollout"])
-        return
-    print_inspect(result, verbose)
-    if not quiet:
-        for n in result["summary"]["notes"]:
-            print(f"note: {n}", file=sys.stderr)
+    else:
+        print_inspect(result, verbose)
+        print_lines(gated)
+        if not quiet:
+            for n in result["summary"]["notes"]:
+                print(f"note: {n}", file=sys.stderr)
+    exit_if_failed(gated)
 
 
 def _dropped_warnings(paths: List[str], split: str) -> None:

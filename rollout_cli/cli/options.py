@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated, List, Optional
 
 import typer
 
@@ -26,6 +26,7 @@ VALIDATION = "Validation"
 OUTPUT = "Output"
 EXECUTION = "Execution"
 VIEW = "View"
+GATES = "Gates"
 
 
 def one_of(choices: type[Enum]) -> str:
@@ -101,6 +102,32 @@ MaxAnomalies = Annotated[int, typer.Option(
     help="Keep at most N anomalies of each kind (the counts stay complete; 0: all).")]
 
 Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object on stdout.")]
+
+
+def _fail_on_help(ctx: typer.Context, value: Optional[List[str]]) -> Optional[List[str]]:
+    """`--fail-on help`: the names this command can gate on, then exit 0 (eager: before the
+    arguments are checked, so `rollout-cli audit --fail-on help` needs no input)."""
+    if value and "help" in value and not ctx.resilient_parsing:
+        from ..gates import names_help
+
+        print(names_help(ctx.command.name or ""), end="")
+        raise typer.Exit()
+    return value
+
+
+# The gates of inspect and audit (gates/, cli/gating.py), one group in both commands' help.
+FailOn = Annotated[Optional[List[str]], typer.Option(
+    "--fail-on", metavar="EXPR", rich_help_panel=GATES, show_default=False, is_eager=True,
+    callback=_fail_on_help,
+    help="Exit 7 when NAME OP NUMBER holds, as 'step.truncation_rate > 0.2' (OP: < <= > >= == "
+         "!=; a null or NaN figure fails too); repeat for more. --fail-on help lists the names.")]
+ChecksFile = Annotated[Optional[str], typer.Option(
+    "--checks", metavar="FILE", rich_help_panel=GATES, show_default=False,
+    help="A TOML file of gates: fail_on = [...] for every command, and an inspect or audit table "
+         "of its own fail_on; --fail-on adds to them (docs/ci.md).")]
+JunitXml = Annotated[Optional[str], typer.Option(
+    "--junit-xml", metavar="PATH", rich_help_panel=GATES, show_default=False,
+    help="Write each gate as a JUnit XML testcase, passed or failed, for CI test reports.")]
 
 
 def option_values(options: type, params: dict) -> dict:

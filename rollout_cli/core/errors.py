@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     INTEGRITY = 4
     OUTPUT_EXISTS = 5
     OUTPUT_ERROR = 6
+    CHECKS_FAILED = 7  # a --fail-on / --checks gate crossed its threshold
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,43 @@ SORT_COLUMNS = (
     "raw_reward_max", "truncated",
 )
 
+# The numbers of `summary` (by dotted path) and of `summary.per_step[]` that a gate can name
+# (`--fail-on`, gates/figures.py), each with what it counts. summary() and _step_summary() below
+# compute them; a test holds these tables to what they return.
+_STATS = {"count": "how many are known", "mean": "mean", "std": "standard deviation", "min": "minimum",
+          "max": "maximum"}
+RUN_FIGURES = {
+    "files": "dump files read, or output shards",
+    "steps": "steps shown",
+    "samples": "samples read, valid or not",
+    "rows": "samples kept (what convert writes)",
+    "rejected": "samples rejected",
+    "rollouts": "distinct (step, rollout_id)",
+    "prompt_groups": "distinct (step, prompt group)",
+    "tokens.prompt": "prompt tokens",
+    "tokens.response": "response tokens",
+    "tokens.total": "tokens",
+    "tokens.mask_sum": "tokens trained on (loss-mask sum)",
+    "truncated": "truncated samples",
+    "truncation_rate": "truncated samples over rows",
+} | {f"rewards.{col}.{k}": f"{col}: {text}" for col in ("raw_reward", "reward") for k, text in _STATS.items()}
+STEP_FIGURES = {
+    "samples": "samples read, valid or not",
+    "rows": "samples kept",
+    "rejected": "samples rejected",
+    "rollouts": "distinct rollout ids",
+    "prompt_groups": "prompt groups",
+    "tokens": "tokens",
+    "mask_sum": "tokens trained on (loss-mask sum)",
+    "response_length_mean": "mean response length",
+    "raw_reward_mean": "mean raw reward",
+    "reward_mean": "mean normalised reward",
+    "reward_std": "std of the normalised reward",
+    "truncation_rate": "truncated samples over rows",
+    "zero_variance_groups": "groups whose samples share one reward",
+    "zero_variance_share": "zero-variance groups over prompt groups",
+}
+
 
 def r6(x: Any) -> float | None:
     """A float rounded to 6 decimals; None for None and NaN (unknown)."""
@@ -104,6 +141,7 @@ def _step_summary(sd: StepData, rollouts: int, prompt_groups: int) -> dict:
         "reward_std": r6(np.nanstd(reward)) if known else None,
         "truncation_rate": r6(t.column("truncated").to_numpy(zero_copy_only=False).mean()) if n else None,
         "zero_variance_groups": sd.zero_variance_groups,
+        "zero_variance_share": r6(sd.zero_variance_groups / prompt_groups) if prompt_groups else None,
     }
 
 

@@ -189,7 +189,7 @@ def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Pro
     s = ins["summary"]
     for p in s["per_step"]:  # the step order of the page is inspect's
         t = trends.get(p["step"], {})
-        t["zero_variance_share"] = _num(p["zero_variance_groups"] / p["prompt_groups"]) if p["prompt_groups"] else None
+        t["zero_variance_share"] = p["zero_variance_share"]
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
     details: dict[str, dict] = {}
     picked = _pick_details(ins["anomalies"], tables, opts.details, first)

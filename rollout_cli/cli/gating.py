@@ -1,0 +1,64 @@
+"""The gates of `inspect` and `audit` (--fail-on, --checks, --junit-xml), around the command's
+library call: planned before any input is read (a bad expression or file exits 2 at once),
+evaluated on the result (`checks` in --json), printed one line per check, written as JUnit XML,
+and exit 7 when one fails, unless the command's own failure code comes first."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from ..core.errors import ExitCode, UsageError
+from .common import run_command
+
+
+def plan(command: str, fail_on: Optional[list[str]], checks: Optional[str], junit_xml: Optional[str], as_json: bool,
+         verbose: bool, *, excluded_by: Optional[str] = None):
+    """The command's gates.Plan; None when no gate option was given. `excluded_by`: an option of
+    the command that gives no result to gate (inspect's --show), a usage error with them."""
+    if not fail_on and checks is None and junit_xml is None:
+        return None
+
+    def work():
+        if excluded_by is not None:
+            raise UsageError(f"--fail-on, --checks and --junit-xml gate the summary: not with {excluded_by}")
+        from ..gates import plan as gate_plan
+
+        return gate_plan(command, list(fail_on or []), checks)
+
+    return run_command(work, as_json, verbose)
+
+
+def apply(gates, result: dict, junit_xml: Optional[str], as_json: bool, verbose: bool) -> list[dict]:
+    """Evaluate the plan on the command's result: `result["checks"]`, the skipped entries'
+    notes added to `summary.notes`, the JUnit report written. [] without a plan."""
+    if gates is None:
+        return []
+
+    def work():
+        from ..gates import evaluate, write_junit
+
+        checks = evaluate(gates, result)
+        result["checks"] = checks
+        result["summary"]["notes"].extend(gates.notes())
+        if junit_xml is not None:
+            write_junit(junit_xml, gates, checks)
+        return checks
+
+    return run_command(work, as_json, verbose)
+
+
+def print_lines(checks: list[dict]) -> None:
+    """One line per check, the last lines of the human output."""
+    if not checks:
+        return
+    from ..gates import line
+
+    for c in checks:
+        print(line(c))
+
+
+def exit_if_failed(checks: list[dict]) -> None:
+    """Exit 7 when a check failed (call it after the command's own failure codes)."""
+    if any(not c["passed"] for c in checks):
+        raise typer.Exit(int(ExitCode.CHECKS_FAILED))
