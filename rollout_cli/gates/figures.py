@@ -25,6 +25,7 @@ AUDIT_RUN_FIGURES = {
     "paired_steps": "steps in both inputs",
     "samples": "samples paired",
     "divergences": "divergences (audit exits 4 when there is any)",
+    "rule_differences": "steps and fields where the trainer ran another named rule",
 }
 
 _MISSING = object()

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from ..core.errors import UsageError
 from ..core.schema import STATUSES
+from .anomalies import LEVELS
 from .rows import ROW_SCHEMA, StepData
 
 GROUP_BY = ("rollout_id", "group_index", "step", "status", "source_name")
@@ -42,7 +43,8 @@ RUN_FIGURES = {
     "tokens.mask_sum": "tokens trained on (loss-mask sum)",
     "truncated": "truncated samples",
     "truncation_rate": "truncated samples over rows",
-} | {f"rewards.{col}.{k}": f"{col}: {text}" for col in ("raw_reward", "reward") for k, text in _STATS.items()}
+} | {f"rewards.{col}.{k}": f"{col}: {text}" for col in ("raw_reward", "reward") for k, text in _STATS.items()} | {
+    f"anomaly_levels.{lv}": f"anomalies of level {lv}, every kind" for lv in LEVELS}
 STEP_FIGURES = {
     "samples": "samples read, valid or not",
     "rows": "samples kept",
