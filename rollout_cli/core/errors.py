@@ -114,3 +114,8 @@ class OutputError(RolloutCliError):
 class StepProblems(Exception):
     """Invalid samples under --on-error fail: carries the problems to report, in input order
     (raised by a step's stages, turned into InvalidInputError by `convert`)."""
+
+
+class IncompleteInputError(InvalidInputError):
+    """An input still being written: it ends inside a line, or it changed while it was read
+    (run/live.py). Nothing is committed; `--skip-incomplete` leaves such steps out instead."""
