@@ -385,6 +385,10 @@ def _drop_staged(staging_root: str, res: UnitResult) -> None:
             path = os.path.join(staging_root, rel)
             if os.path.lexists(path):
                 os.remove(path)
+            folder = os.path.dirname(path)
+            while folder != staging_root and os.path.isdir(folder) and not os.listdir(folder):
+                os.rmdir(folder)  # its step's folder, then data/ or mmap/ when nothing else is in them
+                folder = os.path.dirname(folder)
 
 
 def _output_error(out: str, e: OSError):

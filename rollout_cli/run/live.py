@@ -56,10 +56,12 @@ def _open(path: str):
 
 
 def _last_line(f, size: int) -> bytes:
-    """The bytes after the file's last newline (all of it when it has none)."""
-    pos, tail = size, b""
+    """The bytes after the file's last newline (all of it when it has none), read backwards in
+    blocks that double from 64 KiB (most lines are shorter)."""
+    pos, tail, block_size = size, b"", 64 << 10
     while pos > 0:
-        n = min(_BLOCK, pos)
+        n = min(block_size, pos)
+        block_size = min(2 * block_size, _BLOCK)
         pos -= n
         f.seek(pos)
         block = f.read(n)
@@ -84,6 +86,9 @@ def ends_inside_line(path: str) -> int | None:
     with _open(path) as f:
         size = f.seek(0, 2)
         if not size:
+            return None
+        f.seek(size - 1)
+        if f.read(1) == b"\n":  # the common case: one byte read
             return None
         tail = _last_line(f, size)
         if not tail.strip():
