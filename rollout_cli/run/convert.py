@@ -417,7 +417,7 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
         raise _output_error(out, e) from None
     try:
         prev = _resumed_manifest(out, opts, recorded)
-        fingerprints: dict[str, dict] = {}
+        fingerprints = live.fingerprints()
         results = live.converting(lambda: _convert_units(out, units, opts, staging.root, prev, fingerprints, notes, progress))
         results = live.settle(results, fingerprints, lambda r: _drop_staged(staging.root, r))
         m = _manifest(results, opts, recorded, prev, fingerprints, _write_rejects(staging, results), t0,

@@ -149,6 +149,24 @@ def incomplete_reason(path: str, before: tuple | None) -> str | None:
 CHANGED = "still being written? it changed while it was read"
 
 
+class Fingerprints(dict):
+    """The inputs' fingerprints for one run (path -> fingerprint). `get` gives one only when it
+    was taken from the bytes the run started with (the size and mtime seen at the start): a step
+    read before its input grew is never recorded for --resume, nor reused, under the grown
+    input's fingerprint."""
+
+    def __init__(self, seen: dict[str, tuple | None]):
+        super().__init__()
+        self._seen = seen
+
+    def get(self, path, default=None):
+        fp = super().get(path, default)
+        before = self._seen.get(path)
+        if fp and before and (fp.get("size"), fp.get("mtime_ns")) != before:
+            return default
+        return fp
+
+
 class LiveWatch:
     """The inputs of one run, as they were when it started: those still being written are
     refused or (--skip-incomplete) left out and recorded as pending."""
@@ -159,6 +177,10 @@ class LiveWatch:
         self.inputs = {u.input.path: u.input for u in units if u.input.path != "-"}
         self.seen: dict[str, tuple | None] = {p: _stat(p) for p in self.inputs}
         self.pending: list[dict] = []
+
+    def fingerprints(self) -> Fingerprints:
+        """An empty fingerprint table for the run, checked against the inputs' start."""
+        return Fingerprints(self.seen)
 
     def start(self) -> list:
         """Check every input before anything is read; returns the units to convert."""
@@ -218,7 +240,7 @@ class LiveWatch:
         for path, before in self.seen.items():
             if self.inputs[path].display in pending:
                 continue
-            fp = fingerprints.get(path)
+            fp = dict.get(fingerprints, path)
             if _stat(path) != before or (fp and before and (fp.get("size"), fp.get("mtime_ns")) != before):
                 out.append(path)
         return out

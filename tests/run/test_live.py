@@ -291,3 +291,43 @@ def test_an_input_on_an_object_store_cut_inside_a_line_is_pending(s3, tmp_path):
     res = convert(["s3://bkt/live-in"], str(tmp_path / "out"), copts(skip_incomplete=True))
     assert [(p["path"], p["step"]) for p in res["pending"]] == [("s3://bkt/live-in/2.jsonl", 2)]
     assert [s["step"] for s in res["steps"]] == [1]
+
+
+def test_a_step_read_before_its_input_grew_is_not_reused_after_a_crash(tmp_path, monkeypatch):
+    """The input grows after the step was read and before its fingerprint is taken, then the
+    run dies before the commit: --resume must not take the staged step (the old bytes) for the
+    grown input (whose fingerprint the staging would otherwise record)."""
+    import threading
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(SAMPLE_DATA / "jsonl" / "rollout_data" / "2.jsonl", run / "2.jsonl")
+    target = run / "2.jsonl"
+    line = target.read_bytes().splitlines(keepends=True)[0]
+    read = threading.Event()
+    real_read, real_fp = jsonl_mod.read_jsonl, manifest_mod.file_fingerprint
+
+    def read_jsonl(*a, **kw):
+        yield from real_read(*a, **kw)
+        read.set()
+
+    def fingerprint(path, *a, **kw):
+        assert read.wait(30)
+        with open(target, "ab") as f:
+            f.write(line)
+        return real_fp(path, *a, **kw)
+
+    def die(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jsonl_mod, "read_jsonl", read_jsonl)
+    monkeypatch.setattr(manifest_mod, "file_fingerprint", fingerprint)
+    monkeypatch.setattr(live.LiveWatch, "settle", die)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):  # a Ctrl-C keeps the staging for --resume
+        convert([str(run)], str(out), copts())
+    done = json.loads(next((out / ".staging" / "run" / "done").iterdir()).read_bytes())
+    assert done["result"]["samples"] == 15 and done["fingerprint"] is None
+    monkeypatch.undo()
+    res = convert([str(run)], str(out), copts(resume=True))
+    assert [s["samples"] for s in res["steps"]] == [16]
