@@ -49,6 +49,10 @@ Resume = Annotated[bool, typer.Option(
     "--resume", rich_help_panel=o.OUTPUT,
     help="Finish an interrupted run, or bring a complete OUT up to date: only new or changed "
          "inputs are converted.")]
+SkipIncomplete = Annotated[bool, typer.Option(
+    "--skip-incomplete", rich_help_panel=o.OUTPUT,
+    help="Leave out a step whose input is still being written (it ends inside a line or changes "
+         "while read) and record it as pending, instead of exit 3; --resume converts it later.")]
 
 Workers = Annotated[Optional[int], typer.Option(
     "--workers", metavar="N", rich_help_panel=o.EXECUTION, help="Worker processes (default: all cores).")]
@@ -122,6 +126,7 @@ def convert(
     keep_text: KeepText = D.keep_text,
     overwrite: Overwrite = D.overwrite,
     resume: Resume = D.resume,
+    skip_incomplete: SkipIncomplete = D.skip_incomplete,
     workers: Workers = D.workers,
     engine: EngineOpt = Engine(D.engine),
     ray_address: RayAddress = D.ray_address,

@@ -156,6 +156,10 @@ def print_inspect(result: dict, verbose: bool) -> None:
     _text(con, f"{s['split']} split of {what}: {s['files']} file(s), {s['steps']} step(s), {s['samples']} samples "
                f"({s['rows']} kept, {s['rejected']} rejected)")
     _text(con, f"rollouts {s['rollouts']}, prompt groups {s['prompt_groups']}")
+    if s.get("pending"):
+        steps = ", ".join(str(p["step"]) if p.get("step") is not None else p["path"] for p in s["pending"])
+        _text(con, f"pending: {len(s['pending'])} step(s) not in the output, their input still being written when "
+                   f"converted ({steps}); `convert --resume` adds them")
     t = s["tokens"]
     _text(con, f"tokens: prompt {t['prompt']}, response {t['response']}, total {t['total']}, loss-mask sum {t['mask_sum']}")
     _text(con, f"status: {_hist(s['status'])}; truncation rate {_fmt(s['truncation_rate'])}")

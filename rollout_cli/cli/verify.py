@@ -22,6 +22,7 @@ def verify(
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also list notes and every checked file.")] = False,
 ) -> None:
     """Check OUT against its manifest: checksums, schema and invariants. Exit 4 on any failure."""
+    from ..output import manifest as manifest_mod
     from ..verify.check import failure_message, verify_output
 
     result = run_command(lambda: verify_output(out, quick=quick), as_json, verbose)
@@ -30,8 +31,11 @@ def verify(
     if verbose and not as_json:
         for f in result["files"]:
             print(f"checked: {f}", file=sys.stderr)
-    if verbose or result["failures"]:
+    pending = {manifest_mod.pending_message(p) for p in result.get("pending") or []}
+    if verbose or result["failures"] or pending:
         for n in result["notes"]:
+            if not (verbose or result["failures"]) and n not in pending:
+                continue  # a pending step is always said: the output lacks it
             print(f"note: {n}", file=sys.stderr)
     failures = result["failures"]
     if failures:

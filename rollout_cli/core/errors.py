@@ -126,3 +126,8 @@ def output_error(path: str, e: OSError) -> OutputError:
 class StepProblems(Exception):
     """Invalid samples under --on-error fail: carries the problems to report, in input order
     (raised by a step's stages, turned into InvalidInputError by `convert`)."""
+
+
+class IncompleteInputError(InvalidInputError):
+    """An input still being written: it ends inside a line, or it changed while it was read
+    (run/live.py). Nothing is committed; `--skip-incomplete` leaves such steps out instead."""

@@ -109,6 +109,8 @@ class ConvertOptions(RuleOptions):
     vpp_size: int = 1
     microbatch_group_size_per_vp_stage: int | None = None
     keep_trailing: bool = False
+    # an input still being written (run/live.py): left out and recorded as pending, not refused
+    skip_incomplete: bool = False
 
     def check(self) -> None:
         super().check()
@@ -187,6 +189,7 @@ class ConvertOptions(RuleOptions):
         for k in ("overwrite", "resume", "trust_pickle", "on_error", "max_errors", "steps", "workers", "engine", "ray_address",
                   "input_format"):
             d.pop(k)
+        d.pop("skip_incomplete")  # which steps wait for their input, not what any step holds
         if not self.slime_compat and not (self.schedule == "slime" and self.num_steps_per_rollout):
             d.pop("rollout_batch_size")
         if self.reward_baseline == "sample":

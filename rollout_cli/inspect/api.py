@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
+from ..output import manifest as manifest_mod
 from .aggregate import Totals, check_group_args, groups, summary
 from .anomalies import Anomalies
 from .loss_weight import from_rows
@@ -38,6 +39,8 @@ def inspect_paths(
     src = resolve(list(paths), opts)
     anomalies = Anomalies(opts.max_anomalies)
     notes = list(src.notes) + _other_split_notes(src, opts)
+    pending = _pending(src, opts)
+    notes += [manifest_mod.pending_message(p) for p in pending]
     totals = Totals()
     weights = []
     for sd in iter_step_data(src, opts, anomalies, notes):
@@ -48,10 +51,18 @@ def inspect_paths(
     table = totals.table()
     s = summary(totals, table, kind=src.kind, split=opts.split, files=_files(src, totals, opts.split),
                 anomaly_counts=anomalies.count_dict(), anomaly_levels=anomalies.level_dict(), options=_options(src, opts, notes), group_by=group_by, notes=notes)
+    if src.kind == "converted":
+        s["pending"] = pending
     rows: list[dict] = []
     if group_by:
         rows, s["groups_total"] = groups(table, group_by, sort, limit)
     return {"summary": s, "groups": rows, "anomalies": anomalies.items, "loss_weight": weights}
+
+
+def _pending(src: Sources, opts: InspectOptions) -> list[dict]:
+    """Converted outputs: the steps of the split looked at that were left out while their input
+    was being written (the manifest's `pending`), each with the output it belongs to."""
+    return [dict(p, out=out) for out, m in src.outputs for p in manifest_mod.pending_steps(m, opts.split)]
 
 
 def _rounded(v: Any) -> Any:

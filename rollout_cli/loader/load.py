@@ -701,6 +701,11 @@ class Dataset:
         opt_shards = (self.manifest.get("options") or {}).get("shards")
         self.num_shards: int = counts.pop() if counts else int(opt_shards or 0)
         self._warned_missing_ipc = False
+        # inputs still being written when the output was made (convert --skip-incomplete): not in it
+        self.pending: list[dict] = manifest_mod.pending_steps(self.manifest, split)
+        if self.pending:
+            more = f" (and {len(self.pending) - 1} more)" if len(self.pending) > 1 else ""
+            warnings.warn(f"{self.root}: {manifest_mod.pending_message(self.pending[0])}{more}", stacklevel=3)
 
     def __repr__(self) -> str:
         return f"Dataset({self.root!r}, split={self.split!r}, steps={len(self.steps)}, num_shards={self.num_shards})"

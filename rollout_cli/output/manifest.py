@@ -1,4 +1,10 @@
-"""The manifest: what a run wrote, with checksums; the commit marker of an output directory."""
+"""The manifest: what a run wrote, with checksums; the commit marker of an output directory.
+
+`pending` (present only when a step was left out because its input was still being written,
+`convert --skip-incomplete`, run/live.py) lists those inputs: `{path, format, split, step,
+reason}`, `step` null where only the payload tells it (a `.pt` dump). The key is optional, so
+a manifest without it (every earlier one) has nothing pending and reads as before; the schema
+version is the shards' too, so an added key that no shard sees does not change it."""
 from __future__ import annotations
 
 import json
@@ -43,7 +49,8 @@ def same_content(a: dict | None, b: dict | None) -> bool:
 
 
 def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict, rejects: dict | None,
-          anomalies: list[dict], volatile: dict, generation: str | None = None) -> dict:
+          anomalies: list[dict], volatile: dict, generation: str | None = None,
+          pending: list[dict] | None = None) -> dict:
     """The manifest. `generation` (object stores only) names the folder OUT/gen/<id>/ this
     run wrote its files in; local manifests have no such key."""
     return {
@@ -56,6 +63,7 @@ def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict,
         "steps": steps,
         "rejects": rejects,
         "anomalies": anomalies,
+        **({"pending": pending} if pending else {}),
         "volatile": volatile,
         **({"generation": generation} if generation else {}),
     }
@@ -90,3 +98,34 @@ def read(out: str) -> dict:
         reads = ", ".join(map(str, READ_SCHEMA_VERSIONS))
         raise ManifestError(path, "schema_version", f"schema_version {v!r}; this tool reads {reads}")
     return m
+
+
+PENDING_KEYS = ("path", "format", "split", "step", "reason")
+
+
+def pending_steps(m: dict, split: str | None = None) -> list[dict]:
+    """The manifest's pending inputs (of `split` when given); [] when none (or an older manifest)."""
+    found = m.get("pending") or []
+    return [p for p in found if isinstance(p, dict) and (split is None or p.get("split") == split)]
+
+
+def pending_problem(m: dict) -> str | None:
+    """What is wrong with the manifest's `pending` list, or None when it is well formed."""
+    found = m.get("pending")
+    if found is None:
+        return None
+    if not isinstance(found, list):
+        return f"pending: expected a list, got {type(found).__name__}"
+    for k, p in enumerate(found):
+        if not isinstance(p, dict) or not isinstance(p.get("path"), str) or not isinstance(p.get("reason"), str) \
+                or p.get("split") not in ("train", "eval") \
+                or not (p.get("step") is None or (isinstance(p["step"], int) and not isinstance(p["step"], bool))):
+            return f"pending[{k}]: expected {{path, format, split, step, reason}}, got {str(p)[:200]}"
+    return None
+
+
+def pending_message(p: dict) -> str:
+    """One pending input, as verify, inspect and the loader word it."""
+    what = f"{p.get('split')} step {p['step']}" if p.get("step") is not None else f"its {p.get('split')} step"
+    return (f"{p.get('path')}: {what} is pending, not in this output: {p.get('reason')} "
+            "(`convert --resume` converts it once complete)")

@@ -31,6 +31,7 @@ from ..core.options import ConvertOptions
 from ..output.commit import staged_path as _staged
 from ..inputs.units import Unit
 from .failures import FailedPart, RunFailures, error_problems, fail_budget, parts_problems
+from .live import LiveWatch
 from .tasks import PartResult, PartTask, UnitResult
 
 __all__ = ["ConvertOptions", "convert", "plan_units", "parse_part", "finish_unit"]
@@ -413,9 +414,31 @@ def _resume_plan(out: str, units: list[Unit], opts: ConvertOptions, staging_root
     return reused, kept
 
 
+def _done_rel(res: UnitResult) -> str:
+    return f"done/{res.split}-{res.step:012d}.json"
+
+
 def _record_done(staging_root: str, res: UnitResult, fingerprint: dict | None) -> None:
-    path = _staged(staging_root, f"done/{res.split}-{res.step:012d}.json")
+    path = _staged(staging_root, _done_rel(res))
     storage.write_durable(path, orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
+
+
+def _drop_staged(staging_root: str, res: UnitResult) -> None:
+    """Forget a step left out at the commit (its input changed while it was read): its record
+    for --resume, and locally its staged files (on an object store, the commit removes what
+    its manifest does not list)."""
+    done = storage.join(staging_root, _done_rel(res))
+    if storage.exists(done):
+        storage.delete_file(done)
+    if not storage.is_uri(staging_root):
+        for rel in _unit_files(res):
+            path = os.path.join(staging_root, rel)
+            if os.path.lexists(path):
+                os.remove(path)
+            folder = os.path.dirname(path)
+            while folder != staging_root and os.path.isdir(folder) and not os.listdir(folder):
+                os.rmdir(folder)  # its step's folder, then data/ or mmap/ when nothing else is in them
+                folder = os.path.dirname(folder)
 
 
 def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
@@ -427,6 +450,8 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     units, skipped, notes = plan_units(inputs, opts, out)
     if not units:
         raise UsageError("no input files found (expected .pt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet)")
+    live = LiveWatch(units, opts.skip_incomplete)  # inputs still being written: refused before anything is staged
+    units = live.start()
     recorded = _recorded_options(opts)
     created = not storage.exists(out)
     try:
@@ -437,17 +462,18 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
         raise output_error(out, e) from None
     try:
         prev = _resumed_manifest(out, opts, recorded)
-        fingerprints: dict[str, dict] = {}
-        results = _convert_units(out, units, opts, staging.root, prev, fingerprints, notes, progress)
+        fingerprints = live.fingerprints()
+        results = live.converting(lambda: _convert_units(out, units, opts, staging.root, prev, fingerprints, notes, progress))
+        results = live.settle(results, fingerprints, lambda r: _drop_staged(staging.root, r))
         m = _manifest(results, opts, recorded, prev, fingerprints, _write_rejects(staging, results), t0,
-                      getattr(staging, "generation", None))
+                      getattr(staging, "generation", None), pending=live.pending)
         staging.commit(m)
     except BaseException as e:
         _leave_output(out, staging, keep=opts.resume or isinstance(e, KeyboardInterrupt), created=created)
         if isinstance(e, OSError):  # the readers turn input OSErrors into InvalidInputError: this is OUT
             raise output_error(out, e) from None
         raise
-    return _summary(out, m, results, skipped, notes, t0)
+    return live.report(_summary(out, m, results, skipped, notes, t0))
 
 
 def _recorded_options(opts: ConvertOptions) -> dict:
@@ -590,7 +616,8 @@ def _counts(results: list[UnitResult], schedule: str | None) -> dict:
 
 
 def _manifest(results: list[UnitResult], opts: ConvertOptions, recorded: dict, prev: dict | None,
-              fingerprints: dict[str, dict], rejects: dict | None, t0: float, generation: str | None = None) -> dict:
+              fingerprints: dict[str, dict], rejects: dict | None, t0: float, generation: str | None = None,
+              pending: list[dict] | None = None) -> dict:
     inputs, mtimes = _inputs_info(results, fingerprints, prev)
     steps = [_step_info(res) for res in results]
     if generation:
@@ -604,6 +631,7 @@ def _manifest(results: list[UnitResult], opts: ConvertOptions, recorded: dict, p
         counts=_counts(results, opts.schedule),
         rejects=rejects,
         anomalies=[a for r in results for a in r.anomalies],
+        pending=pending,
         volatile={"created_unix": round(t0, 3), "seconds": round(time.time() - t0, 3), "input_mtime_ns": mtimes},
     )
 

@@ -121,6 +121,7 @@ class _Report:
             "files": self.files,
             "failures": self.failures,
             "notes": self.notes,
+            "pending": manifest_mod.pending_steps(m) if not manifest_mod.pending_problem(m) else [],
         }
 
 
@@ -904,6 +905,16 @@ def _stray_objects(out: str, expected: set[str], tops: list[str], generation: st
                              else f"{top}: not part of a rollout-cli output (ignored)")
 
 
+def _pending(m: dict, rep: _Report) -> None:
+    """Steps left out while their input was being written (convert --skip-incomplete): a note
+    each, not a failure; a malformed list is a manifest_structure failure."""
+    problem = manifest_mod.pending_problem(m)
+    if problem:
+        rep.fail(MANIFEST, "manifest_structure", problem)
+        return
+    rep.notes.extend(manifest_mod.pending_message(p) for p in manifest_mod.pending_steps(m))
+
+
 def verify_output(out: str, quick: bool = False) -> dict:
     """Check OUT against its manifest; returns the result (plain data). See the module docstring."""
     from ..core.schema import train_schema
@@ -916,6 +927,7 @@ def verify_output(out: str, quick: bool = False) -> dict:
     if m is None or not _structure(m, rep):
         return rep.result(m)
     _manifest_arithmetic(m, rep)
+    _pending(m, rep)
     expected = train_schema(bool(m["options"].get("keep_text", False)), m["schema_version"])
     for s in m["steps"]:
         _check_step(out, s, expected, rep, m["options"].get("reward_baseline") == "rollout")

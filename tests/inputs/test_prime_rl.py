@@ -251,11 +251,24 @@ def test_bad_line_exits_3_naming_file_line_and_field(tmp_path, kind):
     path = write_step(tmp_path / "run", 4, good)
     data = path.read_bytes().splitlines(keepends=True)
     line = bad if isinstance(bad, bytes) else gen.dumps([bad])
-    path.write_bytes(b"".join(data[:2]) + line + (b"" if kind == "truncated" else data[2]))
+    path.write_bytes(b"".join(data[:2]) + line + (b"\n" if kind == "truncated" else b"") + data[2])
     r = runner.invoke(app, ["convert", str(tmp_path / "run"), str(tmp_path / "out"), "--workers", "1"])
     assert r.exit_code == 3, r.output
     assert f"{path}:line 3" in r.output and message in r.output, r.output
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_traces_file_cut_inside_its_last_line_is_still_being_written(tmp_path):
+    """The trainer is writing the step: its last line has no newline and is not JSON yet
+    (run/live.py): exit 3 naming it, nothing converted, whatever --on-error says."""
+    rng = random.Random(5)
+    path = write_step(tmp_path / "run", 4, [forked_episode(rng) for _ in range(3)])
+    path.write_bytes(path.read_bytes()[:-40])
+    for on_error in ("fail", "skip"):
+        r = runner.invoke(app, ["convert", str(tmp_path / "run"), str(tmp_path / "out"), "--workers", "1", "--on-error", on_error])
+        assert r.exit_code == 3, r.output
+        assert f"{path}: still being written? it ends inside line 3" in r.output
+        assert not (tmp_path / "out").exists()
 
 
 def test_bad_line_is_rejected_under_skip_and_the_rest_converts(tmp_path):

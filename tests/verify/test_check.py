@@ -778,3 +778,17 @@ def test_verify_of_a_missing_or_unconverted_uri(s3):
     assert r.exit_code == ExitCode.USAGE and "no such directory" in r.output
     r = CliRunner().invoke(app, ["verify", "s3://bkt/dumps/jsonl"])  # objects, but no manifest
     assert r.exit_code == ExitCode.INTEGRITY and "manifest.json" in r.output and "missing" in r.output
+
+
+def test_pending_steps_are_notes_and_a_malformed_pending_list_fails(out):
+    """A step left out while its input was being written (convert --skip-incomplete) is a
+    note, not a failure; a pending list verify cannot read is a manifest_structure failure."""
+    m = manifest(out)
+    entry = {"path": "run/4.jsonl", "format": "jsonl", "split": "train", "step": 4,
+             "reason": "still being written? it ends inside line 9"}
+    save_manifest(out, dict(m, pending=[entry]))
+    r = verify_output(str(out))
+    assert r["ok"] and r["pending"] == [entry]
+    assert any(n.startswith("run/4.jsonl: train step 4 is pending") for n in r["notes"])
+    save_manifest(out, dict(m, pending=[{"path": "run/4.jsonl", "split": "train", "step": "4"}]))
+    assert fails(verify_output(str(out))) == {("manifest.json", "manifest_structure")}
