@@ -122,6 +122,7 @@ def convert(
     keep_text: KeepText = D.keep_text,
     overwrite: Overwrite = D.overwrite,
     resume: Resume = D.resume,
+    wait: o.Wait = D.wait,
     workers: Workers = D.workers,
     engine: EngineOpt = Engine(D.engine),
     ray_address: RayAddress = D.ray_address,

@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     INTEGRITY = 4
     OUTPUT_EXISTS = 5
     OUTPUT_ERROR = 6
+    OUTPUT_BUSY = 8
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,12 @@ class OutputError(RolloutCliError):
     """OUT cannot be written: not a directory, no permission, read-only file system, disk full."""
 
     exit_code = ExitCode.OUTPUT_ERROR
+
+
+class OutputBusyError(RolloutCliError):
+    """Another process is writing the output (it holds the output's writer lock)."""
+
+    exit_code = ExitCode.OUTPUT_BUSY
 
 
 class StepProblems(Exception):

@@ -21,6 +21,7 @@ from ..core import hashing, storage
 from ..output import manifest as manifest_mod
 from ..output import commit as output
 from ..core import layout
+from . import resume
 from .engines import make_engine
 from .preload import WORKER_MODULES
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError
@@ -385,20 +386,42 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     if not units:
         raise UsageError("no input files found (expected .pt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet)")
     recorded = _recorded_options(opts)
-    created = not storage.exists(out)
     try:
+        lock, created = output.lock_output(out, opts.wait)  # OUT's one writer, until this returns
+    except OSError as e:
+        raise _output_error(out, e) from None
+    try:
+        return _convert_locked(out, units, opts, recorded, lock, skipped, notes, t0, progress)
+    finally:
+        lock.release()
+        if created:
+            output.remove_if_empty(out)  # a failed run into a new OUT leaves none
+
+
+def _convert_locked(out: str, units: list[Unit], opts: ConvertOptions, recorded: dict, lock, skipped: list[str],
+                    notes: list[str], t0: float, progress) -> dict:
+    """convert() once OUT's writer lock is held: every refusal before anything is staged."""
+    if lock.note:
+        notes.append(lock.note)
+    fingerprints: dict[str, dict] = {}
+    try:
+        if opts.resume and output.state(out) == "complete":
+            output.check_resume(out, recorded)
+            prev = manifest_mod.read(out)
+            if resume.up_to_date(out, units, prev, fingerprints):
+                return resume.summary_of(out, prev, skipped, notes, time.time() - t0)
         staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=recorded)
     except OSError as e:
         raise _output_error(out, e) from None
     try:
         prev = _resumed_manifest(out, opts, recorded)
-        fingerprints: dict[str, dict] = {}
         results = _convert_units(out, units, opts, staging.root, prev, fingerprints, notes, progress)
         m = _manifest(results, opts, recorded, prev, fingerprints, _write_rejects(staging, results), t0,
                       getattr(staging, "generation", None))
+        lock.check()
         staging.commit(m)
     except BaseException as e:
-        _leave_output(out, staging, keep=opts.resume or isinstance(e, KeyboardInterrupt), created=created)
+        _leave_output(out, staging, keep=isinstance(e, KeyboardInterrupt), created=False)
         if isinstance(e, OSError):  # the readers turn input OSErrors into InvalidInputError: this is OUT
             raise _output_error(out, e) from None
         raise
@@ -431,7 +454,7 @@ def _convert_units(out: str, units: list[Unit], opts: ConvertOptions, staging_ro
     kept: list[UnitResult] = []
     if opts.resume:
         for u in units:
-            if u.input.path != "-":
+            if u.input.path != "-" and u.input.path not in fingerprints:
                 recorded = prev_fp(prev, u.input.display) if prev else None
                 fingerprints[u.input.path] = manifest_mod.file_fingerprint(
                     u.input.path, manifest_mod.fingerprint_algorithm(recorded))

@@ -1,0 +1,63 @@
+"""`--resume` on a complete output whose inputs are all unchanged: nothing to do.
+
+Such a resume would convert nothing and commit a manifest equal to the one in place (but for
+its `volatile` time stamps), so it commits nothing at all: no staging area is opened, the
+manifest and shards are not rewritten (their bytes and modification times stay), and the run
+exits 0. Any new, changed or removed input, or a manifest of another tool version, makes it an
+ordinary resume.
+"""
+from __future__ import annotations
+
+from ..core.versions import __version__
+from ..core import layout, storage
+from ..inputs.units import Unit
+from ..output import manifest as manifest_mod
+
+
+def has_staging(out: str) -> bool:
+    """Whether OUT holds a staging area (an interrupted run, or a commit to finish)."""
+    if storage.is_uri(out):
+        from ..output.commit import RUN
+
+        return storage.exists(storage.join(out, f"{layout.STAGING}/{RUN}"))
+    return storage.exists(storage.join(out, layout.STAGING))
+
+
+def up_to_date(out: str, units: list[Unit], prev: dict, fingerprints: dict[str, dict]) -> bool:
+    """Whether the committed output `prev` (its manifest, of the same options) is what this
+    resume would commit again: every input it converted is given again with the same bytes, no
+    other is given, and the manifest is this version's. Fills `fingerprints` (input path ->
+    fingerprint) with the inputs it hashes, for the resume that follows when it is not."""
+    from .convert import prev_fp
+
+    if prev.get("tool_version") != __version__ or has_staging(out):
+        return False
+    recorded = {i["path"]: i for i in prev.get("inputs", [])}
+    missing = {s["input"] for s in prev.get("steps", []) if s.get("input_missing")}
+    given = set()
+    for u in units:
+        d = u.input.display
+        if u.input.path == "-" or d not in recorded or d in missing or recorded[d].get("format") != u.input.format:
+            return False
+        was = prev_fp(prev, d)
+        fingerprints[u.input.path] = fp = manifest_mod.file_fingerprint(u.input.path, manifest_mod.fingerprint_algorithm(was))
+        if not manifest_mod.same_content(was, fp):
+            return False
+        given.add(d)
+    return set(recorded) - given <= missing
+
+
+def summary_of(out: str, prev: dict, skipped: list[str], notes: list[str], seconds: float) -> dict:
+    """convert's result for an output left as it was."""
+    keys = ("split", "step", "input", "samples", "rows", "rejected", "rollouts", "tokens", "imbalance", "dropped")
+    return {
+        "out": out,
+        "counts": prev["counts"],
+        "steps": [{k: s[k] for k in keys if k in s} for s in prev["steps"]],
+        "rejects": prev.get("rejects"),
+        "skipped": skipped,
+        "notes": notes + [f"{out}: up to date (no input new or changed since it was converted); nothing written"],
+        "warnings": [],
+        "anomalies": prev.get("anomalies", []),
+        "seconds": round(seconds, 3),
+    }
