@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import uuid
+from contextlib import contextmanager
 
 from ..core import storage
 from ..core.errors import OutputExistsError, UsageError
@@ -258,6 +259,25 @@ def lock_output(out: str, wait: float | None = None, command: str = "convert"):
         if created:
             remove_if_empty(out)
         raise
+
+
+@contextmanager
+def writer(out: str, wait: float | None = None, on_error=None):
+    """lock_output() as a context: the lock is held inside, released after, and a local OUT the
+    run created is removed again when the run left nothing in it. `on_error` turns an OSError
+    met while taking the lock into the error to raise."""
+    try:
+        lock, created = lock_output(out, wait)
+    except OSError as e:
+        if on_error is None:
+            raise
+        raise on_error(e) from None
+    try:
+        yield lock
+    finally:
+        lock.release()
+        if created:
+            remove_if_empty(out)
 
 
 def remove_if_empty(out: str) -> None:

@@ -386,16 +386,8 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     if not units:
         raise UsageError("no input files found (expected .pt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet)")
     recorded = _recorded_options(opts)
-    try:
-        lock, created = output.lock_output(out, opts.wait)  # OUT's one writer, until this returns
-    except OSError as e:
-        raise _output_error(out, e) from None
-    try:
+    with output.writer(out, opts.wait, on_error=lambda e: _output_error(out, e)) as lock:  # OUT's one writer
         return _convert_locked(out, units, opts, recorded, lock, skipped, notes, t0, progress)
-    finally:
-        lock.release()
-        if created:
-            output.remove_if_empty(out)  # a failed run into a new OUT leaves none
 
 
 def _convert_locked(out: str, units: list[Unit], opts: ConvertOptions, recorded: dict, lock, skipped: list[str],
@@ -405,11 +397,8 @@ def _convert_locked(out: str, units: list[Unit], opts: ConvertOptions, recorded:
         notes.append(lock.note)
     fingerprints: dict[str, dict] = {}
     try:
-        if opts.resume and output.state(out) == "complete":
-            output.check_resume(out, recorded)
-            prev = manifest_mod.read(out)
-            if resume.up_to_date(out, units, prev, fingerprints):
-                return resume.summary_of(out, prev, skipped, notes, time.time() - t0)
+        if opts.resume and (prev := resume.up_to_date(out, units, recorded, fingerprints)):
+            return resume.summary_of(out, prev, skipped, notes, time.time() - t0)
         staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=recorded)
     except OSError as e:
         raise _output_error(out, e) from None
@@ -436,14 +425,9 @@ def _recorded_options(opts: ConvertOptions) -> dict:
 
 
 def _resumed_manifest(out: str, opts: ConvertOptions, recorded: dict) -> dict | None:
-    """With --resume, the complete output's manifest (None when there is none); refuses options
-    that differ from the ones it was made with."""
-    prev = manifest_mod.read(out) if opts.resume and output.state(out) == "complete" else None
-    if prev is not None and prev.get("options") != recorded:
-        old = prev.get("options", {})
-        changed = sorted(k for k in set(recorded) | set(old) if recorded.get(k) != old.get(k))
-        raise UsageError(f"--resume: conversion options differ from the existing output's ({', '.join(changed)}); use --overwrite to reconvert")
-    return prev
+    """With --resume, the complete output's manifest (None when there is none; prepare checked
+    its options)."""
+    return manifest_mod.read(out) if opts.resume and output.state(out) == "complete" else None
 
 
 def _convert_units(out: str, units: list[Unit], opts: ConvertOptions, staging_root: str, prev: dict | None,

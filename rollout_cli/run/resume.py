@@ -12,26 +12,32 @@ from ..core.versions import __version__
 from ..core import layout, storage
 from ..inputs.units import Unit
 from ..output import manifest as manifest_mod
+from ..output.commit import RUN, check_resume
 
 
 def has_staging(out: str) -> bool:
     """Whether OUT holds a staging area (an interrupted run, or a commit to finish)."""
     if storage.is_uri(out):
-        from ..output.commit import RUN
-
         return storage.exists(storage.join(out, f"{layout.STAGING}/{RUN}"))
     return storage.exists(storage.join(out, layout.STAGING))
 
 
-def up_to_date(out: str, units: list[Unit], prev: dict, fingerprints: dict[str, dict]) -> bool:
-    """Whether the committed output `prev` (its manifest, of the same options) is what this
-    resume would commit again: every input it converted is given again with the same bytes, no
-    other is given, and the manifest is this version's. Fills `fingerprints` (input path ->
-    fingerprint) with the inputs it hashes, for the resume that follows when it is not."""
+def up_to_date(out: str, units: list[Unit], options: dict, fingerprints: dict[str, dict]) -> dict | None:
+    """The manifest of OUT when it is complete and what this resume would commit again: made
+    with `options` (else UsageError, before anything is written), every input it converted
+    given again with the same bytes, no other given, and of this version; else None. Fills
+    `fingerprints` (input path -> fingerprint) with the inputs it hashes, for the resume that
+    follows when it is not."""
+    if has_staging(out) or not layout.is_output(out):
+        return None
+    check_resume(out, options)
+    prev = manifest_mod.read(out)
+    return prev if prev.get("tool_version") == __version__ and _same_inputs(prev, units, fingerprints) else None
+
+
+def _same_inputs(prev: dict, units: list[Unit], fingerprints: dict[str, dict]) -> bool:
     from .convert import prev_fp
 
-    if prev.get("tool_version") != __version__ or has_staging(out):
-        return False
     recorded = {i["path"]: i for i in prev.get("inputs", [])}
     missing = {s["input"] for s in prev.get("steps", []) if s.get("input_missing")}
     given = set()

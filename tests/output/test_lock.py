@@ -245,13 +245,14 @@ def test_of_two_writers_racing_for_a_lease_one_holds_it(s3, monkeypatch):
 
 
 def test_a_lease_is_renewed_while_held_and_a_takeover_stops_the_commit(s3, monkeypatch):
-    monkeypatch.setenv("ROLLOUT_CLI_LEASE_SECONDS", "0.6")
+    monkeypatch.setenv("ROLLOUT_CLI_LEASE_SECONDS", "2")
     from rollout_cli.core import storage
 
     uri = "s3://bkt/lease-renew"
     lock = writer_lock.acquire(uri)
     first = _lease(uri)["expires_unix"]
-    time.sleep(1.5)  # past its first expiry
+    while time.time() < first + 0.5:  # past its first expiry
+        time.sleep(0.1)
     assert _lease(uri)["expires_unix"] > first and _lease(uri)["token"] == lock.token
     with pytest.raises(OutputBusyError):
         writer_lock.acquire(uri)
@@ -259,7 +260,9 @@ def test_a_lease_is_renewed_while_held_and_a_takeover_stops_the_commit(s3, monke
     # a writer stalled past its lease's life finds it taken over: it must not commit
     rival = {"token": "f" * 32, "pid": 7, "host": "elsewhere", "started_unix": time.time(), "expires_unix": time.time() + 60}
     storage.write_bytes(f"{uri}/.lock", json.dumps(rival).encode())
-    time.sleep(0.6)
+    deadline = time.monotonic() + 30
+    while lock.lost is None and time.monotonic() < deadline:  # the next renewal sees it
+        time.sleep(0.05)
     with pytest.raises(OutputBusyError, match="taken over by another process .pid 7 on host elsewhere"):
         lock.check()
     lock.release()
