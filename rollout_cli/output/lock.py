@@ -108,8 +108,14 @@ class LocalLock:
 
     def try_acquire(self) -> dict | None:
         """None once held; else what the holder recorded (possibly {})."""
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        for attempt in range(1000):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+            except FileNotFoundError:  # its folder went with a failed holder (a new OUT it created)
+                if attempt > 2:
+                    raise
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                continue
             try:
                 import fcntl
 
@@ -136,6 +142,7 @@ class LocalLock:
             os.pwrite(fd, data, 0)
             self.fd = fd
             return None
+        raise OSError(errno.EAGAIN, "the lock file kept being replaced", self.path)
 
     def check(self) -> None:
         """An flock cannot be lost while its process lives."""

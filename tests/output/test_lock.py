@@ -165,6 +165,20 @@ def test_a_lock_on_a_file_deleted_meanwhile_is_not_held(tmp_path, monkeypatch):
     third.release()
 
 
+def test_a_file_system_without_locks_converts_with_a_note(tmp_path, monkeypatch):
+    """Where flock is refused (ENOLCK: some FUSE and NFS mounts) the run goes on and says so."""
+    import errno
+    import fcntl
+
+    def refuse(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    res = convert([_other(tmp_path)], str(tmp_path / "out"), copts())
+    assert any("no file locks" in n and "without the writer lock" in n for n in res["notes"])
+    assert verify_output(str(tmp_path / "out"))["ok"]
+
+
 def test_export_takes_a_lock_beside_dest(sample_out, tmp_path):
     """export holds `.DEST.lock` next to DEST: a second export is refused with exit 8 and DEST's
     folder is left as it was; --wait waits for it."""
