@@ -25,6 +25,7 @@ OUT/
   gen/5f0c.../rejects.jsonl
   gen/5f0c.../done/                                 a run in flight: its finished steps
   .staging/run.json                                 a run in flight: its generation and options
+  .lock                                             the writer lease, while a run holds it
 ```
 
 Readers follow the manifest's paths; a step reused by `--resume` keeps its files in the
