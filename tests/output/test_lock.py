@@ -165,6 +165,22 @@ def test_a_lock_on_a_file_deleted_meanwhile_is_not_held(tmp_path, monkeypatch):
     third.release()
 
 
+def test_readers_never_take_the_lock(sample_out):
+    """verify, inspect and the loader read an output whose lock another writer holds."""
+    from rollout_cli import open_dataset
+
+    held = writer_lock.acquire(str(sample_out))
+    try:
+        assert _cli("verify", str(sample_out)).exit_code == 0
+        assert _cli("inspect", str(sample_out), "-q").exit_code == 0
+        ds = open_dataset(str(sample_out))
+        assert ds.load(ds.steps[0], 0, verify=True).num_samples > 0
+        with pytest.raises(OutputBusyError):  # still held: nothing took it over
+            writer_lock.acquire(str(sample_out))
+    finally:
+        held.release()
+
+
 def test_a_file_system_without_locks_converts_with_a_note(tmp_path, monkeypatch):
     """Where flock is refused (ENOLCK: some FUSE and NFS mounts) the run goes on and says so."""
     import errno
