@@ -150,6 +150,20 @@ def tree_digest(root) -> dict[str, tuple[int, str]]:
     return out
 
 
+def tree_state(root) -> dict[str, tuple]:
+    """Every folder and file below ``root`` (hidden ones included): a folder as ("dir",), a file
+    as ("file", mtime_ns, sha256). What a refused command must leave exactly as it found."""
+    out: dict[str, tuple] = {}
+    root = Path(root)
+    for dirpath, dirs, names in os.walk(root):
+        for d in dirs:
+            out[str((Path(dirpath) / d).relative_to(root))] = ("dir",)
+        for n in names:
+            p = Path(dirpath) / n
+            out[str(p.relative_to(root))] = ("file", p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+    return out
+
+
 def shard_bytes(out) -> dict[str, bytes]:
     """relative path -> bytes of every shard file (Parquet and Arrow IPC) of an output."""
     res = {}
@@ -201,6 +215,9 @@ def s3():
         "AWS_SECRET_ACCESS_KEY": "test",
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        # writer leases (output/lock.py) that a killed test run leaves expire in seconds
+        "ROLLOUT_CLI_LEASE_SECONDS": "3",
+        "ROLLOUT_CLI_LEASE_CONFIRM_SECONDS": "0.05",
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -231,7 +248,8 @@ class _Dead(OSError):
 
 def _crashing_handler(fs, limit: float):
     """A pyarrow filesystem handler over the test's S3 filesystem that lets `limit` writes and
-    deletes through, fails the next one and every call after it (as a killed process would)."""
+    deletes through, fails the next one and every call after it (as a killed process would).
+    The writer lease's calls are not counted (they fail once the process is dead)."""
     from pyarrow import fs as pafs
 
     class Crashing(pafs.FileSystemHandler):
@@ -241,6 +259,8 @@ def _crashing_handler(fs, limit: float):
         def _op(self, name, path, write=True):
             if self.dead:
                 raise _Dead("the process is gone")
+            if isinstance(path, str) and path.endswith("/.lock"):
+                return  # the writer lease: renewed at times of its own, so not counted
             if name.startswith("open_input"):
                 self.reads.append(path)
             if write:

@@ -127,6 +127,7 @@ def convert(
     overwrite: Overwrite = D.overwrite,
     resume: Resume = D.resume,
     skip_incomplete: SkipIncomplete = D.skip_incomplete,
+    wait: o.Wait = D.wait,
     workers: Workers = D.workers,
     engine: EngineOpt = Engine(D.engine),
     ray_address: RayAddress = D.ray_address,

@@ -26,6 +26,7 @@ def export_cmd(
         help=f"Only {o.one_of(Split)} steps (default: both).")] = None,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", rich_help_panel=o.OUTPUT, help="Replace a DEST that holds files (swapped in whole).")] = False,
+    wait: o.Wait = None,
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No summary.")] = False,
     verbose: Annotated[bool, typer.Option(
@@ -36,7 +37,8 @@ def export_cmd(
     def work():
         from ..export.slime_pt import export_slime_pt
 
-        return export_slime_pt(out, dest, steps=steps, split=split.value if split else None, overwrite=overwrite)
+        return export_slime_pt(out, dest, steps=steps, split=split.value if split else None, overwrite=overwrite,
+                               wait=wait)
 
     result = run_command(work, as_json, verbose)
     if as_json:

@@ -102,6 +102,10 @@ MaxAnomalies = Annotated[int, typer.Option(
     help="Keep at most N anomalies of each kind (the counts stay complete; 0: all).")]
 
 Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object on stdout.")]
+Wait = Annotated[Optional[float], typer.Option(
+    "--wait", metavar="SECS", rich_help_panel=OUTPUT,
+    help="While another process writes the output, wait up to SECS seconds for it to "
+         "finish (default: exit 8 at once).")]
 
 
 def _fail_on_help(ctx: typer.Context, value: Optional[List[str]]) -> Optional[List[str]]:

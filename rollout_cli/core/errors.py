@@ -15,6 +15,7 @@ class ExitCode(IntEnum):
     OUTPUT_EXISTS = 5
     OUTPUT_ERROR = 6
     CHECKS_FAILED = 7  # a --fail-on / --checks gate crossed its threshold
+    OUTPUT_BUSY = 8
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,12 @@ def output_error(path: str, e: OSError) -> OutputError:
     refused = getattr(e, "filename", None)
     where = f" ({refused})" if refused and str(refused) != str(path) else ""
     return OutputError(f"{path}: cannot write the output: {reason}{where}")
+
+
+class OutputBusyError(RolloutCliError):
+    """Another process is writing the output (it holds the output's writer lock)."""
+
+    exit_code = ExitCode.OUTPUT_BUSY
 
 
 class StepProblems(Exception):

@@ -10,6 +10,7 @@ OUT/
   mmap/data/step-000003/shard-00000-of-00004.arrow  uncompressed Arrow IPC copies
   rejects.jsonl                                     rejected samples, with reasons
   .staging/                                         a run in flight
+  .lock                                             the writer lock (output/lock.py), while a run holds it
 ```
 
 On an object store (no rename) each run writes its files once, under a generation folder of
@@ -24,6 +25,7 @@ OUT/
   gen/5f0c.../rejects.jsonl
   gen/5f0c.../done/                                 a run in flight: its finished steps
   .staging/run.json                                 a run in flight: its generation and options
+  .lock                                             the writer lease, while a run holds it
 ```
 
 Readers follow the manifest's paths; a step reused by `--resume` keeps its files in the
@@ -39,6 +41,7 @@ from typing import Any
 MANIFEST = "manifest.json"
 REJECTS = "rejects.jsonl"
 STAGING = ".staging"
+LOCK = ".lock"  # the writer lock file (local) or lease object (object store): output/lock.py
 MMAP = "mmap"
 SPLIT_TREES = {"train": "data", "eval": "eval"}  # split -> its top folder
 TREES = (*SPLIT_TREES.values(), MMAP)

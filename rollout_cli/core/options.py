@@ -98,6 +98,7 @@ class ConvertOptions(RuleOptions):
     ray_address: str | None = None
     overwrite: bool = False
     resume: bool = False
+    wait: float | None = None  # seconds to wait for another writer of OUT (output/lock.py); None: refuse at once
     schedule: str = "balanced"
     global_batch_size: int | None = None
     num_steps_per_rollout: int | None = None
@@ -131,6 +132,8 @@ class ConvertOptions(RuleOptions):
             raise UsageError("--workers: expected at least 1")
         if self.overwrite and self.resume:
             raise UsageError("--overwrite and --resume exclude each other")
+        if self.wait is not None and not self.wait >= 0:
+            raise UsageError("--wait: expected 0 or more seconds")
 
     def _check_schedule(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -186,7 +189,7 @@ class ConvertOptions(RuleOptions):
         """The options that decide the output bytes (recorded; --resume requires them unchanged)."""
         d = dataclasses.asdict(self)
         # input_format is recorded with each input (the manifest's inputs[].format)
-        for k in ("overwrite", "resume", "trust_pickle", "on_error", "max_errors", "steps", "workers", "engine", "ray_address",
+        for k in ("overwrite", "resume", "wait", "trust_pickle", "on_error", "max_errors", "steps", "workers", "engine", "ray_address",
                   "input_format"):
             d.pop(k)
         d.pop("skip_incomplete")  # which steps wait for their input, not what any step holds

@@ -9,7 +9,9 @@ flag itself (false for an output of schema version 2, which did not keep it), an
 selected reward before post-processing. Fields conversion does not keep come back with
 slime's defaults (`lost_fields`).
 
-The files are written to a staging folder next to DEST and renamed into place as a whole.
+The files are written to a staging folder next to DEST and renamed into place as a whole,
+under DEST's writer lock (`.DEST.lock` beside it, output/lock.py): one export into a DEST at a
+time, a second refused with exit 8 or waiting with `wait`.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import pyarrow.parquet as pq
 from ..core import layout, storage
 from ..core.errors import IntegrityError, OutputError, OutputExistsError, UsageError, output_error
 from ..inputs.discover import parse_steps
+from ..output import lock as writer_lock
 from ..output import manifest
 from ..core.storage import fsync_dir
 
@@ -156,7 +159,7 @@ def _samples(t: pa.Table, torch) -> list[dict]:
 
 
 def export_slime_pt(out: str, dest: str, *, steps: str | None = None, split: str | None = None,
-                    overwrite: bool = False) -> dict:
+                    overwrite: bool = False, wait: float | None = None) -> dict:
     """Write OUT's steps as slime-replayable `.pt` dumps into DEST (atomically). Returns what
     was written: per file its path, split, step, samples and bytes, and the notes on what the
     export cannot restore."""
@@ -167,8 +170,23 @@ def export_slime_pt(out: str, dest: str, *, steps: str | None = None, split: str
     m = manifest.read(out)
     if _is_inside(dest, out) or _is_inside(out, dest):
         raise UsageError(f"{dest}: must not contain or lie inside the output {out}")
-    _check_dest(dest, overwrite)
+    if wait is not None and not wait >= 0:
+        raise UsageError("--wait: expected 0 or more seconds")
     torch = _torch()
+    parent = os.path.dirname(os.path.abspath(dest)) or "."
+    try:
+        os.makedirs(parent, exist_ok=True)
+        lock = writer_lock.acquire(dest, wait=wait, command="export", path=writer_lock.sibling_lock_path(dest))
+    except OSError as e:
+        raise output_error(dest, e) from None
+    try:
+        return _export_locked(out, dest, m, split, lo, hi, steps, overwrite, torch, t0)
+    finally:
+        lock.release()
+
+
+def _export_locked(out: str, dest: str, m: dict, split, lo, hi, steps, overwrite: bool, torch, t0: float) -> dict:
+    _check_dest(dest, overwrite)  # under the lock: no other export is writing it
     keep_text = bool(m.get("options", {}).get("keep_text", False))
     chosen = [e for e in m.get("steps", []) if (split is None or e["split"] == split)
               and (lo is None or e["step"] >= lo) and (hi is None or e["step"] <= hi)]
@@ -177,7 +195,6 @@ def export_slime_pt(out: str, dest: str, *, steps: str | None = None, split: str
         raise UsageError(f"{out}: no {what}" + (f" in --steps {steps}" if steps else ""))
     parent = os.path.dirname(os.path.abspath(dest)) or "."
     try:
-        os.makedirs(parent, exist_ok=True)
         stage = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(dest))}.export-", dir=parent)
         umask = os.umask(0)
         os.umask(umask)

@@ -5,6 +5,11 @@ staged entries into place and writes `manifest.json` last: the manifest is the c
 readers trust `OUT/data` only when it exists. A `COMMITTING` journal makes an interrupted commit finishable.
 On an object store (RemoteStaging) files are written once, in place, in a generation folder of
 the run's own, and the manifest's PUT is the commit.
+
+A run holds OUT's writer lock (output/lock.py) from before it looks at OUT until it returns, so
+what it finds under `.staging/` is an interrupted run's, never a live one's. A refused run
+changes nothing: `--resume` compares its options with the recorded ones before it stages
+anything, and a failed `--resume` leaves the staging area as it found it.
 """
 from __future__ import annotations
 
@@ -12,12 +17,14 @@ import json
 import os
 import shutil
 import uuid
+from contextlib import contextmanager
 
 from ..core import storage
 from ..core.errors import OutputExistsError, UsageError
 from ..core.storage import fsync_dir
 from ..core import layout
-from ..core.layout import ENTRIES, MANIFEST, STAGING, TREES
+from ..core.layout import ENTRIES, LOCK, MANIFEST, STAGING, TREES
+from . import lock as writer_lock
 
 JOURNAL = "COMMITTING"
 
@@ -43,7 +50,7 @@ def state(out: str) -> str:
         return "absent"
     if not os.path.isdir(out):
         return "foreign"
-    names = set(os.listdir(out))
+    names = set(os.listdir(out)) - {LOCK}  # a lock file (of a live run, or left by a killed one) is ours
     if MANIFEST in names:
         return "complete"
     if names & (set(ENTRIES) | {STAGING}):
@@ -57,6 +64,8 @@ class Staging:
     def __init__(self, out: str):
         self.out = out
         self.root = os.path.join(out, STAGING, "run")
+        self.before: set[str] | None = None  # with --resume, the files and folders an interrupted run had staged
+        self.aside: list[str] = []  # those of them set aside while this run writes
 
     def path(self, *parts: str) -> str:
         p = os.path.join(self.root, *parts)
@@ -65,26 +74,40 @@ class Staging:
 
     def start(self, options: dict, keep: bool = False) -> None:
         """Open the staging area; with keep (--resume), an interrupted run's finished steps stay
-        if it used the same options."""
+        if it used the same options. Its other files (a step cut short, parsed parts), which no
+        run reads again, are set aside under `.staging/aside/` while this run writes, so that a
+        failure can put everything back as it was."""
         opt_path = os.path.join(self.root, "options.json")
+        aside = os.path.join(self.out, STAGING, "aside")
+        if os.path.exists(aside):  # set aside by a resume that was killed: no run's
+            shutil.rmtree(aside)
         if keep and os.path.exists(opt_path):
-            with open(opt_path) as f:
-                before = json.load(f)
-            if before != options:
-                changed = sorted(k for k in set(before) | set(options) if before.get(k) != options.get(k))
-                raise UsageError(
-                    f"--resume: conversion options differ from the interrupted run's ({', '.join(changed)}); use --overwrite to start over"
-                )
+            _refuse_changed(_read_json(opt_path), options, "the interrupted run's", "--overwrite to start over")
         elif os.path.exists(self.root):
             shutil.rmtree(self.root)
-        if os.path.exists(os.path.join(self.root, "parts")):
-            shutil.rmtree(os.path.join(self.root, "parts"))
+        if keep and os.path.exists(self.root):
+            self.before = _entries_below(self.root)
+            self.aside = _set_aside(self.root, aside)
         os.makedirs(self.root, exist_ok=True)
-        write_json_atomic(opt_path, options)
+        if not os.path.exists(opt_path):
+            write_json_atomic(opt_path, options)
 
     def abandon(self, keep: bool = False, remove_out: bool = False) -> None:
-        """Drop this run's staging after a failure, so OUT is as it was before the run."""
+        """Drop what this run staged after a failure, so OUT is as it was before the run: with
+        keep (an interruption) nothing is removed, for --resume; a resumed interrupted run's
+        staging keeps what it held before this run, and only that."""
+        aside = os.path.join(self.out, STAGING, "aside")
         if keep:
+            shutil.rmtree(aside, ignore_errors=True)
+            return
+        if self.before is not None:
+            try:
+                _remove_added(self.root, self.before)
+                for rel in self.aside:
+                    os.replace(os.path.join(aside, rel), os.path.join(self.root, rel))
+                shutil.rmtree(aside, ignore_errors=True)
+            except OSError:
+                pass  # what is left is staging a resume starts from again
             return
         shutil.rmtree(os.path.join(self.out, STAGING), ignore_errors=True)
         if remove_out:
@@ -141,6 +164,142 @@ def finish_commit(out: str) -> bool:
     return True
 
 
+def _read_json(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+def _refuse_changed(before: dict, options: dict, whose: str, instead: str) -> None:
+    """UsageError (exit 2) naming the options that differ from the recorded ones."""
+    if before != options:
+        before = before if isinstance(before, dict) else {}
+        changed = sorted(k for k in set(before) | set(options) if before.get(k) != options.get(k))
+        raise UsageError(f"--resume: conversion options differ from {whose} ({', '.join(changed)}); use {instead}")
+
+
+def _entries_below(root: str) -> set[str]:
+    """Every file and folder under a local folder, relative to it."""
+    found = set()
+    for dirpath, dirs, names in os.walk(root):
+        found.update(os.path.relpath(os.path.join(dirpath, n), root) for n in dirs + names)
+    return found
+
+
+def _set_aside(root: str, aside: str) -> list[str]:
+    """Move the files of an interrupted run's staging that a resume does not reuse (all but its
+    options, its `done/` records and the files of the steps they record) to `aside`, keeping
+    their paths: the resume may write new files at those paths. Returns the moved paths."""
+    keep = {"options.json"}
+    done = os.path.join(root, "done")
+    for name in sorted(os.listdir(done)) if os.path.isdir(done) else []:
+        keep.add(os.path.join("done", name))
+        try:
+            shards = _read_json(os.path.join(done, name))["result"]["shards"]
+            files = [p for sh in shards for p in (sh["path"], (sh.get("mmap") or {}).get("path")) if p]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if all(os.path.isfile(os.path.join(root, f)) for f in files):
+            keep.update(os.path.normpath(f) for f in files)
+    moved = []
+    for rel in sorted(_entries_below(root)):
+        src = os.path.join(root, rel)
+        if rel not in keep and os.path.isfile(src) and not os.path.islink(src):
+            os.makedirs(os.path.dirname(os.path.join(aside, rel)), exist_ok=True)
+            os.replace(src, os.path.join(aside, rel))
+            moved.append(rel)
+    return moved
+
+
+def _remove_added(root: str, before: set[str]) -> None:
+    """Remove the files and folders under `root` that are not in `before`."""
+    for dirpath, dirs, names in os.walk(root, topdown=False):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            if os.path.relpath(p, root) not in before:
+                os.remove(p)
+        if dirpath != root and os.path.relpath(dirpath, root) not in before:
+            shutil.rmtree(dirpath, ignore_errors=True)
+
+
+def check_resume(out: str, options: dict) -> None:
+    """Before a --resume stages anything: its options must be those of the interrupted run (its
+    staging area's) and of the committed output (its manifest's). UsageError otherwise."""
+    if storage.is_uri(out):
+        pointer = storage.join(out, f"{STAGING}/{RUN}")
+        if storage.exists(pointer):
+            _refuse_changed(json.loads(storage.read_bytes(pointer)).get("options") or {}, options,
+                            "the interrupted run's", "--overwrite to start over")
+    else:
+        opt_path = os.path.join(out, STAGING, "run", "options.json")
+        if os.path.exists(opt_path):
+            _refuse_changed(_read_json(opt_path), options, "the interrupted run's", "--overwrite to start over")
+        if os.path.exists(os.path.join(out, STAGING, "run", JOURNAL)):
+            return  # a commit to finish: its staged manifest, made with these options, replaces OUT's
+    if storage.exists(layout.manifest_path(out)):
+        from . import manifest as manifest_mod
+
+        prev = manifest_mod.read(out)
+        _refuse_older_schema(out, prev)
+        _refuse_changed(prev.get("options", {}), options, "the existing output's", "--overwrite to reconvert")
+
+
+def _refuse_older_schema(out: str, prev: dict) -> None:
+    """An output of an older schema version lacks columns: its shards are not mixed with new ones."""
+    from ..core.schema import COLUMNS_SINCE, SCHEMA_VERSION
+
+    if prev["schema_version"] != SCHEMA_VERSION:
+        added = ", ".join(k for k, v in COLUMNS_SINCE.items() if v > prev["schema_version"])
+        raise UsageError(f"--resume: {out} was written with schema version {prev['schema_version']} (without {added}); "
+                         f"this version writes {SCHEMA_VERSION} and does not mix the two in one output: "
+                         "use --overwrite to reconvert")
+
+
+def lock_output(out: str, wait: float | None = None, command: str = "convert"):
+    """Refuse a local OUT that is not a rollout-cli output (exit 5, before anything is written
+    into it), create it when absent, and take its writer lock (exit 8 while another process
+    holds it, or wait up to `wait` seconds). Returns (the held lock, whether OUT was created)."""
+    created = False
+    if not storage.is_uri(out):
+        st = state(out)
+        if st == "foreign":
+            raise OutputExistsError(f"{out}: exists and is not a rollout-cli output (not empty); choose another OUT")
+        created = st == "absent"
+        os.makedirs(out, exist_ok=True)
+    try:
+        return writer_lock.acquire(out, wait=wait, command=command), created
+    except BaseException:
+        if created:
+            remove_if_empty(out)
+        raise
+
+
+@contextmanager
+def writer(out: str, wait: float | None = None, on_error=None):
+    """lock_output() as a context: the lock is held inside, released after, and a local OUT the
+    run created is removed again when the run left nothing in it. `on_error` turns an OSError
+    met while taking the lock into the error to raise."""
+    try:
+        lock, created = lock_output(out, wait)
+    except OSError as e:
+        if on_error is None:
+            raise
+        raise on_error(e) from None
+    try:
+        yield lock
+    finally:
+        lock.release()
+        if created:
+            remove_if_empty(out)
+
+
+def remove_if_empty(out: str) -> None:
+    """Remove a local OUT this run created, once its lock is released, if nothing is in it."""
+    try:
+        os.rmdir(out)
+    except OSError:
+        pass
+
+
 RUN = "run.json"  # OUT/.staging/run.json on an object store: the run in flight's generation and options
 
 
@@ -158,6 +317,7 @@ class RemoteStaging:
         self.generation = generation
         self.root = storage.join(out, layout.generation_dir(generation))
         self.committed = False
+        self.before: set[str] | None = None  # a resumed interrupted run's files
 
     def path(self, *parts: str) -> str:
         return storage.join(self.root, "/".join(parts))
@@ -170,23 +330,26 @@ class RemoteStaging:
         live = _live_generations(out)
         if keep and storage.exists(pointer):
             before = json.loads(storage.read_bytes(pointer))
-            if before.get("options") != options:
-                old = before.get("options") or {}
-                changed = sorted(k for k in set(old) | set(options) if old.get(k) != options.get(k))
-                raise UsageError(
-                    f"--resume: conversion options differ from the interrupted run's ({', '.join(changed)}); use --overwrite to start over"
-                )
+            _refuse_changed(before.get("options") or {}, options, "the interrupted run's", "--overwrite to start over")
             if layout.is_generation(before.get("generation")) and before["generation"] not in live:
-                return cls(out, before["generation"])
+                run = cls(out, before["generation"])
+                run.before = set(storage.files_under(run.root))  # an interrupted run's: kept after a failure
+                return run
         run = cls(out, uuid.uuid4().hex)
         storage.write_bytes(pointer, json.dumps({"generation": run.generation, "options": options}).encode())
         return run
 
     def abandon(self, keep: bool = False, remove_out: bool = False) -> None:
-        """Drop this run's files after a failure (not once its manifest is in place)."""
+        """Drop this run's files after a failure (not once its manifest is in place); a resumed
+        interrupted run's generation keeps what it held before this run."""
         if keep or self.committed:
             return
         try:
+            before = getattr(self, "before", None)
+            if before is not None:
+                for rel in set(storage.files_under(self.root)) - before:
+                    storage.delete_file(storage.join(self.root, rel))
+                return
             storage.delete(self.root)
             storage.delete(storage.join(self.out, STAGING))
         except OSError:
@@ -259,12 +422,15 @@ def _remote_state(out: str) -> str:
 
 
 def prepare(out: str, *, overwrite: bool = False, resume: bool = False, options: dict | None = None) -> Staging:
-    """Check OUT may be written and open a fresh staging area."""
+    """Check OUT may be written and open a staging area (the caller holds OUT's writer lock):
+    every refusal comes before anything is written."""
     if storage.is_uri(out):
         st = _remote_state(out)
         if st != "empty" and not (overwrite or resume):
             what = "holds a converted dataset (manifest.json)" if st == "complete" else "holds an interrupted run"
             raise OutputExistsError(f"{out}: {what}; pass --overwrite to replace it or --resume to continue it")
+        if resume:
+            check_resume(out, options or {})
         return RemoteStaging.start(out, options or {}, keep=resume)  # type: ignore[return-value]
     st = state(out)
     if st == "foreign":
@@ -273,6 +439,7 @@ def prepare(out: str, *, overwrite: bool = False, resume: bool = False, options:
         what = "holds a converted dataset (manifest.json)" if st == "complete" else "holds an interrupted run"
         raise OutputExistsError(f"{out}: {what}; pass --overwrite to replace it or --resume to continue it")
     if resume:
+        check_resume(out, options or {})
         finish_commit(out)
     os.makedirs(out, exist_ok=True)
     staging = Staging(out)

@@ -22,6 +22,7 @@ from ..core import hashing, storage
 from ..output import manifest as manifest_mod
 from ..output import commit as output
 from ..core import layout
+from . import resume
 from .engines import make_engine
 from .preload import WORKER_MODULES
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems, UsageError, output_error
@@ -453,23 +454,34 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     live = LiveWatch(units, opts.skip_incomplete)  # inputs still being written: refused before anything is staged
     units = live.start()
     recorded = _recorded_options(opts)
-    created = not storage.exists(out)
+    with output.writer(out, opts.wait, on_error=lambda e: output_error(out, e)) as lock:  # OUT's one writer
+        return _convert_locked(out, units, opts, recorded, lock, live, skipped, notes, t0, progress)
+
+
+def _convert_locked(out: str, units: list[Unit], opts: ConvertOptions, recorded: dict, lock, live: LiveWatch,
+                    skipped: list[str], notes: list[str], t0: float, progress) -> dict:
+    """convert() once OUT's writer lock is held: every refusal before anything is staged."""
+    if lock.note:
+        notes.append(lock.note)
+    fingerprints = live.fingerprints()
     try:
+        if opts.resume and not live.pending and (prev := resume.up_to_date(out, units, recorded, fingerprints)):
+            return resume.summary_of(out, prev, skipped, notes, time.time() - t0)
         staging = output.prepare(out, overwrite=opts.overwrite, resume=opts.resume, options=recorded)
     except OSError as e:
-        if not opts.resume and not storage.is_uri(out):  # a staging area it began to open
-            output.Staging(out).abandon(remove_out=created)
+        if not opts.resume and not storage.is_uri(out):  # the staging area it began to open
+            output.Staging(out).abandon()
         raise output_error(out, e) from None
     try:
         prev = _resumed_manifest(out, opts, recorded)
-        fingerprints = live.fingerprints()
         results = live.converting(lambda: _convert_units(out, units, opts, staging.root, prev, fingerprints, notes, progress))
         results = live.settle(results, fingerprints, lambda r: _drop_staged(staging.root, r))
         m = _manifest(results, opts, recorded, prev, fingerprints, _write_rejects(staging, results), t0,
                       getattr(staging, "generation", None), pending=live.pending)
+        lock.check()
         staging.commit(m)
     except BaseException as e:
-        _leave_output(out, staging, keep=opts.resume or isinstance(e, KeyboardInterrupt), created=created)
+        _leave_output(out, staging, keep=isinstance(e, KeyboardInterrupt), created=False)
         if isinstance(e, OSError):  # the readers turn input OSErrors into InvalidInputError: this is OUT
             raise output_error(out, e) from None
         raise
@@ -484,21 +496,9 @@ def _recorded_options(opts: ConvertOptions) -> dict:
 
 
 def _resumed_manifest(out: str, opts: ConvertOptions, recorded: dict) -> dict | None:
-    """With --resume, the complete output's manifest (None when there is none); refuses options
-    that differ from the ones it was made with."""
-    from ..core.schema import COLUMNS_SINCE, SCHEMA_VERSION
-
-    prev = manifest_mod.read(out) if opts.resume and output.state(out) == "complete" else None
-    if prev is not None and prev["schema_version"] != SCHEMA_VERSION:  # an older output: its shards lack columns
-        added = ", ".join(k for k, v in COLUMNS_SINCE.items() if v > prev["schema_version"])
-        raise UsageError(f"--resume: {out} was written with schema version {prev['schema_version']} (without {added}); "
-                         f"this version writes {SCHEMA_VERSION} and does not mix the two in one output: "
-                         "use --overwrite to reconvert")
-    if prev is not None and prev.get("options") != recorded:
-        old = prev.get("options", {})
-        changed = sorted(k for k in set(recorded) | set(old) if recorded.get(k) != old.get(k))
-        raise UsageError(f"--resume: conversion options differ from the existing output's ({', '.join(changed)}); use --overwrite to reconvert")
-    return prev
+    """With --resume, the complete output's manifest (None when there is none; prepare checked
+    its options)."""
+    return manifest_mod.read(out) if opts.resume and output.state(out) == "complete" else None
 
 
 def _convert_units(out: str, units: list[Unit], opts: ConvertOptions, staging_root: str, prev: dict | None,
@@ -509,7 +509,7 @@ def _convert_units(out: str, units: list[Unit], opts: ConvertOptions, staging_ro
     kept: list[UnitResult] = []
     if opts.resume:
         for u in units:
-            if u.input.path != "-":
+            if u.input.path != "-" and u.input.path not in fingerprints:
                 recorded = prev_fp(prev, u.input.display) if prev else None
                 fingerprints[u.input.path] = manifest_mod.file_fingerprint(
                     u.input.path, manifest_mod.fingerprint_algorithm(recorded))

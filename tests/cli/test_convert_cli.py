@@ -199,6 +199,37 @@ def test_exit_5_when_output_exists(tmp_path):
     assert r.exit_code == 0
 
 
+def test_a_refused_resume_does_not_wedge_the_next(tmp_path):
+    """convert RUN OUT; convert RUN OUT --resume --shards 2 (exit 2, nothing written); then
+    convert RUN OUT --resume is not refused: the output is up to date, nothing is rewritten."""
+    inp = write_jsonl(tmp_path / "in" / "1.jsonl", [make_sample(index=i, reward=float(i)) for i in range(2)])
+    out = tmp_path / "out"
+    assert _invoke(["convert", str(inp), str(out), *FAST]).exit_code == 0
+    stamp = (out / "manifest.json").stat().st_mtime_ns
+    r = _invoke(["convert", str(inp), str(out), "--resume", "--shards", "2", *FAST])
+    assert r.exit_code == 2 and "(shards)" in r.stderr
+    assert not (out / ".staging").exists()
+    r = _invoke(["convert", str(inp), str(out), "--resume", *FAST])
+    assert r.exit_code == 0, r.output
+    assert (out / "manifest.json").stat().st_mtime_ns == stamp
+
+
+def test_exit_8_json_while_another_process_writes(tmp_path):
+    from rollout_cli.output import lock
+
+    inp = write_jsonl(tmp_path / "in" / "1.jsonl", [make_sample(index=0)])
+    (tmp_path / "out").mkdir()
+    held = lock.acquire(str(tmp_path / "out"))
+    try:
+        r = _invoke(["convert", str(inp), str(tmp_path / "out"), "--json", *FAST])
+    finally:
+        held.release()
+    assert r.exit_code == 8
+    err = json.loads(r.stdout)
+    assert err["exit_code"] == 8 and err["error"] == "OutputBusyError" and "pid" in err["message"]
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_exit_5_json(tmp_path):
     inp = write_jsonl(tmp_path / "in" / "1.jsonl", [make_sample(index=0)])
     (tmp_path / "out").mkdir()

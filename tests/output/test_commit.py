@@ -93,8 +93,9 @@ def test_overwrite_keeps_old_until_new_complete(tmp_path):
         # every old file is still there, unchanged
         for rel, dig in old.items():
             assert now.get(rel) == dig, rel
-        # everything new is staged outside data/
-        for rel in set(now) - set(old):
+        # everything new is staged outside data/ (and the run holds its writer lock)
+        assert ".lock" in now
+        for rel in set(now) - set(old) - {".lock"}:
             assert rel.startswith(".staging" + os.sep), rel
             assert "data" not in Path(rel).parts[:1]
 
@@ -266,3 +267,100 @@ def test_object_store_commit_survives_a_crash_at_every_write(s3, tmp_path, monke
             assert [sh["blake3"] for s in m["steps"] for sh in s["shards"]] == [sh["blake3"] for s in ref["steps"] for sh in s["shards"]]
         seen.add(got)
     assert seen == {"old" if old else "none", "new"}
+
+
+# --- a refused command changes nothing --------------------------------------------------------
+
+def _interrupted(tmp_path, out, inputs: list[str]) -> None:
+    """A run stopped (Ctrl-C) as its second step finishes: OUT holds its staging area, the first step done."""
+    def stop(what, done, total):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        convert(inputs, str(out), copts(), progress=stop)
+    assert output.state(str(out)) == "interrupted" and (out / ".staging" / "run" / "done").is_dir()
+
+
+def _new_steps(tmp_path) -> str:
+    """A good step 3 (converted first) and a step 4 with an invalid sample."""
+    write_jsonl(tmp_path / "more" / "3.jsonl", [make_sample(index=20 + i, group_index=20) for i in range(2)])
+    bad = [make_sample(index=30 + i, group_index=30) for i in range(2)]
+    bad[1]["status"] = "bogus"
+    write_jsonl(tmp_path / "more" / "4.jsonl", bad)
+    return str(tmp_path / "more")
+
+
+def _refusals(tmp_path, inputs: str):
+    """(name, convert's inputs, its options, the error it gets, exit code, held by another writer)."""
+    from rollout_cli.core.errors import OutputBusyError, UsageError
+
+    return [
+        ("resume with other options", [inputs], copts(resume=True, shards=2), UsageError, 2, False),
+        ("no --overwrite or --resume", [inputs], copts(), OutputExistsError, 5, False),
+        ("busy, --overwrite", [inputs], copts(overwrite=True), OutputBusyError, 8, True),
+        ("busy, --resume", [inputs], copts(resume=True), OutputBusyError, 8, True),
+        ("busy, fresh", [inputs], copts(), OutputBusyError, 8, True),
+        ("resume onto invalid input", [inputs, _new_steps(tmp_path)], copts(resume=True), InvalidInputError, 3, False),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["complete", "interrupted"])
+def test_every_refusal_leaves_the_output_and_its_staging_byte_identical(tmp_path, kind):
+    """Whatever refuses a convert (exit 2, 5, 8, or 3 on resume), OUT and OUT/.staging are, file
+    for file, the bytes and modification times they were; the right --resume still works after."""
+    from conftest import tree_state
+    from rollout_cli.output import lock as writer_lock
+
+    out = tmp_path / "out"
+    inputs = _inputs(tmp_path)
+    if kind == "complete":
+        convert([inputs], str(out), copts())
+    else:
+        _interrupted(tmp_path, out, [inputs])
+    for name, args, opts, error, code, busy in _refusals(tmp_path, inputs):
+        before = tree_state(out)
+        held = writer_lock.acquire(str(out)) if busy else None
+        try:
+            with pytest.raises(error) as ei:
+                convert(args, str(out), opts)
+        finally:
+            if held:
+                held.release()
+        assert ei.value.exit_code == code, name
+        assert tree_state(out) == before, name
+    res = convert([inputs], str(out), copts(resume=True))
+    assert res["counts"]["rows"] == 7 and not (out / ".staging").exists()
+
+
+def test_a_refused_resume_on_an_object_store_writes_nothing(s3, tmp_path):
+    """On s3://: a --resume with other options (exit 2), onto invalid input (exit 3) or while
+    another writer holds the lease (exit 8) leaves every object as it was."""
+    from rollout_cli.core import storage
+    from rollout_cli.core.errors import OutputBusyError, UsageError
+    from rollout_cli.output import lock as writer_lock
+
+    uri = "s3://bkt/refused-resume"
+    inputs = _inputs(tmp_path)
+    convert([inputs], uri, copts())
+
+    def objects() -> dict:
+        return {rel: (storage.file_info(f"{uri}/{rel}").mtime_ns, storage.read_bytes(f"{uri}/{rel}"))
+                for rel in storage.files_under(uri)}
+
+    before = objects()
+    with pytest.raises(UsageError):
+        convert([inputs], uri, copts(resume=True, shards=2))
+    assert objects() == before
+    with pytest.raises(InvalidInputError):
+        convert([inputs, _new_steps(tmp_path)], uri, copts(resume=True))
+    assert objects() == before
+    held = writer_lock.acquire(uri)
+    with_lease = objects()
+    with pytest.raises(OutputBusyError):
+        convert([inputs], uri, copts(resume=True))
+    assert objects() == with_lease
+    held.release()
+    assert objects() == before
+    convert([inputs], uri, copts(resume=True))
+    assert objects() == before  # up to date: nothing rewritten

@@ -763,8 +763,8 @@ def test_object_store_resume_after_a_crash_gives_the_uninterrupted_bytes(s3, tmp
             convert([src], f"s3://bkt/{out}", copts(shards=2, mmap=True))
         monkeypatch.undo()
         assert not s3.get_file_info(f"bkt/{out}/manifest.json").is_file
-        again = crashing_s3(monkeypatch, s3)
-        convert([src], f"s3://bkt/{out}", copts(shards=2, mmap=True, resume=True))
+        again = crashing_s3(monkeypatch, s3)  # the dead run's writer lease outlives it: wait for it to expire
+        convert([src], f"s3://bkt/{out}", copts(shards=2, mmap=True, resume=True, wait=30))
         monkeypatch.undo()
         redone = {p.split("/gen/", 1)[-1].split("/", 1)[-1] for name, p in again.writes if p.endswith(".parquet")}
         assert len(redone) == 2 * (3 - sum(1 for d in done if d < k)), (k, redone)
