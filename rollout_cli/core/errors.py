@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     INTEGRITY = 4
     OUTPUT_EXISTS = 5
     OUTPUT_ERROR = 6
+    INPUT_UNAVAILABLE = 9
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,14 @@ class OutputError(RolloutCliError):
     """OUT cannot be written: not a directory, no permission, read-only file system, disk full."""
 
     exit_code = ExitCode.OUTPUT_ERROR
+
+
+class InputUnavailableError(RolloutCliError):
+    """An input cannot be read from where it lives: its store is unreachable, refuses the
+    credentials, or the file is not readable. The bytes were never seen, so this is not
+    invalid input."""
+
+    exit_code = ExitCode.INPUT_UNAVAILABLE
 
 
 class StepProblems(Exception):
