@@ -14,9 +14,8 @@ import os
 import re
 import shutil
 import tempfile
-import functools
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, wraps
 
 from . import pages
 from .errors import InputUnavailableError, InvalidInputError, RolloutCliError
@@ -59,10 +58,10 @@ def use_environment(env: dict[str, str]) -> None:
 
 
 # How the storage, not the bytes, failed: pyarrow's S3 errors ("AWS Error NETWORK_CONNECTION
-# during HeadObject operation", "... ACCESS_DENIED ...") and GCS errors, and the errnos of a
-# refused permission or an unreachable host. EIO, ESTALE and ETIMEDOUT are not among them: a
-# reader raises those as they are, for the Ray engine to retry.
-_STORAGE_FAULT_MARKERS = ("AWS Error", "google::cloud::Status")
+# during HeadObject operation", "... ACCESS_DENIED ..."), and the errnos of a refused
+# permission or an unreachable host. EIO, ESTALE and ETIMEDOUT are not among them: a reader
+# raises those as they are, for the Ray engine to retry.
+_STORAGE_FAULT_MARKERS = ("AWS Error",)
 _STORAGE_FAULT_ERRNOS = {errno.EACCES, errno.EPERM, errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH,
                          errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTDOWN}
 
@@ -76,6 +75,7 @@ def storage_fault(e: BaseException) -> bool:
 
 
 def unavailable(display: str, e: OSError) -> InputUnavailableError:
+    """The error for input `display`, which its storage failed to serve with `e`."""
     detail = e.strerror if e.errno is not None and e.strerror else str(e)
     return InputUnavailableError(f"{display}: cannot read this input from its storage (network, credentials or "
                                  f"permission): {detail}")
@@ -102,7 +102,7 @@ def reading(display: str):
 def reads_input(fn):
     """A function of an input's path (its first argument) that raises InputUnavailableError,
     naming the path, where the storage fails (as `reading`)."""
-    @functools.wraps(fn)
+    @wraps(fn)
     def wrapper(path, *args, **kwargs):
         with reading(path):
             return fn(path, *args, **kwargs)
