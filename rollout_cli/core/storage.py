@@ -44,10 +44,58 @@ def environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
 
 
-def use_environment(env: dict[str, str]) -> None:
+# The AWS SDK's shared files, where AWS_PROFILE's profiles (keys, region, role) are read from:
+# the variable that names each, and where it is when none does
+SHARED_FILES = (("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"), ("AWS_CONFIG_FILE", "~/.aws/config"))
+
+
+def shared_files() -> dict[str, bytes]:
+    """The contents of the AWS shared files this process's S3 client reads, by the variable
+    that names each; a file that is absent or unreadable is left out (secrets: never print)."""
+    found = {}
+    for var, default in SHARED_FILES:
+        try:
+            with open(os.environ.get(var) or os.path.expanduser(default), "rb") as f:
+                found[var] = f.read()
+        except OSError:
+            pass
+    return found
+
+
+_private_files: dict[bytes, str] = {}
+
+
+def _private_file(content: bytes) -> str:
+    """A path to a file that holds `content`, readable by this process only. On Linux an
+    anonymous memory file (memfd), which vanishes with the process and leaves nothing on disk;
+    elsewhere a temporary file of mode 0600, removed at exit."""
+    if content in _private_files:  # the content itself is the key: a few KiB at most
+        return _private_files[content]
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("rollout-cli-aws", 0)
+        os.write(fd, content)
+        path = f"/proc/{os.getpid()}/fd/{fd}"
+    else:  # pragma: no cover - not Linux
+        import atexit
+
+        fd, path = tempfile.mkstemp(prefix="rollout-cli-aws-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+        atexit.register(lambda: os.path.exists(path) and os.remove(path))
+    _private_files[content] = path
+    return path
+
+
+def use_environment(env: dict[str, str], files: dict[str, bytes] | None = None) -> None:
     """Make this process's storage variables exactly `env` (those not in it are removed), so
     that URIs resolve here as in the process `env` came from; filesystems resolved under the
-    previous ones are forgotten."""
+    previous ones are forgotten. `files` (that process's shared_files()) replace this
+    process's own: each variable of SHARED_FILES names a private copy of that process's file,
+    or an empty one where that process has none."""
+    if files is not None:
+        env = dict(env)
+        for var, _ in SHARED_FILES:
+            env[var] = _private_file(files[var]) if var in files else os.devnull
     current = environment()
     if current == env:
         return

@@ -236,19 +236,41 @@ def test_local_writer_reports_a_full_disk(tmp_path, monkeypatch):
 
 
 def test_use_environment_makes_the_storage_variables_exactly_the_given_ones(monkeypatch):
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://a:1")
-    monkeypatch.setenv("AWS_PROFILE", "node")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "node-key")
+    saved = storage.environment()  # the s3 fixture's, maybe: put back whole at the end
     monkeypatch.setenv("NOT_STORAGE", "kept")
-    given = {"AWS_ENDPOINT_URL": "http://b:2", "AWS_ACCESS_KEY_ID": "k"}
-    storage._filesystem("file:///")
-    storage.use_environment(given)
-    assert storage.environment() == given and "AWS_PROFILE" not in os.environ
-    assert os.environ["NOT_STORAGE"] == "kept"  # not a storage variable
-    assert storage._filesystem.cache_info().currsize == 0  # resolved under other variables: forgotten
-    storage._filesystem("file:///")
-    storage.use_environment(dict(given))
-    assert storage._filesystem.cache_info().currsize == 1  # the same variables: kept
+    try:
+        storage.use_environment({"AWS_ENDPOINT_URL": "http://a:1", "AWS_PROFILE": "node", "AWS_ACCESS_KEY_ID": "node-key"})
+        given = {"AWS_ENDPOINT_URL": "http://b:2", "AWS_ACCESS_KEY_ID": "k"}
+        storage._filesystem("file:///")
+        storage.use_environment(given)
+        assert storage.environment() == given and "AWS_PROFILE" not in os.environ
+        assert os.environ["NOT_STORAGE"] == "kept"  # not a storage variable
+        assert storage._filesystem.cache_info().currsize == 0  # resolved under other variables: forgotten
+        storage._filesystem("file:///")
+        storage.use_environment(dict(given))
+        assert storage._filesystem.cache_info().currsize == 1  # the same variables: kept
+    finally:
+        storage.use_environment(saved)
+    assert storage.environment() == saved
+
+
+def test_use_environment_replaces_the_aws_shared_files(tmp_path):
+    """The files of another process's profiles are read here through private copies (no file
+    on disk); a shared file that process lacks is an empty one here, not this process's own."""
+    saved = storage.environment()
+    creds = b"[default]\naws_access_key_id = AKIAFROMDRIVER\n"
+    try:
+        storage.use_environment({}, {"AWS_SHARED_CREDENTIALS_FILE": creds})
+        path = os.environ["AWS_SHARED_CREDENTIALS_FILE"]
+        with open(path, "rb") as f:
+            assert f.read() == creds
+        assert not os.path.exists(os.path.realpath(path)) or os.path.realpath(path).startswith("/memfd:")
+        assert os.environ["AWS_CONFIG_FILE"] == os.devnull
+        assert storage.shared_files() == {"AWS_SHARED_CREDENTIALS_FILE": creds, "AWS_CONFIG_FILE": b""}
+        storage.use_environment({}, {"AWS_SHARED_CREDENTIALS_FILE": creds})
+        assert os.environ["AWS_SHARED_CREDENTIALS_FILE"] == path  # the same content: the same copy
+    finally:
+        storage.use_environment(saved)
 
 
 @pytest.fixture

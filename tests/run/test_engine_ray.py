@@ -515,13 +515,15 @@ def cluster():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _command(*args: str, env: dict | None = None, timeout: float = 600):
+def _command(*args: str, env: dict | None = None, drop: tuple[str, ...] = (), timeout: float = 600):
     """rollout-cli in its own process, with this process's environment (the S3 variables
-    included) and `env` on top."""
+    included) less `drop` and with `env` on top."""
     import subprocess
     import sys
 
     full = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", **(env or {}))
+    for k in drop:
+        full.pop(k, None)
     root = str(Path(ray_engine.__file__).resolve().parents[3])
     full["PYTHONPATH"] = os.pathsep.join([root] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
     return subprocess.run([sys.executable, "-m", "rollout_cli", *args], env=full, capture_output=True, text=True,
@@ -583,3 +585,38 @@ def test_cluster_input_the_store_will_not_serve_is_an_input_error_naming_it(s3, 
     assert says in r.stderr and "invalid" not in r.stderr.lower()
     monkeypatch.undo()
     assert not s3.get_file_info(pafs.FileSelector("bkt/cluster-down", allow_not_found=True, recursive=True))
+
+
+def test_cluster_tasks_use_the_command_s_aws_profile(s3, cluster, tmp_path, monkeypatch):
+    """The command's keys are in a profile of its ~/.aws/credentials, not in variables; the
+    nodes have no such file. The store checks every signature against the one user it knows:
+    the tasks read the inputs with the profile's keys, and the output is the local engine's.
+    (The inputs are named one by one and OUT is local: moto's check of a listing's signature
+    refuses pyarrow's.)"""
+    import boto3
+    from conftest import shard_bytes
+    from moto import settings as moto_settings
+
+    iam = boto3.client("iam", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    user = f"converter-{_free_port()}"
+    iam.create_user(UserName=user)
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    doc = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]})
+    arn = iam.create_policy(PolicyName=f"{user}-s3", PolicyDocument=doc)["Policy"]["Arn"]
+    iam.attach_user_policy(UserName=user, PolicyArn=arn)
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(
+        f"[default]\naws_access_key_id = {key['AccessKeyId']}\naws_secret_access_key = {key['SecretAccessKey']}\n")
+    names = ["1.jsonl", "2.jsonl"]
+    local, out = tmp_path / "local", tmp_path / "ray"
+    assert convert([SAMPLE_DATA / "jsonl" / "rollout_data" / n for n in names], local, "--workers", "1").exit_code == 0
+
+    monkeypatch.setattr(moto_settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # every request is checked from here
+    r = _command("convert", *[f"s3://bkt/dumps/jsonl/rollout_data/{n}" for n in names], str(out), "--engine", "ray",
+                 "--ray-address", cluster[0], "--workers", "2", "-q", env={"HOME": str(home)},
+                 drop=("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
+    monkeypatch.undo()
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert key["SecretAccessKey"] not in r.stdout + r.stderr
+    assert shard_bytes(out) and shard_bytes(out) == shard_bytes(local)

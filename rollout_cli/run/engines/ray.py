@@ -20,8 +20,9 @@ driver. Every submitted function must be idempotent (overwrite its own staged fi
 retry is safe.
 
 Storage: every task first takes the driver's storage variables (`AWS_*`: endpoint, region,
-keys, session token, profile; core/storage.py), in place of its node's, so its URIs reach the
-store the command reached, as the command's identity, whatever the nodes' environments hold.
+keys, session token, profile; core/storage.py) and the contents of its AWS shared files (the
+profiles), in place of its node's, so its URIs reach the store the command reached, as the
+command's identity, whatever the nodes' environments and files hold.
 They travel as one object in Ray's object store, handed to each task as an argument: not in a
 `runtime_env`, which Ray keeps in its job table and shows on its dashboard and in `ray list
 jobs`, and which cannot be set on a Ray the caller already initialised. Nor as a pickled
@@ -77,10 +78,10 @@ def _inject(fault: dict) -> None:
         raise OSError(errno.EIO, "injected I/O fault (test hook)")
 
 
-def _call(fn: Callable, fault: dict | None, env: dict[str, str], *args: Any) -> Any:
+def _call(fn: Callable, fault: dict | None, env: tuple[dict[str, str], dict[str, bytes]], *args: Any) -> Any:
     """What a Ray task runs: one stage function, unchanged, under the driver's storage
-    variables `env`."""
-    storage.use_environment(env)
+    variables and AWS shared files `env`."""
+    storage.use_environment(*env)
     if fault is not None:
         _inject(fault)
     return fn(*args)
@@ -161,7 +162,8 @@ class RayEngine:
             retry_exceptions=list(RETRY_EXCEPTIONS),
             num_cpus=1,
         )
-        self._env = ray.put(storage.environment())  # handed to every task (secrets: never logged)
+        # handed to every task (secrets: never logged)
+        self._env = ray.put((storage.environment(), storage.shared_files()))
         self._labels: dict = {}  # ref -> label, for every task not yet collected by result()
         self._local_errors: dict = {}  # ref -> exception of a stage run in this process
 
