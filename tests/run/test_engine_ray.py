@@ -501,7 +501,7 @@ def cluster():
     try:
         for name, args, env in (
             ("head", ["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={tmp}/t"], base),
-            ("node", [f"--address=127.0.0.1:{port}"], other),
+            ("node", [f"--address=127.0.0.1:{port}", f"--temp-dir={tmp}/n"], other),
         ):
             log = Path(tmp) / f"{name}.log"
             with open(log, "w") as f:
