@@ -3,8 +3,9 @@
 take their endpoint from AWS_ENDPOINT_URL. Local paths keep using the os module directly.
 
 The storage variables of the environment (`AWS_*`: endpoint, region, keys, profile) decide
-which store a URI reaches and as whom: `environment()` reads them, and a process that works for
-another (a Ray task) takes the other's with `use_environment()`. An input that cannot be read
+which store a URI reaches and as whom, with the AWS shared files that hold the profiles:
+`environment()` and `shared_files()` read them, and a process that works for another (a Ray
+task) takes the other's with `use_environment()`. An input that cannot be read
 because the storage failed (unreachable, credentials refused, no permission) is
 `InputUnavailableError`, not invalid input: `input_error()` tells the two apart."""
 from __future__ import annotations
