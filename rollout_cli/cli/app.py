@@ -30,7 +30,8 @@ app = typer.Typer(
     "Exit codes: 0 ok, 1 internal error, 2 usage, 3 invalid input, 4 integrity (audit: divergences), "
     "5 output exists, "
     "6 output not writable, "
-    "7 a --fail-on gate failed. Reference: docs/cli.md.",
+    "7 a --fail-on gate failed, 8 output busy (another writer), 9 input unreadable (network, "
+    "credentials, permission). Reference: docs/cli.md.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

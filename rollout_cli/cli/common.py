@@ -1,6 +1,7 @@
 """What every command shares: running the library call and turning its errors into the
 documented exit codes (0 ok, 1 internal, 2 usage, 3 invalid input, 4 integrity, 5 output
-exists, 6 not writable; 7, a failed gate, is cli/gating.py's; 130 on Ctrl-C)."""
+exists, 6 not writable, 8 output busy, 9 input unreadable; 7, a failed gate, is
+cli/gating.py's; 130 on Ctrl-C)."""
 from __future__ import annotations
 
 import json

@@ -16,6 +16,7 @@ class ExitCode(IntEnum):
     OUTPUT_ERROR = 6
     CHECKS_FAILED = 7  # a --fail-on / --checks gate crossed its threshold
     OUTPUT_BUSY = 8
+    INPUT_UNAVAILABLE = 9
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,14 @@ class OutputBusyError(RolloutCliError):
     """Another process is writing the output (it holds the output's writer lock)."""
 
     exit_code = ExitCode.OUTPUT_BUSY
+
+
+class InputUnavailableError(RolloutCliError):
+    """An input cannot be read from where it lives: its store is unreachable, refuses the
+    credentials, or the file is not readable. The bytes were never seen, so this is not
+    invalid input."""
+
+    exit_code = ExitCode.INPUT_UNAVAILABLE
 
 
 class StepProblems(Exception):

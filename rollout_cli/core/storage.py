@@ -1,6 +1,13 @@
 """Where inputs and outputs live: local paths, or pyarrow filesystem URIs (`s3://bucket/key`,
 `gs://...`, `hdfs://...`), so a cluster needs no shared POSIX filesystem. S3-compatible stores
-take their endpoint from AWS_ENDPOINT_URL. Local paths keep using the os module directly."""
+take their endpoint from AWS_ENDPOINT_URL. Local paths keep using the os module directly.
+
+The storage variables of the environment (`AWS_*`: endpoint, region, keys, profile) decide
+which store a URI reaches and as whom, with the AWS shared files that hold the profiles:
+`environment()` and `shared_files()` read them, and a process that works for another (a Ray
+task) takes the other's with `use_environment()`. An input that cannot be read
+because the storage failed (unreachable, credentials refused, no permission) is
+`InputUnavailableError`, not invalid input: `input_error()` tells the two apart."""
 from __future__ import annotations
 
 import errno
@@ -8,9 +15,11 @@ import os
 import re
 import shutil
 import tempfile
-from functools import lru_cache
+from contextlib import contextmanager
+from functools import lru_cache, wraps
 
 from . import pages
+from .errors import InputUnavailableError, InvalidInputError, RolloutCliError
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -24,6 +33,130 @@ def _filesystem(prefix: str):
     from pyarrow import fs as pafs
 
     return pafs.FileSystem.from_uri(prefix)[0]
+
+
+# The variables pyarrow's S3 client reads (through the AWS SDK): endpoint, region, keys,
+# session token, profile and the files that hold them
+ENV_PREFIXES = ("AWS_",)
+
+
+def environment() -> dict[str, str]:
+    """This process's storage variables (their values are secrets: never print them)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+
+
+# The AWS SDK's shared files, where AWS_PROFILE's profiles (keys, region, role) are read from:
+# the variable that names each, and where it is when none does
+SHARED_FILES = (("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"), ("AWS_CONFIG_FILE", "~/.aws/config"))
+
+
+def shared_files() -> dict[str, bytes]:
+    """The contents of the AWS shared files this process's S3 client reads, by the variable
+    that names each; a file that is absent or unreadable is left out (secrets: never print)."""
+    found = {}
+    for var, default in SHARED_FILES:
+        try:
+            with open(os.environ.get(var) or os.path.expanduser(default), "rb") as f:
+                found[var] = f.read()
+        except OSError:
+            pass
+    return found
+
+
+_private_files: dict[bytes, str] = {}
+
+
+def _private_file(content: bytes) -> str:
+    """A path to a file that holds `content`, readable by this process only. On Linux an
+    anonymous memory file (memfd), which vanishes with the process and leaves nothing on disk;
+    elsewhere a temporary file of mode 0600, removed at exit."""
+    if content in _private_files:  # the content itself is the key: a few KiB at most
+        return _private_files[content]
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("rollout-cli-aws", 0)
+        os.write(fd, content)
+        path = f"/proc/{os.getpid()}/fd/{fd}"
+    else:  # pragma: no cover - not Linux
+        import atexit
+
+        fd, path = tempfile.mkstemp(prefix="rollout-cli-aws-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+        atexit.register(lambda: os.path.exists(path) and os.remove(path))
+    _private_files[content] = path
+    return path
+
+
+def use_environment(env: dict[str, str], files: dict[str, bytes] | None = None) -> None:
+    """Make this process's storage variables exactly `env` (those not in it are removed), so
+    that URIs resolve here as in the process `env` came from; filesystems resolved under the
+    previous ones are forgotten. `files` (that process's shared_files()) replace this
+    process's own: each variable of SHARED_FILES names a private copy of that process's file,
+    or an empty one where that process has none."""
+    if files is not None:
+        env = dict(env)
+        for var, _ in SHARED_FILES:
+            env[var] = _private_file(files[var]) if var in files else os.devnull
+    current = environment()
+    if current == env:
+        return
+    for k in current.keys() - env.keys():
+        del os.environ[k]
+    os.environ.update(env)
+    _filesystem.cache_clear()
+
+
+# How the storage, not the bytes, failed: pyarrow's S3 errors ("AWS Error NETWORK_CONNECTION
+# during HeadObject operation", "... ACCESS_DENIED ..."), and the errnos of a refused
+# permission or an unreachable host. EIO, ESTALE and ETIMEDOUT are not among them: a reader
+# raises those as they are, for the Ray engine to retry.
+_STORAGE_FAULT_MARKERS = ("AWS Error",)
+_STORAGE_FAULT_ERRNOS = {errno.EACCES, errno.EPERM, errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH,
+                         errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTDOWN}
+
+
+def storage_fault(e: BaseException) -> bool:
+    """Whether an error raised opening or reading an input is its storage failing (network,
+    credentials, permission) rather than its bytes."""
+    if not isinstance(e, OSError):
+        return False
+    return e.errno in _STORAGE_FAULT_ERRNOS or any(m in str(e) for m in _STORAGE_FAULT_MARKERS)
+
+
+def unavailable(display: str, e: OSError) -> InputUnavailableError:
+    """The error for input `display`, which its storage failed to serve with `e`."""
+    detail = e.strerror if e.errno is not None and e.strerror else str(e)
+    return InputUnavailableError(f"{display}: cannot read this input from its storage (network, credentials or "
+                                 f"permission): {detail}")
+
+
+def input_error(display: str, e: BaseException, message: str) -> RolloutCliError:
+    """The error to raise for an input that failed to open or read with `e`: InputUnavailableError
+    (naming `display`) when the storage failed, else InvalidInputError(`message`)."""
+    return unavailable(display, e) if storage_fault(e) else InvalidInputError(message)
+
+
+@contextmanager
+def reading(display: str):
+    """Within it, an OSError that is a storage fault is raised as InputUnavailableError naming
+    `display` (an input being listed or fingerprinted); any other goes through unchanged."""
+    try:
+        yield
+    except OSError as e:
+        if storage_fault(e):
+            raise unavailable(display, e) from None
+        raise
+
+
+def reads_input(fn):
+    """A function of an input's path (its first argument) that raises InputUnavailableError,
+    naming the path, where the storage fails (as `reading`)."""
+    @wraps(fn)
+    def wrapper(path, *args, **kwargs):
+        with reading(path):
+            return fn(path, *args, **kwargs)
+
+    return wrapper
 
 
 def resolve(uri: str):

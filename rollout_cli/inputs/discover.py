@@ -128,7 +128,8 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
             files.append(("-", "<stdin>", "jsonl", True))
         elif storage.is_uri(p):
             try:
-                found = storage.list_files(p)
+                with storage.reading(p):
+                    found = storage.list_files(p)
             except FileNotFoundError:
                 raise UsageError(f"{p}: no such file or directory") from None
             for full in found:
@@ -221,7 +222,8 @@ def discover_train(paths: list[str]) -> list[InputFile]:
     for p in paths:
         if storage.is_uri(p):
             try:
-                found.extend((f, f, False) for f in storage.list_files(p) if extension_format(f) is not None)
+                with storage.reading(p):
+                    found.extend((f, f, False) for f in storage.list_files(p) if extension_format(f) is not None)
             except FileNotFoundError:
                 raise UsageError(f"{p}: no such file or directory") from None
         elif os.path.isdir(p):

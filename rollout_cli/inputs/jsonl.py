@@ -127,7 +127,7 @@ def read_jsonl(
     try:
         stream = open_binary(path)
     except OSError as e:
-        raise InvalidInputError(f"{display}: cannot open: {e.strerror or e}") from None
+        raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
     from .columns import columnar  # numpy: not for the converting process, which only splits files
     from .simd import SampleParser
 
@@ -181,7 +181,7 @@ def read_jsonl(
         # error (the Ray engine retries it)
         if isinstance(e, orjson.JSONDecodeError) or (isinstance(e, OSError) and e.errno in _IO_FAULTS):
             raise
-        raise InvalidInputError(f"{display}: cannot read: {e}") from None
+        raise storage.input_error(display, e, f"{display}: cannot read: {e}") from None
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()

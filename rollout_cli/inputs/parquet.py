@@ -42,7 +42,7 @@ def _open(path: str, display: str) -> pq.ParquetFile:
         # memory) and not a column chunk at a time (one chunk can hold most of the file)
         return pq.ParquetFile(path, buffer_size=READ_BUFFER, pre_buffer=False)
     except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
-        raise InvalidInputError(f"{display}: not a readable Parquet file: {e}") from None
+        raise storage.input_error(display, e, f"{display}: not a readable Parquet file: {e}") from None
 
 
 def json_columns(schema: pa.Schema) -> set[str]:
@@ -246,7 +246,7 @@ def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_
             yield RawChunk(display, "row", list(range(row, row + n)), None, problems, cols)
             row += n
     except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
-        raise InvalidInputError(f"{display}: cannot read Parquet near row {row}: {e}") from None
+        raise storage.input_error(display, e, f"{display}: cannot read Parquet near row {row}: {e}") from None
 
 
 def read(inp, request, info) -> Iterator[RawChunk]:

@@ -362,7 +362,7 @@ def read(inp, request, info) -> Iterator:
     try:
         stream = open_binary(inp.path)
     except OSError as e:
-        raise InvalidInputError(f"{display}: cannot open: {e.strerror or e}") from None
+        raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
     numbers: list[int] = []
     records: list = []
     problems: dict = {}
@@ -397,7 +397,7 @@ def read(inp, request, info) -> Iterator:
         # as inputs/jsonl.py: a corrupt compressed stream is bad input, a storage fault is not
         if isinstance(e, OSError) and e.errno in _IO_FAULTS:
             raise
-        raise InvalidInputError(f"{display}: cannot read: {e}") from None
+        raise storage.input_error(display, e, f"{display}: cannot read: {e}") from None
     finally:
         stream.close()
 

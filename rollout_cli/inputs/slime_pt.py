@@ -31,7 +31,7 @@ def load_payload(path: str, display: str, trust_pickle: bool) -> Any:
     from ..core import storage
 
     if storage.is_uri(path):  # zip archives need a seekable local file
-        with storage.LocalCopy(path) as local:
+        with storage.reading(display), storage.LocalCopy(path) as local:
             return load_payload(local, display, trust_pickle)
     from . import pt_pickle
 
@@ -47,7 +47,7 @@ def load_payload(path: str, display: str, trust_pickle: bool) -> Any:
     except pt_pickle.PtFormatError as e:
         raise InvalidInputError(f"{display}: not a readable torch dump: {e}") from None
     except OSError as e:
-        raise InvalidInputError(f"{display}: cannot open: {e.strerror or e}") from None
+        raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
 
 
 def _open_dump(path: str, display: str, trust_pickle: bool) -> tuple[int | None, bool, list | None]:

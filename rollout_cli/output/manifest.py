@@ -19,6 +19,7 @@ from ..core import layout
 SIZE_MTIME = "size+mtime"  # the `fingerprint` of an input on an object store: what its listing reports
 
 
+@storage.reads_input  # unreachable, refused: InputUnavailableError naming the input
 def file_fingerprint(path: str, algorithm: str = hashing.INPUT_ALGORITHM) -> dict:
     """Size, mtime and digest (XXH3-128 unless `algorithm` says otherwise: one of
     hashing.INPUT_KEYS) of a local input file. An input on an object store is not read a

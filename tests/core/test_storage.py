@@ -231,3 +231,133 @@ def test_local_writer_reports_a_full_disk(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         w.close()  # the tail, too; the file is still closed
     assert w.closed
+
+
+# --- inputs the storage cannot serve -------------------------------------------------------
+
+
+def test_use_environment_makes_the_storage_variables_exactly_the_given_ones(monkeypatch):
+    saved = storage.environment()  # the s3 fixture's, maybe: put back whole at the end
+    monkeypatch.setenv("NOT_STORAGE", "kept")
+    try:
+        storage.use_environment({"AWS_ENDPOINT_URL": "http://a:1", "AWS_PROFILE": "node", "AWS_ACCESS_KEY_ID": "node-key"})
+        given = {"AWS_ENDPOINT_URL": "http://b:2", "AWS_ACCESS_KEY_ID": "k"}
+        storage._filesystem("file:///")
+        storage.use_environment(given)
+        assert storage.environment() == given and "AWS_PROFILE" not in os.environ
+        assert os.environ["NOT_STORAGE"] == "kept"  # not a storage variable
+        assert storage._filesystem.cache_info().currsize == 0  # resolved under other variables: forgotten
+        storage._filesystem("file:///")
+        storage.use_environment(dict(given))
+        assert storage._filesystem.cache_info().currsize == 1  # the same variables: kept
+    finally:
+        storage.use_environment(saved)
+    assert storage.environment() == saved
+
+
+def test_use_environment_replaces_the_aws_shared_files(tmp_path):
+    """The files of another process's profiles are read here through private copies (no file
+    on disk); a shared file that process lacks is an empty one here, not this process's own."""
+    saved = storage.environment()
+    creds = b"[default]\naws_access_key_id = AKIAFROMDRIVER\n"
+    try:
+        storage.use_environment({}, {"AWS_SHARED_CREDENTIALS_FILE": creds})
+        path = os.environ["AWS_SHARED_CREDENTIALS_FILE"]
+        with open(path, "rb") as f:
+            assert f.read() == creds
+        assert not os.path.exists(os.path.realpath(path)) or os.path.realpath(path).startswith("/memfd:")
+        assert os.environ["AWS_CONFIG_FILE"] == os.devnull
+        assert storage.shared_files() == {"AWS_SHARED_CREDENTIALS_FILE": creds, "AWS_CONFIG_FILE": b""}
+        storage.use_environment({}, {"AWS_SHARED_CREDENTIALS_FILE": creds})
+        assert os.environ["AWS_SHARED_CREDENTIALS_FILE"] == path  # the same content: the same copy
+    finally:
+        storage.use_environment(saved)
+
+
+@pytest.fixture
+def store_down(s3, monkeypatch):
+    """The S3 variables point at a port nobody listens on (the server itself keeps running)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    storage._filesystem.cache_clear()
+    yield
+    storage._filesystem.cache_clear()
+
+
+@pytest.mark.parametrize("fmt,name", [("jsonl", "1.jsonl"), ("parquet", "1.parquet"), ("pt", "1.pt")])
+def test_reader_of_an_input_on_an_unreachable_store_raises_input_unavailable(store_down, fmt, name):
+    from rollout_cli.core.errors import ExitCode, InputUnavailableError
+    from rollout_cli.inputs.discover import InputFile
+    from rollout_cli.inputs.registry import read_input
+
+    uri = f"s3://bkt/dumps/{fmt}/rollout_data/{name}"
+    with pytest.raises(InputUnavailableError) as e:
+        list(read_input(InputFile(uri, uri, fmt, 1, "train", "name")))
+    assert str(e.value).startswith(f"{uri}: cannot read this input from its storage (network, credentials or permission): ")
+    assert "Could not connect" in str(e.value) and e.value.exit_code == ExitCode.INPUT_UNAVAILABLE == 9
+
+
+def test_fingerprint_of_an_input_on_an_unreachable_store_raises_input_unavailable(store_down):
+    from rollout_cli.core.errors import InputUnavailableError
+    from rollout_cli.output.manifest import file_fingerprint
+
+    with pytest.raises(InputUnavailableError, match="^s3://bkt/dumps/jsonl/rollout_data/1.jsonl: cannot read this input"):
+        file_fingerprint("s3://bkt/dumps/jsonl/rollout_data/1.jsonl")
+
+
+def test_convert_from_an_unreachable_store_exits_9_naming_the_input(store_down, tmp_path):
+    code, out = _convert("s3://bkt/dumps/jsonl", str(tmp_path / "o"))
+    assert code == 9, out
+    assert "error: s3://bkt/dumps/jsonl: cannot read this input from its storage" in out and "invalid" not in out
+    assert not (tmp_path / "o").exists()
+
+
+def test_corrupt_input_on_s3_is_still_invalid_input(s3, tmp_path):
+    """A storage fault is told apart from bad bytes: a gzip stream that is no gzip stays exit 3."""
+    from rollout_cli.core.errors import InvalidInputError
+    from rollout_cli.inputs.discover import InputFile
+    from rollout_cli.inputs.registry import read_input
+
+    with s3.open_output_stream("bkt/corrupt/1.jsonl.gz", compression=None) as f:
+        f.write(b"not gzip at all\n")
+    with pytest.raises(InvalidInputError, match="^s3://bkt/corrupt/1.jsonl.gz: cannot read: "):
+        list(read_input(InputFile("s3://bkt/corrupt/1.jsonl.gz", "s3://bkt/corrupt/1.jsonl.gz", "jsonl", 1, "train", "name")))
+
+
+def test_local_input_without_read_permission_exits_9(tmp_path):
+    """A file the converting process may not read (mode 000; run as root, the command runs
+    without the capabilities that let root read anything) is an input that cannot be read
+    (exit 9), not invalid input."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "in"
+    src.mkdir()
+    shutil.copy(SAMPLE_DATA / "jsonl" / "rollout_data" / "1.jsonl", src / "1.jsonl")
+    os.chmod(src / "1.jsonl", 0)
+    root = os.path.dirname(os.path.dirname(storage.__file__))
+    plain = ["setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
+    r = subprocess.run([*plain, sys.executable, "-m", "rollout_cli", "convert", str(src / "1.jsonl"), str(tmp_path / "o"), "-q"],
+                       env=dict(os.environ, PYTHONPATH=os.path.dirname(root)), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 9, r.stderr
+    assert f"error: {src / '1.jsonl'}: cannot read this input from its storage (network, credentials or permission): Permission denied" in r.stderr
+
+
+def test_convert_with_credentials_the_store_refuses_exits_9(s3, tmp_path, monkeypatch):
+    """The store checks signatures (as a real one does) and knows no such key: exit 9 naming
+    the input, the store's refusal in the message, the secret nowhere."""
+    from moto import settings as moto_settings
+
+    monkeypatch.setattr(moto_settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # every request is checked
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGWRONGWRONG1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-0a1b2c")
+    storage._filesystem.cache_clear()
+    try:
+        code, out = _convert("s3://bkt/dumps/jsonl", str(tmp_path / "o"))
+    finally:
+        storage._filesystem.cache_clear()
+    assert code == 9, out
+    assert "error: s3://bkt/dumps/jsonl: cannot read this input from its storage (network, credentials or permission): " in out
+    assert "AWS Error ACCESS_DENIED" in out and "wrong-secret-0a1b2c" not in out

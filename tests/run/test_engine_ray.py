@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import ray
+from pyarrow import fs as pafs
 
 from typer.testing import CliRunner  # noqa: E402
 
@@ -138,6 +139,9 @@ class FakeRay:
     def shutdown(self):
         self.shutdowns += 1
         self.initialized = False
+
+    def put(self, value):
+        return value
 
     def remote(self, fn):
         class _Task:
@@ -388,3 +392,231 @@ def test_prime_rl_run_identical_to_local(local_ray, tmp_path, split_small, submi
     assert r.exit_code == 0, r.output
     assert_same_output(a, b)
     assert submitted.count("parse_part") >= 3  # read as byte ranges in parallel
+
+
+# ---------------------------------------------------------------- storage seen by the tasks
+
+
+def test_tasks_take_the_storage_variables_of_the_engine_s_process(s3, local_ray, tmp_path, monkeypatch):
+    """A task reaches URIs as the process that made the engine does, whatever its worker's own
+    environment: under a closed endpoint the fingerprint of an S3 input fails as the driver's
+    would (InputUnavailableError naming the URI and that endpoint, not retried); under the
+    server's it succeeds, in the same workers."""
+    from rollout_cli.core import storage
+    from rollout_cli.core.errors import InputUnavailableError
+    from rollout_cli.output.manifest import file_fingerprint
+
+    uri = "s3://bkt/dumps/jsonl/rollout_data/1.jsonl"
+    good = os.environ["AWS_ENDPOINT_URL"]
+    down = f"127.0.0.1:{_free_port()}"
+    marker = tmp_path / "attempts"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{down}")
+    storage._filesystem.cache_clear()
+    engine = ray_engine.RayEngine()
+    try:
+        ray_engine._FAULTS["file_fingerprint"] = {"marker": str(marker), "action": "count"}
+        with pytest.raises(InputUnavailableError) as e:
+            engine.result(engine.submit(file_fingerprint, uri, label="fingerprint"))
+        assert str(e.value).startswith(f"{uri}: cannot read this input from its storage (network, credentials or permission): ")
+        assert f"Failed to connect to {down}" in str(e.value) and e.value.exit_code == 9
+        assert attempts(marker) == 1  # the SDK retried the request already; credentials do not heal
+    finally:
+        engine.shutdown()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", good)
+    storage._filesystem.cache_clear()
+    engine = ray_engine.RayEngine()
+    try:
+        fp = engine.result(engine.submit(file_fingerprint, uri, label="fingerprint"))
+    finally:
+        engine.shutdown()
+    assert fp["size"] == (SAMPLE_DATA / "jsonl" / "rollout_data" / "1.jsonl").stat().st_size
+
+
+# ---------------------------------------------------------------- a cluster started before the command
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(path: Path, text: str, proc, timeout: float) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(1)
+    raise AssertionError(f"ray start did not come up: {path.read_text(errors='replace')[-3000:] if path.exists() else ''}")
+
+
+def _stop(proc, timeout: float = 30) -> None:
+    """End one `ray start --block` and every process it started (its own session), by id:
+    `ray stop` would stop every Ray of this machine's user, not only this one."""
+    import signal
+    import subprocess
+
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # what it left behind in its session
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two raylets of one CPU each (a head and a second node on this machine), started before
+    any command with environments that hold no storage variables: the head has none, the
+    second node points at another store (a closed port) with other keys. Workers import this
+    checkout's rollout_cli, as an installed one. Yields the cluster's address and its folder
+    (sessions and logs)."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    root = str(Path(ray_engine.__file__).resolve().parents[3])
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    base.update(PYTHONPATH=root, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    other = dict(base, AWS_ENDPOINT_URL=f"http://127.0.0.1:{_free_port()}", AWS_ACCESS_KEY_ID="node-key",
+                 AWS_SECRET_ACCESS_KEY="node-secret", AWS_DEFAULT_REGION="eu-west-3")
+    tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # Ray's socket paths must stay short
+    port = _free_port()
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    procs = []
+    try:
+        for name, args, env in (
+            ("head", ["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={tmp}/t"], base),
+            ("node", [f"--address=127.0.0.1:{port}", f"--temp-dir={tmp}/n"], other),
+        ):
+            log = Path(tmp) / f"{name}.log"
+            with open(log, "w") as f:
+                procs.append(subprocess.Popen([ray_bin, "start", "--num-cpus=1", "--block", *args], env=env, stdout=f,
+                                              stderr=subprocess.STDOUT, start_new_session=True))
+            _wait_for(log, "Ray runtime started", procs[-1], 180)
+        yield f"127.0.0.1:{port}", Path(tmp)
+    finally:
+        for p in reversed(procs):
+            _stop(p)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _command(*args: str, env: dict | None = None, drop: tuple[str, ...] = (), timeout: float = 600):
+    """rollout-cli in its own process, with this process's environment (the S3 variables
+    included) less `drop` and with `env` on top."""
+    import subprocess
+    import sys
+
+    full = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", **(env or {}))
+    for k in drop:
+        full.pop(k, None)
+    root = str(Path(ray_engine.__file__).resolve().parents[3])
+    full["PYTHONPATH"] = os.pathsep.join([root] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return subprocess.run([sys.executable, "-m", "rollout_cli", *args], env=full, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _remote_shards(s3, prefix: str, dest: Path) -> dict[str, bytes]:
+    """Every shard of an output on the S3 server, by its layout path (the generation folder
+    left out)."""
+    from conftest import s3_download, shard_bytes
+    from rollout_cli.core import layout
+
+    s3_download(s3, prefix, dest)
+    return {layout.split_generation(k)[1]: v for k, v in shard_bytes(dest).items()}
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_cluster_without_the_storage_variables_converts_s3_as_the_local_engine(s3, cluster, tmp_path, fmt):
+    """The command's S3 endpoint and keys reach the tasks on nodes whose environments lack
+    them (or name another store): exit 0, the output verifies, and its shards are the local
+    engine's bytes."""
+    from conftest import shard_bytes
+
+    address, folder = cluster
+    secret = f"secret-{fmt}-5e1d0c9a"  # the server takes any key: one that can be looked for
+    local = tmp_path / "local"
+    assert convert([SAMPLE_DATA / fmt], local, "--workers", "1").exit_code == 0
+    out = f"s3://bkt/cluster-{fmt}"
+    r = _command("convert", f"s3://bkt/dumps/{fmt}", out, "--engine", "ray", "--ray-address", address, "--workers", "2",
+                 "-q", env={"AWS_SECRET_ACCESS_KEY": secret})
+    assert r.returncode == 0, r.stderr[-3000:]
+    v = runner.invoke(app, ["verify", out])
+    assert v.exit_code == 0, v.output
+    remote = _remote_shards(s3, f"bkt/cluster-{fmt}", tmp_path / "remote")
+    assert remote and remote == shard_bytes(local)
+    # the secret is in no message, no file of the output, no log of the cluster
+    assert secret not in r.stdout + r.stderr
+    for root in (tmp_path / "remote", folder):
+        for p in root.rglob("*"):
+            if p.is_file() and not p.is_socket():
+                assert secret.encode() not in p.read_bytes(), p
+
+
+@pytest.mark.parametrize("fault", ["unreachable", "refused"])
+def test_cluster_input_the_store_will_not_serve_is_an_input_error_naming_it(s3, cluster, tmp_path, monkeypatch, fault):
+    """The command's endpoint is down, or the store refuses its key: exit 9 naming the URI,
+    not "invalid input" (3); nothing written."""
+    from moto import settings as moto_settings
+
+    if fault == "unreachable":
+        env, says = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{_free_port()}"}, "AWS Error NETWORK_CONNECTION"
+    else:
+        monkeypatch.setattr(moto_settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # the server checks every signature
+        env, says = {"AWS_ACCESS_KEY_ID": "AKIAUNKNOWNUNKNOWN01"}, "AWS Error ACCESS_DENIED"
+    r = _command("convert", "s3://bkt/dumps/jsonl", "s3://bkt/cluster-down", "--engine", "ray", "--ray-address",
+                 cluster[0], "-q", env=env, timeout=300)
+    assert r.returncode == 9, r.stderr[-3000:]
+    assert "error: s3://bkt/dumps/jsonl: cannot read this input from its storage (network, credentials or permission)" in r.stderr
+    assert says in r.stderr and "invalid" not in r.stderr.lower()
+    monkeypatch.undo()
+    assert not s3.get_file_info(pafs.FileSelector("bkt/cluster-down", allow_not_found=True, recursive=True))
+
+
+def test_cluster_tasks_use_the_command_s_aws_profile(s3, cluster, tmp_path, monkeypatch):
+    """The command's keys are in a profile of its ~/.aws/credentials, not in variables; the
+    nodes have no such file. The store checks every signature against the one user it knows:
+    the tasks read the inputs with the profile's keys, and the output is the local engine's.
+    (The inputs are named one by one and OUT is local: moto's check of a listing's signature
+    refuses pyarrow's.)"""
+    import boto3
+    from conftest import shard_bytes
+    from moto import settings as moto_settings
+
+    iam = boto3.client("iam", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    user = f"converter-{_free_port()}"
+    iam.create_user(UserName=user)
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    doc = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]})
+    arn = iam.create_policy(PolicyName=f"{user}-s3", PolicyDocument=doc)["Policy"]["Arn"]
+    iam.attach_user_policy(UserName=user, PolicyArn=arn)
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(
+        f"[default]\naws_access_key_id = {key['AccessKeyId']}\naws_secret_access_key = {key['SecretAccessKey']}\n")
+    names = ["1.jsonl", "2.jsonl"]
+    local, out = tmp_path / "local", tmp_path / "ray"
+    assert convert([SAMPLE_DATA / "jsonl" / "rollout_data" / n for n in names], local, "--workers", "1").exit_code == 0
+
+    monkeypatch.setattr(moto_settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # every request is checked from here
+    r = _command("convert", *[f"s3://bkt/dumps/jsonl/rollout_data/{n}" for n in names], str(out), "--engine", "ray",
+                 "--ray-address", cluster[0], "--workers", "2", "-q", env={"HOME": str(home)},
+                 drop=("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
+    monkeypatch.undo()
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert key["SecretAccessKey"] not in r.stdout + r.stderr
+    assert shard_bytes(out) and shard_bytes(out) == shard_bytes(local)

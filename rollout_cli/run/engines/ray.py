@@ -18,6 +18,16 @@ Failures:
 A task submitted with `here=True` (the parse of stdin, which only the driver has) runs in the
 driver. Every submitted function must be idempotent (overwrite its own staged files), so that a
 retry is safe.
+
+Storage: every task first takes the driver's storage variables (`AWS_*`: endpoint, region,
+keys, session token, profile; core/storage.py) and the contents of its AWS shared files (the
+profiles), in place of its node's, so its URIs reach the store the command reached, as the
+command's identity, whatever the nodes' environments and files hold.
+They travel as one object in Ray's object store, handed to each task as an argument: not in a
+`runtime_env`, which Ray keeps in its job table and shows on its dashboard and in `ray list
+jobs`, and which cannot be set on a Ray the caller already initialised. Nor as a pickled
+pyarrow filesystem: an S3FileSystem pickles its endpoint but not credentials it found in the
+environment.
 """
 from __future__ import annotations
 
@@ -25,6 +35,7 @@ import os
 import time
 from typing import Any, Callable
 
+from ...core import storage
 from ...core.errors import ExitCode, RolloutCliError, UsageError
 
 DEFAULT_MAX_RETRIES = 3
@@ -67,8 +78,10 @@ def _inject(fault: dict) -> None:
         raise OSError(errno.EIO, "injected I/O fault (test hook)")
 
 
-def _call(fn: Callable, fault: dict | None, *args: Any) -> Any:
-    """What a Ray task runs: one stage function, unchanged."""
+def _call(fn: Callable, fault: dict | None, env: tuple[dict[str, str], dict[str, bytes]], *args: Any) -> Any:
+    """What a Ray task runs: one stage function, unchanged, under the driver's storage
+    variables and AWS shared files `env`."""
+    storage.use_environment(*env)
     if fault is not None:
         _inject(fault)
     return fn(*args)
@@ -149,6 +162,8 @@ class RayEngine:
             retry_exceptions=list(RETRY_EXCEPTIONS),
             num_cpus=1,
         )
+        # handed to every task (secrets: never logged)
+        self._env = ray.put((storage.environment(), storage.shared_files()))
         self._labels: dict = {}  # ref -> label, for every task not yet collected by result()
         self._local_errors: dict = {}  # ref -> exception of a stage run in this process
 
@@ -176,7 +191,7 @@ class RayEngine:
             # lands on the shared storage as usual
             ref = self._run_here(fn, args)
         else:
-            ref = self._task.remote(fn, _FAULTS.pop(name, None), *args)
+            ref = self._task.remote(fn, _FAULTS.pop(name, None), self._env, *args)
         self._labels[ref] = label or name
         return ref
 
