@@ -107,3 +107,159 @@ def test_the_rule_catches_an_upward_import(tmp_path):
     fake.write_text("from ..run import convert\n")
     found = [(_unit(t)) for _, t in _imports(fake, root)]
     assert found == ["run"] and LEVEL["run"] > LEVEL["pipeline"]
+
+
+# --- no import circle among the package's modules -------------------------------------------
+
+# Known circles, each a set of modules (dotted, below rollout_cli) that import one another; the
+# test prints them. The list may only shrink: a circle that is gone must leave it.
+KNOWN_CIRCLES = [
+    # the NeMo-RL reader and its record mapping call into each other (in-function imports)
+    {"inputs.nemo_rl", "inputs.nemo_rl_map"},
+]
+
+
+def _module_file(root: Path, parts: list[str]) -> Path | None:
+    p = root.joinpath(*parts)
+    if parts and p.with_suffix(".py").is_file():
+        return p.with_suffix(".py")
+    return p / "__init__.py" if (p / "__init__.py").is_file() else None
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _named_module(root: Path, parts: list[str]) -> str:
+    """The module a dotted name (below the package) names: the longest prefix that is one (the
+    rest is an attribute, e.g. a function imported from it)."""
+    parts = list(parts)
+    while parts and _module_file(root, parts) is None:
+        parts.pop()
+    return ".".join(parts)
+
+
+def _module_imports(path: Path, root: Path) -> set[str]:
+    """The package's modules that `path` imports, top-level and in-function, relative and
+    absolute, each resolved to the module it names: `from .a import b` names a.b where b is a
+    module, else a."""
+    name = _module_name(path, root).split(".") if path != root / "__init__.py" else []
+    here = name if path.name == "__init__.py" else name[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = here[: len(here) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            elif node.module and (node.module == "rollout_cli" or node.module.startswith("rollout_cli.")):
+                target = node.module.split(".")[1:]
+            else:
+                continue
+            for alias in node.names:
+                sub = target + [alias.name]
+                found.add(_named_module(root, sub if _module_file(root, sub) else target))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "rollout_cli" or alias.name.startswith("rollout_cli."):
+                    found.add(_named_module(root, alias.name.split(".")[1:]))
+    return found
+
+
+def import_circles(root: Path = PKG) -> list[set[str]]:
+    """The package's import circles: the strongly connected groups of two or more modules of
+    its import graph (Tarjan's algorithm)."""
+    graph = {}
+    for p in sorted(q for q in root.rglob("*.py") if "__pycache__" not in q.parts):
+        me = _module_name(p, root)
+        graph[me] = _module_imports(p, root) - {me}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                circles.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_import_circle():
+    circles = import_circles()
+    for known in KNOWN_CIRCLES:
+        print(f"known import circle (allowed, to be removed): {' <-> '.join(sorted(known))}")
+    new = [sorted(c) for c in circles if c not in KNOWN_CIRCLES]
+    assert not new, f"import circles among rollout_cli's modules: {new}"
+    gone = [sorted(k) for k in KNOWN_CIRCLES if k not in circles]
+    assert not gone, f"no longer a circle, take it off KNOWN_CIRCLES: {gone}"
+
+
+def test_the_circle_check_finds_every_kind_of_import(tmp_path):
+    """The check itself, on a stand-in package: a circle closed by an in-function import, by
+    `from . import module` and by an absolute import is found; a module importing a name from
+    its package's `__init__`, and `__init__` importing the module, is one too; a chain is not."""
+    root = tmp_path / "rollout_cli"
+    files = {
+        "__init__.py": "",
+        "a/__init__.py": "from .impl import run\n",
+        "a/impl.py": "def run():\n    from . import other\n",
+        "a/other.py": "from rollout_cli.a.impl import run\n",
+        "b/__init__.py": "",
+        "b/low.py": "X = 1\n",
+        "b/high.py": "from .low import X\nfrom ..a import impl\n",
+        "c/__init__.py": "from .m import f\nG = 1\n",
+        "c/m.py": "def f():\n    from . import G\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    assert sorted(sorted(c) for c in import_circles(root)) == [["a.impl", "a.other"], ["c", "c.m"]]
+
+
+# the validation package's modules, bottom to top: each imports only from those before it, and
+# only their public names
+VALIDATE_ORDER = ["batch", "rows", "lists", "columns", "__init__"]
+
+
+def test_validation_imports_run_one_way_through_public_names():
+    root = PKG / "pipeline" / "validate"
+    assert sorted(p.stem for p in root.glob("*.py")) == sorted(VALIDATE_ORDER), "place the new module in VALIDATE_ORDER"
+    for k, name in enumerate(VALIDATE_ORDER):
+        path = root / f"{name}.py"
+        below = {f"pipeline.validate.{m}" for m in VALIDATE_ORDER[:k] if m != "__init__"}
+        inside = {m for m in _module_imports(path, PKG) if m.startswith("pipeline.validate")}
+        assert inside <= below, f"{name}.py imports {sorted(inside - below)}, not below it"
+        tree = ast.parse(path.read_text())
+        private = [f"line {n.lineno}: {a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level
+                   for a in n.names if a.name.startswith("_")]
+        modules = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level and not n.module
+                   for a in n.names}  # `from . import rows as r`: r.<name>
+        private += [f"line {n.lineno}: {n.value.id}.{n.attr}" for n in ast.walk(tree)
+                    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                    and n.value.id in modules and n.attr.startswith("_")]
+        assert not private, f"{name}.py uses private names of another module: {private}"

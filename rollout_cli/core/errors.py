@@ -42,11 +42,14 @@ class Location:
 
 @dataclass(frozen=True)
 class Problem:
-    """One validation problem: where, which field, and expected vs got."""
+    """One validation problem: where, which field, expected vs got, and the id of the rule it
+    breaks (`<field>.<check>` such as `loss_mask.length`, or `json.invalid`, `rollout_id.reused`:
+    short and stable, for the rejects report and inspect's anomalies to classify by)."""
 
     location: Location
     field: str | None
     message: str
+    rule: str | None = None
 
     def __str__(self) -> str:
         where = str(self.location)
@@ -56,6 +59,7 @@ class Problem:
         d = self.location.to_dict()
         d["field"] = self.field
         d["reason"] = self.message
+        d["rule"] = self.rule
         return d
 
 

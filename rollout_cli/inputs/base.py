@@ -10,7 +10,7 @@ from ..core.errors import Location, Problem
 # Fields of a sample that hold text by nature: a string column for any other field the
 # validation reads is JSON text (see inputs/parquet.py).
 TEXT_FIELDS = frozenset({"prompt", "response", "label", "status", "source"})
-# Every top-level field the validation reads (pipeline/validate.py); readers may read only these.
+# Every top-level field the validation reads (pipeline/validate/rows.py); readers may read only these.
 SAMPLE_FIELDS = frozenset({
     "rollout_id", "step", "index", "group_index", "tokens", "response_length", "loss_mask",
     "remove_sample", "status", "reward", "metadata", "source", "rollout_log_probs",

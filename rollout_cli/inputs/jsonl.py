@@ -157,12 +157,13 @@ def read_jsonl(
                 if rec is None:
                     rec = loads(memoryview(buf)[a:b])
             except orjson.JSONDecodeError as e:
-                problems[len(records)] = Problem(Location(display, "line", line_no), None, line_json_error(e))
+                problems[len(records)] = Problem(Location(display, "line", line_no), None, line_json_error(e), "json.invalid")
                 rec = None
             else:
                 if not isinstance(rec, dict):
                     problems[len(records)] = Problem(
-                        Location(display, "line", line_no), None, f"expected a JSON object, got {type(rec).__name__}"
+                        Location(display, "line", line_no), None, f"expected a JSON object, got {type(rec).__name__}",
+                        "record.type",
                     )
                     rec = None
             numbers.append(line_no)

@@ -291,7 +291,7 @@ def shape_chunk(chunk: RawChunk) -> RawChunk:
         try:
             records[i] = to_sample(rec)
         except _Bad as e:
-            problems[i] = Problem(chunk.location(i), e.field, e.message)
+            problems[i] = Problem(chunk.location(i), e.field, e.message, "nemo_rl.record")
             records[i] = None
     return columnar(RawChunk(chunk.source, chunk.kind, chunk.numbers, records, problems))
 
@@ -326,7 +326,7 @@ def train_payload(inp) -> dict:
             try:
                 s, p0, n, rows = _spans(rec, trainer=True)
             except _Bad as e:
-                raise InvalidInputError(str(Problem(where, e.field, e.message))) from None
+                raise InvalidInputError(str(Problem(where, e.field, e.message, "nemo_rl.record"))) from None
             entry = {
                 "rollout_position": len(samples),
                 "sample_index": s["index"],

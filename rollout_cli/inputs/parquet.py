@@ -104,7 +104,7 @@ def _json_values(name: str, texts: pa.Array, display: str, row: int, problems: d
             except orjson.JSONDecodeError as e:
                 if name != "reward":  # a reward left as text: validation reports its type
                     problems.setdefault(i, Problem(Location(display, "row", row + i), name,
-                                                   f"expected JSON text, got invalid JSON: {e}"))
+                                                   f"expected JSON text, got invalid JSON: {e}", "json.invalid"))
                 v = None
         out.append(v)
     return out

@@ -379,10 +379,10 @@ def read(inp, request, info) -> Iterator:
             try:
                 samples = episode_samples(np, orjson.loads(memoryview(buf)[a:b]))
             except orjson.JSONDecodeError as e:
-                problems[len(records)] = Problem(Location(display, "line", line_no), None, line_json_error(e))
+                problems[len(records)] = Problem(Location(display, "line", line_no), None, line_json_error(e), "json.invalid")
                 samples = [None]
             except Bad as e:
-                problems[len(records)] = Problem(Location(display, "line", line_no), e.field, e.message)
+                problems[len(records)] = Problem(Location(display, "line", line_no), e.field, e.message, "prime_rl.record")
                 samples = [None]
             numbers.extend([line_no] * len(samples))
             records.extend(samples)

@@ -74,7 +74,8 @@ def _chunk(display: str, samples: list, first: int) -> RawChunk:
         if isinstance(s, dict):
             records.append(s)
         else:
-            problems[i] = Problem(Location(display, "sample", first + i), None, f"expected a sample dict, got {type(s).__name__}")
+            problems[i] = Problem(Location(display, "sample", first + i), None, f"expected a sample dict, got {type(s).__name__}",
+                                  "record.type")
             records.append(None)
     return columnar(RawChunk(display, "sample", list(range(first, first + len(records))), records, problems))
 

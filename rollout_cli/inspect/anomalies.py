@@ -80,9 +80,13 @@ def loc_dict(loc: Location | str) -> dict:
     return {"file": m.group("file"), m.group("kind"): int(m.group("n"))}
 
 
-def problem_kind(field: str | None, message: str) -> str:
-    """The anomaly kind of a validation problem (or a reject record's field and reason)."""
-    return "loss_mask_length" if field == "loss_mask" and str(message).startswith("expected length") else "invalid_sample"
+# the anomaly kinds of rule ids (Problem.rule) that have their own; any other problem is an invalid_sample
+_KIND_OF_RULE = {"loss_mask.length": "loss_mask_length"}
+
+
+def problem_kind(rule: str | None) -> str:
+    """The anomaly kind of a validation problem, or of a reject record, by its rule id."""
+    return _KIND_OF_RULE.get(rule, "invalid_sample")
 
 
 def row_anomalies(sd: StepData, where_row: Callable[[int], dict], anomalies: Anomalies, n_expected: int | None) -> int:

@@ -111,8 +111,8 @@ def _problem_anomalies(sf: StepFields, problems: list[tuple[int, Problem]], wher
     then the valid samples left out with them."""
     for i, p in problems:
         extra = {"rollout_id": int(sf.ids[i])} if sf.assigned[i] else {}
-        anomalies.add(problem_kind(p.field, p.message), "error", split, step, f"{p.field}: {p.message}" if p.field else p.message,
-                      [loc_dict(p.location)], field=p.field, **extra)
+        anomalies.add(problem_kind(p.rule), "error", split, step, f"{p.field}: {p.message}" if p.field else p.message,
+                      [loc_dict(p.location)], field=p.field, rule=p.rule, **extra)
     own = {i for i, _ in sf.problems}
     first_bad: dict[int, int] = {}
     for i, _ in sf.problems:

@@ -17,6 +17,7 @@ from ..core.errors import IntegrityError, InvalidInputError, UsageError
 from ..inputs.units import in_steps
 from ..output import manifest as manifest_mod
 from ..pipeline.rewards import group_keys
+from ..pipeline.step import SIBLING_RULE
 from .anomalies import Anomalies, problem_kind, row_anomalies
 from .options import InspectOptions
 from .rows import ROW_SCHEMA, StepData, dense
@@ -156,13 +157,25 @@ def output_steps(out: str, m: dict, opts: InspectOptions, anomalies: Anomalies, 
         sd = StepData(split, step, out, rows.num_rows + rejected, rejected, rows, groups_known=groups_known)
         for path, r, rl, ml in got.length_bad:
             anomalies.add("loss_mask_length", "error", split, step,
-                          f"loss_mask: expected length {rl} (response_length), got {ml}", [{"file": path, "row": r}], field="loss_mask")
+                          f"loss_mask: expected length {rl} (response_length), got {ml}", [{"file": path, "row": r}], field="loss_mask",
+                          rule="loss_mask.length")
         for a in m.get("anomalies", []):
             if a.get("split") == split and a.get("step") == step:
                 anomalies.add_recorded(a, split, step, {"file": layout.manifest_path(out)})
         _reject_anomalies(out, m, split, step, anomalies)
         sd.zero_variance_groups = row_anomalies(sd, got.where_row(), anomalies, mopts.get("n_samples_per_prompt"))
         yield sd
+
+
+def _rule_before_ids(fld: str | None, reason: str) -> str | None:
+    """The rule id of a reject record written before rejects.jsonl carried one (an output of
+    an earlier version): the two its anomaly kinds tell apart, read from the wording those
+    versions wrote; None (an invalid sample) otherwise."""
+    if fld is None and str(reason).startswith("sibling of"):
+        return SIBLING_RULE
+    if fld == "loss_mask" and str(reason).startswith("expected length"):
+        return "loss_mask.length"
+    return None
 
 
 def _reject_anomalies(out: str, m: dict, split: str, step: int, anomalies: Anomalies) -> None:
@@ -188,8 +201,9 @@ def _reject_anomalies(out: str, m: dict, split: str, step: int, anomalies: Anoma
             loc = {k: r[k] for k in ("file", "line", "row", "sample") if k in r}
             extra = {"rollout_id": r["rollout_id"]} if "rollout_id" in r else {}
             fld, reason = r.get("field"), r.get("reason", "")
-            if fld is None and str(reason).startswith("sibling of"):
+            rule = r["rule"] if "rule" in r else _rule_before_ids(fld, reason)
+            if rule == SIBLING_RULE:
                 anomalies.add("rejected_sibling", "info", split, step, f"left out with its rollout: {reason}", [loc], **extra)
             else:
-                anomalies.add(problem_kind(fld, reason), "error", split, step, f"{fld}: {reason}" if fld else str(reason), [loc],
-                              field=fld, **extra)
+                anomalies.add(problem_kind(rule), "error", split, step, f"{fld}: {reason}" if fld else str(reason), [loc],
+                              field=fld, rule=rule, **extra)

@@ -95,7 +95,8 @@ def assign_ids(
             see = f"explicit id {v} is used by samples of different prompt groups: see "
             for k, (i, loc) in enumerate(zip(members, locs)):
                 first = locs[0] if loc.file != locs[0].file or locs[0].number is None else f"{locs[0].kind} {locs[0].number}"
-                problems.append((i, Problem(loc if where else Location("?"), "rollout_id", msg if k == 0 else f"{see}{first}")))
+                problems.append((i, Problem(loc if where else Location("?"), "rollout_id", msg if k == 0 else f"{see}{first}",
+                                            "rollout_id.reused")))
     if conflicts and scope == "group":
         # later (group, id) keys of a reused value are remapped like missing ids
         remap = np.zeros(n, dtype=bool)

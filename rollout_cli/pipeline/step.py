@@ -15,12 +15,16 @@ from .rewards import (SiblingRewardConflict, apply_reward_rule, expected_reward_
                       slime_compat_note)
 
 
+# the rule id of a valid sample rejected with its rollout (a sibling of an invalid one)
+SIBLING_RULE = "rollout.sibling"
+
+
 @dataclass
 class StepFields:
     ids: np.ndarray  # per record (meaningful where assigned)
     assigned: np.ndarray  # per record
     rejected: np.ndarray  # per record: invalid, or a sibling of an invalid record
-    rejects: list[dict]  # one per rejected record: where, field, reason
+    rejects: list[dict]  # one per rejected record: where, field, reason, rule
     keep: np.ndarray  # per valid row (aligned with row_pos): survives
     rewards: np.ndarray  # per kept row, float32 (NaN where groups are unknown)
     mask_sums: np.ndarray  # per kept row, int64
@@ -83,11 +87,12 @@ def compute_step(
             rec = where(i).to_dict()
             rec["split"], rec["step"] = split, step
             if i in reason:
-                rec["field"], rec["reason"] = reason[i].field, reason[i].message
+                rec["field"], rec["reason"], rec["rule"] = reason[i].field, reason[i].message, reason[i].rule
             else:
                 j = first_by_id[int(idr.ids[i])]
                 rec["field"] = None
                 rec["reason"] = f"sibling of rejected sample {where(j)} (rollout {int(idr.ids[i])}): {reason[j].field}: {reason[j].message}"
+                rec["rule"] = SIBLING_RULE
             if idr.assigned[i]:
                 rec["rollout_id"] = int(idr.ids[i])
             rejects.append(rec)

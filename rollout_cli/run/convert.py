@@ -283,7 +283,7 @@ class _Scheduler:
 
 def _reject_problem(r: dict) -> Problem:
     kind = next((k for k in ("line", "row", "sample") if k in r), "file")
-    return Problem(Location(r["file"], kind, r.get(kind)), r.get("field"), r["reason"])
+    return Problem(Location(r["file"], kind, r.get(kind)), r.get("field"), r["reason"], r.get("rule"))
 
 
 def prev_fp(prev: dict, display: str) -> dict:

@@ -23,7 +23,7 @@ def error_problems(e: InvalidInputError, display: str) -> list[Problem]:
         return list(e.problems)
     msg = str(e)
     prefix = f"{display}: "
-    return [Problem(Location(display), None, msg[len(prefix):] if msg.startswith(prefix) else msg)]
+    return [Problem(Location(display), None, msg[len(prefix):] if msg.startswith(prefix) else msg, "input.invalid")]
 
 
 class RunFailures:
@@ -87,7 +87,7 @@ def shifted(p: Problem, offset: int) -> Problem:
     """A problem of a later part of a JSONL file, numbered from the file's first line."""
     if not offset or p.location.kind != "line" or p.location.number is None:
         return p
-    return Problem(Location(p.location.file, "line", p.location.number + offset), p.field, p.message)
+    return Problem(Location(p.location.file, "line", p.location.number + offset), p.field, p.message, p.rule)
 
 
 def parts_problems(got: list) -> tuple[list[Problem], bool, InvalidInputError | None]:

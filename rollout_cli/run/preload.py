@@ -10,7 +10,7 @@ WORKER_MODULES = (
     "rollout_cli.inputs.simd",
     "rollout_cli.inputs.parquet",
     "rollout_cli.inputs.prime_rl",
-    "rollout_cli.pipeline.validate_columns",
+    "rollout_cli.pipeline.validate.columns",
     "concurrent.futures.thread",
     # pa.array imports it at its first numpy argument (to rule out a masked array): 12 ms
     "numpy.ma",

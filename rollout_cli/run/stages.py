@@ -109,7 +109,8 @@ def _shift_lines(r: PartResult, offset: int) -> None:
     if not offset:
         return
     r.numbers = [n + offset for n in r.numbers]
-    r.problems = [(i, Problem(Location(p.location.file, p.location.kind, (p.location.number or 0) + offset), p.field, p.message))
+    r.problems = [(i, Problem(Location(p.location.file, p.location.kind, (p.location.number or 0) + offset), p.field, p.message,
+                              p.rule))
                   for i, p in r.problems]
 
 

@@ -66,6 +66,9 @@ def test_invalid_samples_are_left_out_as_convert_skip_does(tmp_path):
     assert kinds.count("loss_mask_length") == 1 and kinds.count("invalid_sample") == 1 and kinds.count("rejected_sibling") == 1
     lm = next(a for a in r["anomalies"] if a["kind"] == "loss_mask_length")
     assert lm["where"] == [{"file": str(f), "line": 2}] and lm["level"] == "error" and lm["rollout_id"] == 4
+    # each carries the id of the rule it breaks
+    assert lm["rule"] == "loss_mask.length"
+    assert next(a for a in r["anomalies"] if a["kind"] == "invalid_sample")["rule"] == "status.unknown"
     # the same anomalies come back from the converted output's rejects.jsonl
     r2 = inspect_paths([str(out)])
     assert sorted(a["kind"] for a in r2["anomalies"] if a["kind"] in ("loss_mask_length", "invalid_sample", "rejected_sibling")) == \

@@ -1,11 +1,12 @@
 """inspect on converted output (rollout_cli.inspect.outputs): the same groups as its dumps; anomalies from shards, manifest and rejects."""
 from __future__ import annotations
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from inspect_samples import DATA, anomalies_of, do_convert
+from inspect_samples import DATA, anomalies_of, do_convert, sample, write_jsonl
 from rollout_cli.inspect import inspect_paths
 
 
@@ -112,3 +113,35 @@ def test_an_output_of_schema_version_2_has_no_remove_sample_to_show(tmp_path):
     assert [(step, level, rid, removed) for step, level, rid, _, removed, _ in found] == [(1, "warning", 10, None)]
     assert show_rollout([str(out)], "1:10")["rollout"]["samples"][0]["remove_sample"] is None
     assert inspect_paths([str(out)])["summary"]["rows"] == inspect_paths([str(DATA / "jsonl")])["summary"]["rows"]
+
+
+def _rejects_kinds(out) -> dict:
+    r = inspect_paths([str(out)])
+    return {a["where"][0]["line"]: (a["kind"], a.get("rule")) for a in r["anomalies"]
+            if a["kind"] in ("loss_mask_length", "invalid_sample", "rejected_sibling")}
+
+
+def _rewrite_rejects(out, change) -> None:
+    path = out / "rejects.jsonl"
+    recs = [change(orjson.loads(line)) for line in path.read_bytes().splitlines()]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
+
+
+def test_rejects_are_classified_by_their_rule_id(tmp_path):
+    """The anomaly kind of a reject comes from its rule id, not from its wording; a
+    rejects.jsonl written before reject records carried one is still read."""
+    f = write_jsonl(tmp_path / "in" / "2.jsonl", [
+        sample(0, 0, None, 1.0), sample(1, 0, 4, 0.0, mask=[1, 1]), sample(2, 0, 4, 1.0), sample(3, 0, None, 0.0),
+        sample(4, 1, None, 1.0, status="weird"),
+    ])
+    out = do_convert([f], tmp_path / "out", on_error="skip")
+    want = {2: ("loss_mask_length", "loss_mask.length"), 3: ("rejected_sibling", None),
+            5: ("invalid_sample", "status.unknown")}
+    assert _rejects_kinds(out) == want
+    written = (out / "rejects.jsonl").read_bytes()
+    _rewrite_rejects(out, lambda r: dict(r, reason="reworded"))
+    assert _rejects_kinds(out) == want
+    (out / "rejects.jsonl").write_bytes(written)
+    _rewrite_rejects(out, lambda r: {k: v for k, v in r.items() if k != "rule"})
+    assert _rejects_kinds(out) == {2: ("loss_mask_length", "loss_mask.length"), 3: ("rejected_sibling", None),
+                                   5: ("invalid_sample", None)}

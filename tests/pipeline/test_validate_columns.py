@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from rollout_cli.inputs.base import RawChunk
 from rollout_cli.inputs.parquet import read_parquet
-from rollout_cli.pipeline import validate
-from rollout_cli.pipeline.validate import normalize_chunk, pre_schema
+from rollout_cli.pipeline.validate import batch, columns, normalize_chunk, pre_schema
 
 TP_IDS, TP_OFF, REXP = "rollout_top_p_token_ids", "rollout_top_p_token_offsets", "rollout_routed_experts"
 BIG = 2**31  # one past int32
@@ -161,10 +160,10 @@ def test_columnar_top_p_and_experts_match_the_row_checks(drawn, json_text):
         path = Path(d) / "1.parquet"
         _write(path, recs, json_text)
         col, row = _both(path, recs)
-    got = [(i, p.field, p.message, p.location) for i, p in col.problems]
-    assert got == [(i, p.field, p.message, p.location) for i, p in row.problems]
+    got = [(i, p.field, p.message, p.location, p.rule) for i, p in col.problems]
+    assert got == [(i, p.field, p.message, p.location, p.rule) for i, p in row.problems]
     # every bad row is rejected, for the reason it was made bad; every other row passes
-    assert [(i, f) for i, f, _, _ in got] == [(i, want) for i, (_, want) in enumerate(drawn) if want]
+    assert [(i, f) for i, f, _, _, _ in got] == [(i, want) for i, (_, want) in enumerate(drawn) if want]
     assert col.valid == row.valid == [want is None for _, want in drawn]
     assert _table(col.batches).equals(_table(row.batches))
 
@@ -187,8 +186,8 @@ def test_valid_top_p_and_experts_skip_the_row_checks(tmp_path, monkeypatch, json
     _write(path, recs, json_text)
     _, want = _both(path, recs)
     calls = []
-    real = validate._validate
-    monkeypatch.setattr(validate, "_validate", lambda rec, *a, **kw: calls.append(rec) or real(rec, *a, **kw))
+    real = columns.validate_record
+    monkeypatch.setattr(columns, "validate_record", lambda rec, *a, **kw: calls.append(rec) or real(rec, *a, **kw))
     chunk = next(read_parquet(str(path), "1.parquet"))
     assert all(isinstance(chunk.columns[k], pa.Array) for k in (TP_IDS, TP_OFF, REXP))
     got = normalize_chunk(chunk, 0, reward_key=None, keep_text=False)
@@ -206,8 +205,8 @@ def test_only_the_failing_row_is_checked_by_itself(tmp_path, monkeypatch):
     path = tmp_path / "1.parquet"
     _write(path, recs, False)
     calls = []
-    real = validate._validate
-    monkeypatch.setattr(validate, "_validate", lambda rec, *a, **kw: calls.append(rec["index"]) or real(rec, *a, **kw))
+    real = columns.validate_record
+    monkeypatch.setattr(columns, "validate_record", lambda rec, *a, **kw: calls.append(rec["index"]) or real(rec, *a, **kw))
     nc = normalize_chunk(next(read_parquet(str(path), "1.parquet")), 0, reward_key=None, keep_text=False)
     assert calls == [3, 5]
     assert [(i, p.field) for i, p in nc.problems] == [(3, TP_OFF), (5, REXP)]
@@ -244,7 +243,7 @@ def test_experts_of_floats_are_checked_row_by_row(tmp_path):
 
 def test_batches_stay_within_the_list_limit(tmp_path, monkeypatch):
     limit = 80  # two or three rows of routed experts
-    monkeypatch.setattr(validate, "_MAX_BATCH_VALUES", limit)
+    monkeypatch.setattr(batch, "MAX_BATCH_VALUES", limit)
     recs = _valid(12)
     recs[6][TP_IDS] = None  # one slow row among the fast ones
     _write(tmp_path / "1.parquet", recs, False)
@@ -255,34 +254,6 @@ def test_batches_stay_within_the_list_limit(tmp_path, monkeypatch):
         assert max(len(b.column(k).flatten()) for k in ("tokens", REXP)) <= limit
     assert _table(col.batches).equals(_table(row.batches))
     assert _table(col.batches).column("_pos").to_pylist() == [i for i in range(12) if i != 6]
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(-5, 5)), max_size=4)), max_size=12),
-       st.integers(0, 3), st.integers(0, 3))
-def test_buffer_readers_agree_with_pyarrow_compute(rows, lo, hi):
-    """null_mask, list_lengths, _filled and _flat read validity and offsets by hand; on
-    sliced arrays with nulls at both levels they give what pyarrow.compute gives."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    from rollout_cli.core.arrays import list_lengths, null_mask
-    from rollout_cli.pipeline import validate_columns as vc
-
-    arr = pa.array(rows, pa.list_(pa.int16()))
-    arr = arr.slice(min(lo, len(arr)), max(0, len(arr) - lo - hi))
-    assert null_mask(arr).tolist() == arr.is_null().to_pylist()
-    assert list_lengths(arr, null=-1).tolist() == pc.fill_null(pc.list_value_length(arr), -1).to_pylist()
-    flat = arr.flatten()
-    assert vc._flat(arr).to_pylist() == flat.to_pylist()
-    assert vc._filled(flat).tolist() == pc.fill_null(flat, 0).to_pylist()
-    assert null_mask(pa.nulls(len(flat))).all()
-    nulls = np.array([r is None for r in rows], bool)
-    offsets = np.concatenate([[0], np.cumsum([len(r or []) for r in rows])])
-    values = np.array([x or 0 for r in rows for x in (r or [])], np.int64)
-    built = vc._list_array(offsets, values, pa.int32(), nulls)
-    built.validate(full=True)
-    assert built.to_pylist() == [None if r is None else [x or 0 for x in r] for r in rows]
 
 
 def test_columnar_validation_does_not_import_pyarrow_compute(tmp_path):
@@ -425,7 +396,7 @@ def _scalar_chunk(draw):
 
 
 def _summary(nc):
-    return ([(i, p.field, p.message, p.location) for i, p in nc.problems], nc.valid, nc.id_state, nc.explicit_id,
+    return ([(i, p.field, p.message, p.location, p.rule) for i, p in nc.problems], nc.valid, nc.id_state, nc.explicit_id,
             nc.group_index)
 
 
@@ -434,12 +405,10 @@ def _summary(nc):
 def test_per_row_fields_on_columns_match_the_row_rules(drawn):
     from unittest import mock
 
-    from rollout_cli.pipeline import validate_columns as vc
-
     chunk, keep_text, step = drawn
-    got = vc.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step)
-    with mock.patch.object(vc, "_scalars_on_columns", lambda *a: None):
-        want = vc.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step)
+    got = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step)
+    with mock.patch.object(columns, "_scalars_on_columns", lambda *a: None):
+        want = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step)
     assert _summary(got) == _summary(want)
     schema = pre_schema(keep_text)
     assert pa.Table.from_batches(got.batches, schema=schema).equals(pa.Table.from_batches(want.batches, schema=schema))
@@ -448,14 +417,12 @@ def test_per_row_fields_on_columns_match_the_row_rules(drawn):
 def test_plain_parquet_columns_skip_the_row_rules(tmp_path, monkeypatch):
     """A dump of plain types (the bench's, pyarrow's inference from Python lists) is checked
     on columns only: no row goes through the per-row rules."""
-    from rollout_cli.pipeline import validate_columns as vc
-
     recs = [{"group_index": i // 2, "index": i, "rollout_id": None if i % 3 else i, "tokens": [1, 2, 3],
              "response_length": 2, "reward": 0.5, "loss_mask": [1, 0], "rollout_log_probs": [-0.1, -0.2],
              "status": "truncated" if i == 4 else "completed",
              "metadata": {"source": "math", "turns": 1, "raw_reward": None if i % 2 else 1.0}} for i in range(6)]
     pq.write_table(pa.Table.from_pylist(recs), tmp_path / "1.parquet")
-    monkeypatch.setattr(vc, "_scalars_by_rows", lambda *a: (_ for _ in ()).throw(AssertionError("row rules ran")))
+    monkeypatch.setattr(columns, "_scalars_by_rows", lambda *a: (_ for _ in ()).throw(AssertionError("row rules ran")))
     chunk = next(read_parquet(str(tmp_path / "1.parquet"), "1.parquet"))
     nc = normalize_chunk(chunk, 0, reward_key=None, keep_text=False)
     assert nc.valid == [True] * 6 and nc.explicit_id == [0, None, None, 3, None, None]
@@ -463,19 +430,3 @@ def test_plain_parquet_columns_skip_the_row_rules(tmp_path, monkeypatch):
     assert t.column("raw_reward").to_pylist() == [1.0, 0.5, 1.0, 0.5, 1.0, 0.5]
     assert t.column("truncated").to_pylist() == [False] * 4 + [True, False]
     assert t.column("source_name").to_pylist() == ["unknown"] * 6  # metadata.source is not source_name
-
-
-@given(st.sampled_from(["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"]), st.data(),
-       st.sampled_from([(0, 1), (0, 2**31 - 1), (0, 0), (-5, 7), (3, 2**40)]))
-@settings(max_examples=300, deadline=None)
-def test_range_check_equals_a_minimum_and_maximum(dtype, data, bounds):
-    import numpy as np
-
-    from rollout_cli.pipeline.validate_columns import _in_range
-
-    info = np.iinfo(np.dtype(dtype))
-    values = np.array(data.draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=1, max_size=40)),
-                      dtype=dtype)
-    lo, hi = bounds
-    assert _in_range(values, lo, hi) == (int(values.min()) >= lo and int(values.max()) <= hi)
-    assert _in_range(values[::2], lo, hi) == (int(values[::2].min()) >= lo and int(values[::2].max()) <= hi)

@@ -255,6 +255,9 @@ def test_skip_rejects_whole_rollout_and_keeps_ids(tmp_path):
         assert "sibling" in by_line[sib]["reason"] and "line 4" in by_line[sib]["reason"]
         assert by_line[sib]["rollout_id"] == 10
     assert "JSON" in by_line[10]["reason"]
+    # and the id of the rule each broke, for tools to classify by
+    assert {n: r["rule"] for n, r in by_line.items()} == {
+        3: "rollout.sibling", 4: "status.unknown", 5: "rollout.sibling", 7: "reward.type", 10: "json.invalid"}
 
 
 def test_skip_rewards_over_survivors(tmp_path):

@@ -1,5 +1,6 @@
-"""Stage 2 (normalize.py): every validation rule gives a Problem naming the file, the
-line/row/sample position, the field, and expected vs got; valid records are coerced."""
+"""The rules for one record (pipeline/validate/rows.py, through the entry normalize_chunk):
+every validation rule gives a Problem naming the file, the line/row/sample position, the
+field, expected vs got, and the rule's id; valid records are coerced."""
 from __future__ import annotations
 
 import numpy as np
@@ -147,6 +148,47 @@ def test_rule_gives_located_problem(changes, field, parts):
         assert "expected" in prob.message and "got" in prob.message, prob.message
 
 
+# the rule id each RULES case breaks: `<field>.<check>`
+RULE_IDS = {
+    "tokens_str": "tokens.type", "tokens_float": "tokens.type", "tokens_nested": "tokens.type",
+    "tokens_empty": "tokens.empty", "tokens_missing": "tokens.missing", "token_over_int32": "tokens.range",
+    "token_negative": "tokens.range",
+    "response_length_str": "response_length.type", "response_length_bool": "response_length.type",
+    "response_length_float": "response_length.type", "response_length_missing": "response_length.missing",
+    "response_length_gt_tokens": "response_length.range", "response_length_negative": "response_length.range",
+    "group_index_str": "group_index.type", "index_float": "index.type", "metadata_list": "metadata.type",
+    "remove_sample_str": "remove_sample.type", "train_metadata_str": "train_metadata.type",
+    "rollout_id_bool": "rollout_id.type", "rollout_id_float": "rollout_id.type", "rollout_id_str": "rollout_id.type",
+    "rollout_id_list": "rollout_id.type",
+    "loss_mask_too_long": "loss_mask.length", "loss_mask_too_short": "loss_mask.length",
+    "loss_mask_value_2": "loss_mask.range", "loss_mask_str": "loss_mask.type",
+    "reward_nan": "reward.finite", "reward_inf": "reward.finite", "reward_neg_inf": "reward.finite",
+    "reward_none": "reward.type", "reward_str": "reward.type", "reward_bool": "reward.type",
+    "reward_missing": "reward.missing", "reward_dict_without_key": "reward.type",
+    "raw_reward_nan": "metadata.raw_reward.finite",
+    "log_probs_nan": "rollout_log_probs.finite", "log_probs_inf": "rollout_log_probs.finite",
+    "log_probs_len": "rollout_log_probs.length", "log_probs_str": "rollout_log_probs.type",
+    "log_probs_text_item": "rollout_log_probs.type", "log_probs_nested": "rollout_log_probs.type",
+    "teacher_log_probs_nan": "teacher_log_probs.finite",
+    "status_missing": "status.missing", "status_unknown": "status.unknown", "status_int": "status.unknown",
+    "status_upper": "status.unknown",
+    "top_p_only_ids": "rollout_top_p_token_offsets.pair", "top_p_only_offsets": "rollout_top_p_token_ids.pair",
+    "top_p_offsets_len": "rollout_top_p_token_offsets.length", "top_p_offsets_start": "rollout_top_p_token_offsets.order",
+    "top_p_offsets_end": "rollout_top_p_token_offsets.order", "top_p_ids_over_int32": "rollout_top_p_token_ids.range",
+    "experts_rows": "rollout_routed_experts.length", "experts_2d": "rollout_routed_experts.shape",
+    "experts_ragged": "rollout_routed_experts.shape", "experts_float": "rollout_routed_experts.shape",
+}
+
+
+@pytest.mark.parametrize("name,changes", [(r[0], r[1]) for r in RULES], ids=[r[0] for r in RULES])
+def test_rule_gives_its_rule_id(name, changes):
+    assert _one_problem(_bad(**changes)).rule == RULE_IDS[name]
+
+
+def test_every_rule_case_has_its_rule_id():
+    assert set(RULE_IDS) == {r[0] for r in RULES}
+
+
 def test_a_null_reads_as_null_and_text_in_numbers_is_named():
     assert _one_problem(_bad(reward=None)).message == "expected a number, got null"
     assert _one_problem(_bad(rollout_log_probs=[-0.5, "nan?"])).message == \
@@ -160,13 +202,13 @@ def test_top_p_decreasing_offsets_are_rejected():
     assert "non-decreasing" in prob.message
 
 
-@pytest.mark.parametrize("reward,key,field,parts", [
-    ({"acc": 1.0}, "score", "reward", ["'score'", "acc"]),
-    (0.5, "score", "reward", ["'score'", "float"]),
-    ({"score": float("nan")}, "score", "reward.score", ["finite", "nan"]),
-    ({"score": "high"}, "score", "reward.score", ["expected a number", "str"]),
+@pytest.mark.parametrize("reward,key,field,parts,rule", [
+    ({"acc": 1.0}, "score", "reward", ["'score'", "acc"], "reward.key"),
+    (0.5, "score", "reward", ["'score'", "float"], "reward.type"),
+    ({"score": float("nan")}, "score", "reward.score", ["finite", "nan"], "reward.finite"),
+    ({"score": "high"}, "score", "reward.score", ["expected a number", "str"], "reward.type"),
 ], ids=["key_missing", "not_a_dict", "nan_under_key", "str_under_key"])
-def test_reward_key_rules(reward, key, field, parts):
+def test_reward_key_rules(reward, key, field, parts, rule):
     good0 = make_sample(index=0, reward={"score": 1.0})
     good2 = make_sample(index=2, reward={"score": 0.0})
     nc = _norm([good0, _bad(reward=reward), good2], reward_key=key)
@@ -176,6 +218,7 @@ def test_reward_key_rules(reward, key, field, parts):
     assert prob.field == field
     for part in parts:
         assert part in prob.message, (part, prob.message)
+    assert prob.rule == rule  # the reward's rule, whatever key was picked
 
 
 def test_reward_key_selects_value():
@@ -216,6 +259,26 @@ def test_unparseable_record_keeps_its_reader_problem():
     assert nc.valid == [True, False, True]
     (pos, prob), = nc.problems
     assert pos == 1 and prob.location == Location(FILE, "line", 6) and "invalid JSON" in prob.message
+
+
+def test_a_reader_problem_keeps_its_rule_id(tmp_path):
+    """A line that is not JSON, or not an object, is the reader's problem, with its rule id."""
+    from rollout_cli.inputs.jsonl import read_jsonl
+
+    path = tmp_path / "1.jsonl"
+    path.write_text("\n".join(['{"index": 0', "[1, 2]"]) + "\n")
+    chunk = next(read_jsonl(str(path), "1.jsonl"))
+    nc = normalize_chunk(chunk, 0, reward_key=None, keep_text=False)
+    assert [(p.location.number, p.rule) for _, p in nc.problems] == [(1, "json.invalid"), (2, "record.type")]
+
+
+def test_a_record_of_another_step_breaks_the_step_rule():
+    recs = [make_sample(index=i) for i in range(3)]
+    recs[1]["step"] = 4
+    nc = normalize_chunk(_chunk(recs), 0, reward_key=None, keep_text=False, step=3)
+    (pos, prob), = nc.problems
+    assert (pos, prob.field, prob.rule) == (1, "step", "step.mismatch")
+    assert prob.message == "expected 3 (this file's step), got int 4"
 
 
 # ------------------------------------------------------------------------------ rollout ids
