@@ -130,3 +130,17 @@ def pending_message(p: dict) -> str:
     what = f"{p.get('split')} step {p['step']}" if p.get("step") is not None else f"its {p.get('split')} step"
     return (f"{p.get('path')}: {what} is pending, not in this output: {p.get('reason')} "
             "(`convert --resume` converts it once complete)")
+
+
+def recorded_fingerprint(prev: dict, display: str) -> dict:
+    """An input's fingerprint as the manifest `prev` records it (an object's mtime, which
+    identifies it, from the volatile section it is kept in); {} when it names no such input."""
+    for i in prev.get("inputs", []):
+        if i["path"] == display:
+            fp = {k: i[k] for k in ("size", "mtime_ns", *hashing.INPUT_KEYS, "fingerprint") if k in i}
+            if fp.get("fingerprint") == SIZE_MTIME:
+                mtime = (prev.get("volatile") or {}).get("input_mtime_ns", {}).get(display)
+                if mtime is not None:
+                    fp["mtime_ns"] = mtime
+            return fp
+    return {}

@@ -286,18 +286,7 @@ def _reject_problem(r: dict) -> Problem:
     return Problem(Location(r["file"], kind, r.get(kind)), r.get("field"), r["reason"], r.get("rule"))
 
 
-def prev_fp(prev: dict, display: str) -> dict:
-    """An input's fingerprint as the previous manifest records it (an object's mtime, which
-    identifies it, from the volatile section it is kept in)."""
-    for i in prev.get("inputs", []):
-        if i["path"] == display:
-            fp = {k: i[k] for k in ("size", "mtime_ns", *hashing.INPUT_KEYS, "fingerprint") if k in i}
-            if fp.get("fingerprint") == manifest_mod.SIZE_MTIME:
-                mtime = (prev.get("volatile") or {}).get("input_mtime_ns", {}).get(display)
-                if mtime is not None:
-                    fp["mtime_ns"] = mtime
-            return fp
-    return {}
+prev_fp = manifest_mod.recorded_fingerprint
 
 
 def _result_to_dict(r: UnitResult) -> dict:

@@ -38,8 +38,6 @@ def up_to_date(out: str, units: list[Unit], options: dict, fingerprints: dict[st
 
 
 def _same_inputs(prev: dict, units: list[Unit], fingerprints: dict[str, dict]) -> bool:
-    from .convert import prev_fp
-
     recorded = {i["path"]: i for i in prev.get("inputs", [])}
     missing = {s["input"] for s in prev.get("steps", []) if s.get("input_missing")}
     given = set()
@@ -47,7 +45,7 @@ def _same_inputs(prev: dict, units: list[Unit], fingerprints: dict[str, dict]) -
         d = u.input.display
         if u.input.path == "-" or d not in recorded or d in missing or recorded[d].get("format") != u.input.format:
             return False
-        was = prev_fp(prev, d)
+        was = manifest_mod.recorded_fingerprint(prev, d)
         fingerprints[u.input.path] = fp = manifest_mod.file_fingerprint(u.input.path, manifest_mod.fingerprint_algorithm(was))
         if not manifest_mod.same_content(was, fp):
             return False
