@@ -254,5 +254,5 @@ class LiveWatch:
 def _refusal(found: list[tuple]) -> IncompleteInputError:
     first = found[0]
     more = f" (and {len(found) - 1} more input{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
-    problems = [Problem(Location(inp.display), None, reason) for inp, _, reason in found]
+    problems = [Problem(Location(inp.display), None, reason, "input.incomplete") for inp, _, reason in found]
     return IncompleteInputError(f"{first[0].display}: {first[2]}{more}; {_HINT}", problems)
