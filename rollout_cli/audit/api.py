@@ -87,11 +87,11 @@ _NO_TRAIN_SIDE = {
 def _no_train_dumps(train_paths: list[str], units, rollout_steps: list[int]) -> str:
     """The message when --train holds no train dump at all: what audit reads there, and for a
     framework that writes none, what auditing its runs would take."""
-    from ..inputs.registry import TRAIN_FORMATS
+    from ..inputs.registry import train_formats
 
     why = [_NO_TRAIN_SIDE[f] for f in sorted({u.input.format for u in units}) if f in _NO_TRAIN_SIDE]
     return (f"no train dump under --train {' '.join(train_paths)} (rollout steps {rollout_steps or 'none'}): audit reads "
-            f"the trainer's side from {', '.join(sorted(TRAIN_FORMATS))} files (slime's --save-debug-train-data or "
+            f"the trainer's side from {', '.join(train_formats())} files (slime's --save-debug-train-data or "
             f"--dump-details .pt dumps, NeMo-RL's step logs)" + "".join(f"; {w}" for w in why))
 
 

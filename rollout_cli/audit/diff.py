@@ -16,16 +16,18 @@ from typing import Any
 
 import numpy as np
 
+from ..core import slime_keys as K
+
 # field -> the trainer's key for it (slime's train_data names)
 TRAIN_KEYS = {
-    "tokens": "tokens",
-    "response_length": "response_lengths",
-    "loss_mask": "loss_masks",
-    "remove_sample": "remove_sample",
-    "rollout_log_probs": "rollout_log_probs",
-    "reward": "rewards",
-    "raw_reward": "raw_reward",
-    "rollout_id": "rollout_ids",
+    "tokens": K.TOKENS,
+    "response_length": K.RESPONSE_LENGTHS,
+    "loss_mask": K.LOSS_MASKS,
+    "remove_sample": K.REMOVE_SAMPLE,
+    "rollout_log_probs": K.ROLLOUT_LOG_PROBS,
+    "reward": K.REWARDS,
+    "raw_reward": K.RAW_REWARD,
+    "rollout_id": K.ROLLOUT_IDS,
 }
 # a sample (or, at rollout_position null, a whole step) the rollout side has and the trainer
 # lacks is `missing`; the reverse `extra`

@@ -13,9 +13,10 @@ from itertools import chain
 
 import numpy as np
 
+from ..core import slime_keys as K
 from ..core.errors import InvalidInputError, Location, StepProblems
 from ..inputs.registry import read_input
-from ..inputs.train_pt import TrainDump
+from ..inputs.train_pt.reader import TrainDump
 from ..inputs.units import Unit, record_step
 from ..inspect.loss_weight import loss_weight
 from ..pipeline.records import id_inputs, locator, summary_only
@@ -84,9 +85,9 @@ class _Compare:
         self.sa, self.td, self.opts = sa, td, opts
         self.index = td.index()
         self.seen: set[int] = set()
-        self.mismatch = Pair("log_probs", "rollout_log_probs")
-        self.ref = Pair("ref_log_probs", "log_probs")
-        self.adv = TokenStats("advantages")
+        self.mismatch = Pair(K.LOG_PROBS, K.ROLLOUT_LOG_PROBS)
+        self.ref = Pair(K.REF_LOG_PROBS, K.LOG_PROBS)
+        self.adv = TokenStats(K.ADVANTAGES)
         self.ent = TokenStats("entropy")
         self.lp_from: set[str] = set()
 
@@ -111,10 +112,10 @@ class _Compare:
     def _sample(self, p: int, loc: str, ts: dict, tokens, rl: int, mask, lp, removed: bool) -> None:
         """A field the trainer's dump does not hold (None or absent) is not compared."""
         sa, train = self.sa, self.td.display
-        for fld, key, expected, how in (("tokens", "tokens", tokens, diff.array_diff),
-                                        ("response_length", "response_lengths", rl, diff.exact_diff),
-                                        ("loss_mask", "loss_masks", mask, diff.array_diff),
-                                        ("rollout_log_probs", "rollout_log_probs", lp, diff.array_diff),
+        for fld, key, expected, how in (("tokens", K.TOKENS, tokens, diff.array_diff),
+                                        ("response_length", K.RESPONSE_LENGTHS, rl, diff.exact_diff),
+                                        ("loss_mask", K.LOSS_MASKS, mask, diff.array_diff),
+                                        ("rollout_log_probs", K.ROLLOUT_LOG_PROBS, lp, diff.array_diff),
                                         ("remove_sample", "remove_sample", removed, diff.flag_diff)):
             got = ts.get(key)
             if got is None or expected is None:
@@ -126,21 +127,21 @@ class _Compare:
 
     def _tokens(self, p: int, ts: dict, lp) -> None:
         """The token figures of one sample, over the trainer's own mask (its response length)."""
-        m = ts.get("loss_masks")
-        n = ts.get("response_lengths")
+        m = ts.get(K.LOSS_MASKS)
+        n = ts.get(K.RESPONSE_LENGTHS)
         if m is None or not isinstance(n, int) or len(m) != n:
             return
         m = np.asarray(m) != 0
         if lp is not None and len(lp) == n:
             self.lp_from.add("rollout dump")
-        elif ts.get("rollout_log_probs") is not None:
-            lp = ts["rollout_log_probs"]
+        elif ts.get(K.ROLLOUT_LOG_PROBS) is not None:
+            lp = ts[K.ROLLOUT_LOG_PROBS]
             self.lp_from.add("train dump")
-        lps = ts.get("log_probs")
+        lps = ts.get(K.LOG_PROBS)
         if lps is not None and lp is not None:
             self.mismatch.add(p, lps, lp, m)
-        if lps is not None and ts.get("ref_log_probs") is not None:
-            self.ref.add(p, ts["ref_log_probs"], lps, m)
+        if lps is not None and ts.get(K.REF_LOG_PROBS) is not None:
+            self.ref.add(p, ts[K.REF_LOG_PROBS], lps, m)
         for st in (self.adv, self.ent):
             v = ts.get(st.name)
             if v is not None:
@@ -225,12 +226,12 @@ def _step_fields(sa: StepAudit, td: TrainDump, pos: np.ndarray, sf, raw: np.ndar
         sa.paired += 1
         ts = td.samples[j]
         loc = str(where(p))
-        if ts.get("rollout_ids") is not None:
-            d = diff.exact_diff(int(sf.ids[p]), ts["rollout_ids"])
+        if ts.get(K.ROLLOUT_IDS) is not None:
+            d = diff.exact_diff(int(sf.ids[p]), ts[K.ROLLOUT_IDS])
             if d:
                 sa.add(diff.record(sa.step, p, "rollout_id", loc, train, d))
-        if ts.get("rewards") is not None:
-            d = diff.reward_diff(float(sf.rewards[k]), ts["rewards"])
+        if ts.get(K.REWARDS) is not None:
+            d = diff.reward_diff(float(sf.rewards[k]), ts[K.REWARDS])
             if d:
                 sa.add(diff.record(sa.step, p, "reward", loc, train, d))
         if rr is not None and p < len(rr):
@@ -248,8 +249,8 @@ def _figures(sa: StepAudit, cmp: _Compare, pos: np.ndarray, sf, td: TrainDump, w
     top token with its rollout id and rollout-dump location."""
     rollout_of = {int(p): int(sf.ids[p]) for p in pos.tolist()}
     for p, j in td.index().items():  # extra samples: the trainer's own ids
-        if p not in rollout_of and isinstance(td.samples[j].get("rollout_ids"), int):
-            rollout_of[p] = td.samples[j]["rollout_ids"]
+        if p not in rollout_of and isinstance(td.samples[j].get(K.ROLLOUT_IDS), int):
+            rollout_of[p] = td.samples[j][K.ROLLOUT_IDS]
     sa.mismatch = cmp.mismatch.step()
     sa.ref_mismatch = cmp.ref.step()
     for m in (sa.mismatch, sa.ref_mismatch):

@@ -316,7 +316,7 @@ def test_token_id_at_int32_max_is_accepted():
 
 
 def test_parquet_problem_names_row(tmp_path):
-    from rollout_cli.inputs.parquet import read_parquet
+    from rollout_cli.inputs.parquet.reader import read_parquet
 
     recs = [make_sample(index=i) for i in range(4)]
     recs[2]["status"] = "weird"
@@ -337,7 +337,7 @@ def test_parquet_problem_names_row(tmp_path):
 
 
 def test_pt_problem_names_sample_position(tmp_path):
-    from rollout_cli.inputs.slime_pt import read_pt
+    from rollout_cli.inputs.slime_pt.reader import read_pt
 
     recs = [make_sample(index=i) for i in range(3)]
     recs[1]["loss_mask"] = [1, 1, 1]

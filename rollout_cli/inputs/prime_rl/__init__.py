@@ -1,0 +1,12 @@
+"""prime-rl's episode traces (`rollouts/step_{N}/{train,eval}/{all,effective}/traces.jsonl`):
+told from the path or the first bytes, each episode's branches read as slime samples
+(reader.py); a file is cut into newline-aligned byte ranges, as any JSONL file."""
+from ..format import Format
+
+FORMAT = Format(
+    name="prime_rl",
+    reader="rollout_cli.inputs.prime_rl.reader:read",
+    detector="rollout_cli.inputs.prime_rl.reader",
+    splitter="rollout_cli.inputs.prime_rl.reader:split",
+    preload=("rollout_cli.inputs.prime_rl.reader",),
+)
