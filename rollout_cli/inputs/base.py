@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import Location, Problem
-# the sample's fields (core/fields.py): those the validation reads (readers may read only
+# the sample's fields (core/sample_fields.py): those the validation reads (readers may read only
 # these), those read only with --keep-text, and those that hold text by nature (a string
 # column for any other field is JSON text, see inputs/parquet/reader.py)
-from ..core.fields import KEPT_TEXT_FIELDS, SAMPLE_FIELDS, TEXT_FIELDS  # noqa: F401
+from ..core.sample_fields import KEPT_TEXT_FIELDS, SAMPLE_FIELDS, TEXT_FIELDS  # noqa: F401
 
 
 def line_json_error(e: ValueError) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 # list field -> the numpy kinds its arrays may have (anything else: the record's own checks)
-from ..core.fields import LIST_KINDS
+from ..core.sample_fields import LIST_KINDS
 from .base import SAMPLE_FIELDS, KEPT_TEXT_FIELDS, RawChunk
 
 _WANTED = SAMPLE_FIELDS | set(KEPT_TEXT_FIELDS)

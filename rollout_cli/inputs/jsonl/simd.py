@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 import simdjson
 
-from ...core.fields import NUMERIC_LISTS  # field -> 'i' signed 64-bit integers, 'd' doubles (integers widen)
+# field -> simdjson buffer type: 'i' signed 64-bit integers, 'd' doubles (integers widen)
+from ...core.sample_fields import NUMERIC_LISTS
+
 _DTYPES = {"i": np.int64, "d": np.float64}
 _ESCAPED_BRACKET = b"\\u005"  # the start of "\u005b"/"\u005B", a '[' written as an escape
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from ...core import storage
 from ...core.errors import InvalidInputError, Location, Problem
-from ...core.fields import JSON_LIST_TYPES, arrow_type
+from ...core.sample_fields import JSON_LIST_TYPES, arrow_type
 from ..base import KEPT_TEXT_FIELDS, SAMPLE_FIELDS, TEXT_FIELDS, RawChunk
 from .parts import part_rows
 

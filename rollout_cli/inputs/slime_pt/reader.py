@@ -13,7 +13,7 @@ import numpy as np
 
 from ...core import slime_keys as K
 from ...core.errors import InvalidInputError, Location, Problem
-from ...core.fields import FLOAT_LISTS, INT_LISTS  # the numeric lists a sample may hold as Python lists
+from ...core.sample_fields import FLOAT_LISTS, INT_LISTS  # numeric lists a sample may hold as lists
 from ..base import RawChunk
 from ..columns import columnar
 

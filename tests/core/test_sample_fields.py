@@ -1,5 +1,5 @@
-"""rollout_cli.core.fields: the one table of a sample's fields, and the lists derived from it
-that the readers use."""
+"""rollout_cli.core.sample_fields: the one table of a sample's fields, and the lists derived
+from it that the readers use."""
 from __future__ import annotations
 
 import subprocess
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pyarrow as pa
 
-from rollout_cli.core import fields as F
+from rollout_cli.core import sample_fields as F
 from rollout_cli.core.schema import train_schema
 
 
@@ -57,6 +57,6 @@ def test_the_readers_use_the_table():
 
 
 def test_importing_the_table_imports_no_numpy_or_arrow():
-    code = "import sys, rollout_cli.core.fields; print('numpy' in sys.modules, 'pyarrow' in sys.modules)"
+    code = "import sys, rollout_cli.core.sample_fields; print('numpy' in sys.modules, 'pyarrow' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == [
         "False", "False"]
