@@ -52,6 +52,9 @@ class Format:
     # peek(path) -> {key: int} | None: a train-side file's top-level integer keys, read without
     # loading it (a step hint, and whether it is a train dump at all)
     train_peek: str | None = None
+    # a format whose framework writes no trainer dump a train reader reads: why, and what auditing
+    # its runs would take (`audit` says it when --train holds no train dump)
+    no_train_side: str | None = None
     # is_output_shard(path) -> bool: the file is a shard of a rollout-cli output (inspect points
     # at its output folder instead)
     output_shard: str | None = None

@@ -59,6 +59,7 @@ def test_the_traits_of_each_format():
     assert registry.train_formats() == ["nemo_rl", "pt"]
     assert [n for n, f in FORMATS.items() if f.step_field] == ["jsonl", "parquet"]
     assert [n for n, f in FORMATS.items() if f.output_shard] == ["parquet"]
+    assert [n for n, f in FORMATS.items() if f.no_train_side] == ["prime_rl"]
 
 
 def test_the_extension_table():

@@ -9,4 +9,8 @@ FORMAT = Format(
     detector="rollout_cli.inputs.prime_rl.reader",
     splitter="rollout_cli.inputs.prime_rl.reader:split",
     preload=("rollout_cli.inputs.prime_rl.reader",),
+    no_train_side="prime-rl writes no trainer dump rollout-cli reads (its trainer's packed micro-batches, "
+                  "rollouts/step_N/rank_R.bin, and its opt-in token_exports are not train-side inputs); auditing a "
+                  "prime-rl run takes a train reader for one of them (docs/audit.md, 'Other readers of the train "
+                  "side') or a trainer that dumps each step's batch as slime's train dump",
 )
