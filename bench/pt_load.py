@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark rollout_cli.inputs.pt_pickle.load_pt against torch.load on a realistic slime dump.
+"""Benchmark rollout_cli.inputs.slime_pt.pt_pickle.load_pt against torch.load on a realistic slime dump.
 
 The dump: {"rollout_id": 1, "samples": [...]} with N sample dicts (default 2,000), each holding
 ~2,000 token ids and 2,000 float log-probs as Python lists, an int32 routed-experts tensor of shape
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rollout_cli.inputs.pt_pickle import load_pt  # noqa: E402
+from rollout_cli.inputs.slime_pt.pt_pickle import load_pt  # noqa: E402
 
 
 def build_payload(n_samples: int, n_tokens: int):

@@ -228,7 +228,7 @@ def test_framework_data_regenerates_identically(regenerated_frameworks: Path):
 
 
 def load_pt_plain(path: Path):
-    from rollout_cli.inputs.pt_pickle import load_pt as load
+    from rollout_cli.inputs.slime_pt.pt_pickle import load_pt as load
 
     def plain(v):
         if isinstance(v, dict):

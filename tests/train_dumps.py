@@ -287,12 +287,12 @@ def reward_fault(step: int, p: dict) -> None:
 
 
 def read_train(inp, trust_pickle: bool = False):
-    """A train reader as another framework's would be (registered in TRAIN_FORMATS by the
+    """A train reader as another framework's would be (named as a format's train_reader by the
     tests): JSONL, one training sample per line under slime's key names plus its `step`, turned
     into slime's payload and checked by train_pt.from_payload."""
     import orjson
 
-    from rollout_cli.inputs.train_pt import from_payload
+    from rollout_cli.inputs.train_pt.reader import from_payload
 
     rows = [orjson.loads(line) for line in Path(inp.path).read_bytes().splitlines() if line.strip()]
     samples = [{k: (np.asarray(v) if isinstance(v, list) else v) for k, v in r.items() if k != "step"} for r in rows]

@@ -78,23 +78,14 @@ def audit_paths(rollout_paths: list[str], train_paths: list[str], options: Audit
             "divergences": [r for s in steps for r in s.divergences]}
 
 
-# rollout formats whose framework writes no trainer dump that a train reader reads: why, and what it would take
-_NO_TRAIN_SIDE = {
-    "prime_rl": "prime-rl writes no trainer dump rollout-cli reads (its trainer's packed micro-batches, "
-                "rollouts/step_N/rank_R.bin, and its opt-in token_exports are not train-side inputs); auditing a "
-                "prime-rl run takes a train reader for one of them (docs/audit.md, 'Other readers of the train side') "
-                "or a trainer that dumps each step's batch as slime's train dump",
-}
-
-
 def _no_train_dumps(train_paths: list[str], units, rollout_steps: list[int]) -> str:
     """The message when --train holds no train dump at all: what audit reads there, and for a
     framework that writes none, what auditing its runs would take."""
-    from ..inputs.registry import TRAIN_FORMATS
+    from ..inputs.registry import format_of, train_formats
 
-    why = [_NO_TRAIN_SIDE[f] for f in sorted({u.input.format for u in units}) if f in _NO_TRAIN_SIDE]
+    why = [w for f in sorted({u.input.format for u in units}) if (w := format_of(f).no_train_side)]
     return (f"no train dump under --train {' '.join(train_paths)} (rollout steps {rollout_steps or 'none'}): audit reads "
-            f"the trainer's side from {', '.join(sorted(TRAIN_FORMATS))} files (slime's --save-debug-train-data or "
+            f"the trainer's side from {', '.join(train_formats())} files (slime's --save-debug-train-data or "
             f"--dump-details .pt dumps, NeMo-RL's step logs)" + "".join(f"; {w}" for w in why))
 
 

@@ -16,20 +16,22 @@ from typing import Any
 
 import numpy as np
 
+from ..core import slime_keys as K
+
 # field -> the trainer's key for it (slime's train_data names)
 TRAIN_KEYS = {
-    "tokens": "tokens",
-    "response_length": "response_lengths",
-    "loss_mask": "loss_masks",
-    "remove_sample": "remove_sample",
-    "rollout_log_probs": "rollout_log_probs",
-    "reward": "rewards",
-    "raw_reward": "raw_reward",
-    "rollout_id": "rollout_ids",
+    "tokens": K.TOKENS,
+    "response_length": K.RESPONSE_LENGTHS,
+    "loss_mask": K.LOSS_MASKS,
+    "remove_sample": K.REMOVE_SAMPLE,
+    "rollout_log_probs": K.ROLLOUT_LOG_PROBS,
+    "reward": K.REWARDS,
+    "raw_reward": K.RAW_REWARD,
+    "rollout_id": K.ROLLOUT_IDS,
 }
 # the loss side (audit/loss_side.py): denominators and advantages, compared under the trainer's rules
 LOSS_KEYS = {
-    "rollout_mask_sum": "rollout_mask_sums",
+    "rollout_mask_sum": K.ROLLOUT_MASK_SUMS,
     "group_mask_sum": "group_mask_sums",
     "group_rollouts": "group_rollouts",
     "step_mask_sum": "step_mask_sums",

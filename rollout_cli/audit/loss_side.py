@@ -25,11 +25,12 @@ import numpy as np
 
 from ..core.schema import STD_SCALED_ESTIMATORS
 from ..pipeline.fields import group_fields, rollout_mask_sums, step_fields
+from ..core import slime_keys as K
 from . import diff
 
 # convert's denominator column -> the trainer keys that may hold it per sample
 DENOMINATORS = {
-    "rollout_mask_sum": ("rollout_mask_sums",),
+    "rollout_mask_sum": (K.ROLLOUT_MASK_SUMS,),
     "group_mask_sum": ("group_mask_sums", "group_mask_sum"),
     "group_rollouts": ("group_rollouts",),
     "step_mask_sum": ("step_mask_sums", "step_mask_sum"),
@@ -84,7 +85,7 @@ def _trained(ts: dict, expected_mask: np.ndarray | None) -> tuple[np.ndarray, np
     """(mask, advantages, reward) of a training sample holding all three, else None. The mask
     is the trainer's where the rollout's own mask agrees (a loss_mask divergence is reported
     as such, not again as advantages)."""
-    adv, m, r = ts.get("advantages"), ts.get("loss_masks"), diff.number(ts.get("rewards"))
+    adv, m, r = ts.get(K.ADVANTAGES), ts.get(K.LOSS_MASKS), diff.number(ts.get(K.REWARDS))
     if adv is None or m is None or r is None or len(adv) != len(m):
         return None
     m = np.asarray(m) != 0

@@ -13,9 +13,10 @@ from itertools import chain
 
 import numpy as np
 
+from ..core import slime_keys as K
 from ..core.errors import InvalidInputError, Location, StepProblems
 from ..inputs.registry import read_input
-from ..inputs.train_pt import TrainDump
+from ..inputs.train_pt.reader import TrainDump
 from ..inputs.units import Unit, record_step
 from ..inspect.loss_weight import loss_weight
 from ..pipeline.records import id_inputs, locator, summary_only
@@ -87,9 +88,9 @@ class _Compare:
         self.sa, self.td, self.opts = sa, td, opts
         self.index = td.index()
         self.seen: set[int] = set()
-        self.mismatch = Pair("log_probs", "rollout_log_probs")
-        self.ref = Pair("ref_log_probs", "log_probs")
-        self.adv = TokenStats("advantages")
+        self.mismatch = Pair(K.LOG_PROBS, K.ROLLOUT_LOG_PROBS)
+        self.ref = Pair(K.REF_LOG_PROBS, K.LOG_PROBS)
+        self.adv = TokenStats(K.ADVANTAGES)
         self.ent = TokenStats("entropy")
         self.lp_from: set[str] = set()
         self.masks: dict[int, np.ndarray] = {}  # rollout position -> its loss mask (bool), for the loss side
@@ -116,10 +117,10 @@ class _Compare:
     def _sample(self, p: int, loc: str, ts: dict, tokens, rl: int, mask, lp, removed: bool) -> None:
         """A field the trainer's dump does not hold (None or absent) is not compared."""
         sa, train = self.sa, self.td.display
-        for fld, key, expected, how in (("tokens", "tokens", tokens, diff.array_diff),
-                                        ("response_length", "response_lengths", rl, diff.exact_diff),
-                                        ("loss_mask", "loss_masks", mask, diff.array_diff),
-                                        ("rollout_log_probs", "rollout_log_probs", lp, diff.array_diff),
+        for fld, key, expected, how in (("tokens", K.TOKENS, tokens, diff.array_diff),
+                                        ("response_length", K.RESPONSE_LENGTHS, rl, diff.exact_diff),
+                                        ("loss_mask", K.LOSS_MASKS, mask, diff.array_diff),
+                                        ("rollout_log_probs", K.ROLLOUT_LOG_PROBS, lp, diff.array_diff),
                                         ("remove_sample", "remove_sample", removed, diff.flag_diff)):
             got = ts.get(key)
             if got is None or expected is None:
@@ -131,21 +132,21 @@ class _Compare:
 
     def _tokens(self, p: int, ts: dict, lp) -> None:
         """The token figures of one sample, over the trainer's own mask (its response length)."""
-        m = ts.get("loss_masks")
-        n = ts.get("response_lengths")
+        m = ts.get(K.LOSS_MASKS)
+        n = ts.get(K.RESPONSE_LENGTHS)
         if m is None or not isinstance(n, int) or len(m) != n:
             return
         m = np.asarray(m) != 0
         if lp is not None and len(lp) == n:
             self.lp_from.add("rollout dump")
-        elif ts.get("rollout_log_probs") is not None:
-            lp = ts["rollout_log_probs"]
+        elif ts.get(K.ROLLOUT_LOG_PROBS) is not None:
+            lp = ts[K.ROLLOUT_LOG_PROBS]
             self.lp_from.add("train dump")
-        lps = ts.get("log_probs")
+        lps = ts.get(K.LOG_PROBS)
         if lps is not None and lp is not None:
             self.mismatch.add(p, lps, lp, m)
-        if lps is not None and ts.get("ref_log_probs") is not None:
-            self.ref.add(p, ts["ref_log_probs"], lps, m)
+        if lps is not None and ts.get(K.REF_LOG_PROBS) is not None:
+            self.ref.add(p, ts[K.REF_LOG_PROBS], lps, m)
         for st in (self.adv, self.ent):
             v = ts.get(st.name)
             if v is not None:
@@ -228,15 +229,15 @@ def _got(td: TrainDump, pos: np.ndarray, key: str) -> list:
     for p in pos.tolist():
         j = index.get(p)
         v = rules.ABSENT if j is None or key not in td.samples[j] else td.samples[j][key]
-        out.append(rules.ABSENT if v is None and key == "rewards" else v)
+        out.append(rules.ABSENT if v is None and key == K.REWARDS else v)
     return out
 
 
 def _choose(sa: StepAudit, td: TrainDump, pos, sf, values, masks, id_state, explicit, group_index, index_of, opts):
     """The trainer's reward and id rules (audit/rules.py): findings, and what each explains."""
     keys = rules.prompt_keys([group_index[p] for p in pos.tolist()], opts)
-    rch = rules.choose_reward(values, keys, sf.ids[pos], _got(td, pos, "rewards"), pos, opts)
-    ich = rules.choose_ids(id_state, explicit, group_index, index_of, opts.rollout_id_scope, _got(td, pos, "rollout_ids"),
+    rch = rules.choose_reward(values, keys, sf.ids[pos], _got(td, pos, K.REWARDS), pos, opts)
+    ich = rules.choose_ids(id_state, explicit, group_index, index_of, opts.rollout_id_scope, _got(td, pos, K.ROLLOUT_IDS),
                            pos, masks, sf.group_labels)
     for ch in (rch, ich):
         sa.notes.extend(ch.notes)
@@ -279,11 +280,11 @@ def _step_fields(sa: StepAudit, td: TrainDump, pos: np.ndarray, sf, raw: np.ndar
         sa.paired += 1
         ts = td.samples[j]
         loc = str(where(p))
-        if "rollout_ids" in ts and not rules.same_id(ich.values[k], ts["rollout_ids"]):
-            d = {"expected": diff.plain(ich.values[k]), "got": diff.plain(ts["rollout_ids"])}
+        if K.ROLLOUT_IDS in ts and not rules.same_id(ich.values[k], ts[K.ROLLOUT_IDS]):
+            d = {"expected": diff.plain(ich.values[k]), "got": diff.plain(ts[K.ROLLOUT_IDS])}
             sa.add(diff.record(sa.step, p, "rollout_id", loc, train, d))
-        if ts.get("rewards") is not None:
-            d = diff.reward_diff(float(rewards[k]), ts["rewards"])
+        if ts.get(K.REWARDS) is not None:
+            d = diff.reward_diff(float(rewards[k]), ts[K.REWARDS])
             if d:
                 sa.add(diff.record(sa.step, p, "reward", loc, train, d))
         if rr is not None and p < len(rr):
@@ -301,8 +302,8 @@ def _figures(sa: StepAudit, cmp: _Compare, pos: np.ndarray, sf, td: TrainDump, w
     top token with its rollout id and rollout-dump location."""
     rollout_of = {int(p): int(sf.ids[p]) for p in pos.tolist()}
     for p, j in td.index().items():  # extra samples: the trainer's own ids
-        if p not in rollout_of and isinstance(td.samples[j].get("rollout_ids"), int):
-            rollout_of[p] = td.samples[j]["rollout_ids"]
+        if p not in rollout_of and isinstance(td.samples[j].get(K.ROLLOUT_IDS), int):
+            rollout_of[p] = td.samples[j][K.ROLLOUT_IDS]
     sa.mismatch = cmp.mismatch.step()
     sa.ref_mismatch = cmp.ref.step()
     for m in (sa.mismatch, sa.ref_mismatch):

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..core import slime_keys as K
 from ..core import storage
 from ..core.errors import InvalidInputError
 from ..inputs.discover import InputFile
-from ..inputs.registry import read_train
-from ..inputs.train_pt import TrainDump, merge, peek_keys
+from ..inputs.registry import format_of, read_train
+from ..inputs.train_pt.reader import TrainDump, merge
 from ..inputs.units import in_steps
 
 
@@ -26,11 +27,11 @@ class TrainSide:
         self.notes: list[str] = []
         hinted = []
         for f in inputs:
-            keys = peek_keys(f.path) if f.format == "pt" and not storage.is_uri(f.path) else None
-            if keys and "format_version" not in keys and "rollout_id" in keys and f.path not in explicit:
+            keys = format_of(f.format).peek_train_keys(f.path) if not storage.is_uri(f.path) else None
+            if keys and K.FORMAT_VERSION not in keys and K.ROLLOUT_ID in keys and f.path not in explicit:
                 self.notes.append(f"{f.display}: a rollout dump (no format_version), not a train dump: skipped on the train side")
                 continue
-            step = (keys or {}).get("rollout_id")
+            step = (keys or {}).get(K.ROLLOUT_ID)
             hinted.append(f if step is None or step < 0 else dataclasses.replace(f, step=step, step_from="payload"))
         inputs = hinted
         self.unread = [f for f in inputs if f.step is not None]

@@ -18,7 +18,7 @@ COMPRESSIONS = values(Compression)
 ON_ERRORS = values(OnError)
 ENGINES = values(Engine)
 SCHEDULES = values(Schedule)  # --schedule
-PRIME_RL_SUBSETS = values(PrimeRlSubset)  # --prime-rl-subset (inputs/prime_rl.py)
+PRIME_RL_SUBSETS = values(PrimeRlSubset)  # --prime-rl-subset (inputs/prime_rl/reader.py)
 # The --schedule slime settings (slime's argument names); recorded only under that schedule.
 SCHEDULE_FIELDS = ("global_batch_size", "num_steps_per_rollout", "micro_batch_size", "use_dynamic_batch_size",
                    "max_tokens_per_gpu", "balance_data", "cp_size", "vpp_size",

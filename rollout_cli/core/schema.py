@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from . import slime_keys
 from .versions import READ_SCHEMA_VERSIONS, SCHEMA_VERSION  # noqa: F401 (stamped on every shard)
 
 STATUSES = ("pending", "completed", "truncated", "aborted", "failed")
@@ -95,27 +96,7 @@ def train_schema(keep_text: bool = False, schema_version: int = SCHEMA_VERSION) 
 
 
 # Column name -> the key of slime's train_data dict (RolloutManager._convert_samples_to_train_data).
-SLIME_KEYS = {
-    "tokens": "tokens",
-    "response_length": "response_lengths",
-    "reward": "rewards",
-    "raw_reward": "raw_reward",
-    "truncated": "truncated",
-    "sample_index": "sample_indices",
-    "rollout_id": "rollout_ids",
-    "loss_mask": "loss_masks",
-    "rollout_mask_sum": "rollout_mask_sums",
-    "round_number": "round_number",
-    "rollout_log_probs": "rollout_log_probs",
-    "teacher_log_probs": "teacher_log_probs",
-    "rollout_top_p_token_ids": "rollout_top_p_token_ids",
-    "rollout_top_p_token_offsets": "rollout_top_p_token_offsets",
-    "rollout_routed_experts": "rollout_routed_experts",
-    "source_name": "source_names",
-    "total_length": "total_lengths",
-    "train_metadata": "metadata",
-    "multimodal_train_inputs": "multimodal_train_inputs",
-}
+SLIME_KEYS = slime_keys.BY_COLUMN
 
 # Fields of slime's Sample.to_dict() that hold dicts; Parquet inputs may carry them as JSON text.
 DICT_FIELDS = frozenset(

@@ -6,18 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import Location, Problem
-
-# Fields of a sample that hold text by nature: a string column for any other field the
-# validation reads is JSON text (see inputs/parquet.py).
-TEXT_FIELDS = frozenset({"prompt", "response", "label", "status", "source"})
-# Every top-level field the validation reads (pipeline/validate/rows.py); readers may read only these.
-SAMPLE_FIELDS = frozenset({
-    "rollout_id", "step", "index", "group_index", "tokens", "response_length", "loss_mask",
-    "remove_sample", "status", "reward", "metadata", "source", "rollout_log_probs",
-    "teacher_log_probs", "rollout_top_p_token_ids", "rollout_top_p_token_offsets",
-    "rollout_routed_experts", "train_metadata", "multimodal_train_inputs",
-})
-KEPT_TEXT_FIELDS = ("prompt", "response", "label")  # read only with --keep-text
+# the sample's fields (core/sample_fields.py): those the validation reads (readers may read only
+# these), those read only with --keep-text, and those that hold text by nature (a string
+# column for any other field is JSON text, see inputs/parquet/reader.py)
+from ..core.sample_fields import KEPT_TEXT_FIELDS, SAMPLE_FIELDS, TEXT_FIELDS  # noqa: F401
 
 
 def line_json_error(e: ValueError) -> str:

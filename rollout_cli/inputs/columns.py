@@ -1,29 +1,22 @@
 """Records to the reader contract's columnar form: what the JSONL and `.pt` readers hand on.
 
 Their parsers give one dict per sample, with the long numeric lists already numpy arrays
-(simd.py for JSON, the restricted unpickler or slime_pt._as_arrays for `.pt`). Each list field
-becomes one Arrow list array over the chunk (the arrays concatenated once, offsets from their
-lengths), every other field a list of the records' values. A record whose list field is
-anything else (a Python list the JSON fallback parsed, a nested array, a string) keeps its
-dict in `RawChunk.rows`, and validation checks it on its own, so its problem is worded as
-before; its entries in the columns are null.
+(jsonl/simd.py for JSON, the restricted unpickler or slime_pt/reader._as_arrays for `.pt`).
+Each list field becomes one Arrow list array over the chunk (the arrays concatenated once,
+offsets from their lengths), every other field a list of the records' values. A record whose
+list field is anything else (a Python list the JSON fallback parsed, a nested array, a string)
+keeps its dict in `RawChunk.rows`, and validation checks it on its own, so its problem is
+worded as before; its entries in the columns are null.
 """
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 
+# list field -> the numpy kinds its arrays may have (anything else: the record's own checks)
+from ..core.sample_fields import LIST_KINDS
 from .base import SAMPLE_FIELDS, KEPT_TEXT_FIELDS, RawChunk
 
-# list field -> the numpy kinds its arrays may have (anything else: the record's own checks)
-LIST_KINDS = {
-    "tokens": "iu",
-    "loss_mask": "iub",
-    "rollout_log_probs": "fiu",
-    "teacher_log_probs": "fiu",
-    "rollout_top_p_token_ids": "iu",
-    "rollout_top_p_token_offsets": "iu",
-}
 _WANTED = SAMPLE_FIELDS | set(KEPT_TEXT_FIELDS)
 
 

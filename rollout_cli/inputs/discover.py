@@ -7,15 +7,8 @@ from dataclasses import dataclass
 
 from ..core import layout, storage
 from ..core.errors import InvalidInputError, UsageError
-from .registry import DETECT, detector
+from .registry import FORMATS, STDIN_FORMAT, detectors, extension_format, extensions, format_of, train_formats
 
-EXTENSIONS = {
-    ".pt": "pt",
-    ".jsonl": "jsonl",
-    ".jsonl.gz": "jsonl",
-    ".jsonl.zst": "jsonl",
-    ".parquet": "parquet",
-}
 _EVAL = re.compile(r"eval_(\d+)")
 _DIGITS = re.compile(r"(\d+)")
 
@@ -24,32 +17,24 @@ _DIGITS = re.compile(r"(\d+)")
 class InputFile:
     path: str  # what is opened ("-" for stdin)
     display: str  # what messages and the manifest show
-    format: str  # a name of registry.FORMATS: pt | jsonl | parquet | nemo_rl | miles | prime_rl
+    format: str  # a name of registry.FORMATS: jsonl | parquet | pt | nemo_rl | miles | prime_rl
     step: int | None
     split: str  # train | eval
     step_from: str  # payload | field | name | option
 
 
 def input_format(path: str) -> str | None:
-    """The format of a file: the first DETECT format that claims it, else its extension's."""
+    """The format of a file: the first format whose detector claims it, else its extension's."""
     if path != "-":
-        for fmt in DETECT:
-            if detector(fmt).claims(path):
-                return fmt
+        for fmt in detectors():
+            if fmt.claims(path):
+                return fmt.name
     return extension_format(path)
-
-
-def extension_format(path: str) -> str | None:
-    name = path.lower()
-    for ext in sorted(EXTENSIONS, key=len, reverse=True):
-        if name.endswith(ext):
-            return EXTENSIONS[ext]
-    return None
 
 
 def _stem(path: str) -> str:
     name = os.path.basename(path)
-    for ext in sorted(EXTENSIONS, key=len, reverse=True):
+    for ext in extensions():
         if name.lower().endswith(ext):
             return name[: -len(ext)]
     return name
@@ -77,16 +62,7 @@ def _step_from_name(path: str) -> tuple[int | None, str]:
 
 
 def _field_step(path: str, fmt: str) -> int | None:
-    value = None
-    if fmt == "jsonl":
-        from .jsonl import peek_first_record
-
-        rec = peek_first_record(path)
-        value = rec.get("step") if rec else None
-    elif fmt == "parquet":
-        from .parquet import peek_step_value
-
-        value = peek_step_value(path)
+    value = format_of(fmt).field_step(path)
     if value is None:
         return None
     return check_step(value, path)
@@ -103,9 +79,7 @@ def _is_output_dir(path: str) -> bool:
 
 
 def check_input_format(name: str | None) -> None:
-    """--input-format: a name of the reader registry."""
-    from .registry import FORMATS
-
+    """--input-format: a name of the format registry."""
     if name is not None and name not in FORMATS:
         raise UsageError(f"--input-format: expected one of {', '.join(sorted(FORMATS))}, got {name!r}")
 
@@ -114,7 +88,7 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
              options=None) -> tuple[list[InputFile], list[str], list[str]]:
     """Resolve inputs to files; returns (inputs, skipped non-input files, notes). Folders that
     are rollout-cli outputs (and `exclude`, the output being written) are not searched. A file's
-    format is the first of registry.DETECT that claims it, else its extension's;
+    format is the first of the registry's detectors that claims it, else its extension's;
     `options.input_format` (--input-format) is the format of every input file. `options`
     (RuleOptions) also carries what framework readers choose by (`prime_rl_subset`)."""
     forced = getattr(options, "input_format", None)
@@ -125,7 +99,7 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
     notes: list[str] = []
     for p in paths:
         if p == "-":
-            files.append(("-", "<stdin>", "jsonl", True))
+            files.append(("-", "<stdin>", STDIN_FORMAT, True))
         elif storage.is_uri(p):
             try:
                 with storage.reading(p):
@@ -155,7 +129,7 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
         elif os.path.exists(p):
             fmt = input_format(p)
             if fmt is None:
-                raise UsageError(f"{p}: not a supported input (expected {', '.join(sorted(EXTENSIONS))})")
+                raise UsageError(f"{p}: not a supported input (expected {', '.join(sorted(extensions()))})")
             files.append((p, p, fmt, True))
         else:
             raise UsageError(f"{p}: no such file or directory")
@@ -168,12 +142,12 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
         if is_train_side_dump(path):
             notes.append(f"{display}: slime train-side dump (train_data/), skipped")
             continue
-        mod = detector(fmt) if fmt in DETECT else None
-        note = mod.skip_note(path, options, named) if mod is not None and hasattr(mod, "skip_note") else None
+        desc = format_of(fmt)
+        note = desc.skip_note(path, options, named)
         if note:
             notes.append(note)
             continue
-        placed = mod.step_and_split(path) if mod is not None else None
+        placed = desc.step_and_split(path)
         if placed is not None:
             name_step, split = check_step(placed[0], path), placed[1]
         else:
@@ -183,12 +157,12 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
             continue
         if path == "-":
             raise UsageError("reading stdin needs --step N")
-        field_step = _field_step(path, fmt) if fmt in ("jsonl", "parquet") and placed is None else None
+        field_step = _field_step(path, fmt) if placed is None else None
         if field_step is not None:
             out.append(InputFile(path, display, fmt, field_step, split, "field"))
         else:
             out.append(InputFile(path, display, fmt, name_step, split, "name"))
-            if name_step is None and fmt != "pt":
+            if name_step is None and not desc.payload_step:
                 raise UsageError(
                     f"{display}: cannot tell its step: put the step number in the file name, give samples a `step` field, or pass --step"
                 )
@@ -211,13 +185,11 @@ def parse_steps(spec: str | None) -> tuple[int | None, int | None]:
 
 def discover_train(paths: list[str]) -> list[InputFile]:
     """The train-side inputs of `audit --train`: files (folders searched recursively) of a
-    format with a train reader (inputs/registry.py TRAIN_FORMATS: recognised as `discover` does,
-    by the first of registry.DETECT that claims them, else by extension), train_data/ folders
+    format with a train reader (its descriptor's `train_reader`; recognised as `discover` does,
+    by the first detector that claims them, else by extension), train_data/ folders
     included; eval logs left out. `step` is the format's own (from its name), else the first
     number in the name: a hint only (slime names them `{rollout_id}.pt` or with `{rank}` after
     it); each payload's own rollout_id decides."""
-    from .registry import TRAIN_FORMATS
-
     found: list[tuple[str, str, bool]] = []
     for p in paths:
         if storage.is_uri(p):
@@ -238,13 +210,13 @@ def discover_train(paths: list[str]) -> list[InputFile]:
     out = []
     for path, display, named in found:
         fmt = input_format(path) if not storage.is_uri(path) else extension_format(path)
-        mod = detector(fmt) if fmt in DETECT else None
-        if fmt not in TRAIN_FORMATS:
+        desc = FORMATS.get(fmt)
+        if desc is None or desc.train_reader is None:
             if named:
                 raise UsageError(f"--train {p}: not a train-side input (expected a format with a train reader: "
-                                 f"{', '.join(sorted(TRAIN_FORMATS))})")
+                                 f"{', '.join(train_formats())})")
             continue
-        own = mod.step_and_split(path) if mod is not None and hasattr(mod, "step_and_split") else None
+        own = desc.step_and_split(path)
         if own is not None and own[1] != "train":
             continue  # an eval log: nothing was trained on it
         runs = _DIGITS.findall(_stem(path))

@@ -2,8 +2,9 @@
 the step rules a unit is held to once read. `convert` and `inspect` both plan and check their
 inputs here, so they always read the same steps of the same files.
 
-A unit's step comes from the file (its name, a `step` field, or `--step`), except for a `.pt`
-dump named by number only: its own `rollout_id` key decides, so such a unit is checked for
+A unit's step comes from the file (its name, a `step` field, or `--step`), except for a file of
+a format whose payload names its own step (a `.pt` dump's `rollout_id` key) when only its name
+gave a number: the payload decides, so such a unit is checked for
 `--steps` and duplicates only once it is read (`unit_step`, `claim_step`).
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from ..core.errors import InvalidInputError, UsageError
 from .discover import InputFile, discover, parse_steps
+from .registry import format_of
 
 
 @dataclass
@@ -29,8 +31,9 @@ def in_steps(step: int, spec: str | None) -> bool:
 
 
 def _step_known(f: InputFile) -> bool:
-    """The file's step is known before it is read (a .pt dump's own step key wins over its name)."""
-    return f.step is not None and not (f.format == "pt" and f.step_from == "name")
+    """The file's step is known before it is read (a payload's own step, as a .pt dump's
+    rollout_id, wins over its name)."""
+    return f.step is not None and not (format_of(f.format).payload_step and f.step_from == "name")
 
 
 def plan_units(inputs: list[str], opts, out: str | None = None) -> tuple[list[Unit], list[str], list[str]]:
@@ -60,9 +63,9 @@ def claim_step(seen: dict[tuple, str], split: str, step: int, display: str) -> N
 
 
 def record_step(inp: InputFile) -> int | None:
-    """The step a record's own `step` field must equal (None: not checked). A `.pt` dump's step
-    is its payload's, known only once read, and its samples carry none."""
-    return inp.step if inp.format != "pt" else None
+    """The step a record's own `step` field must equal (None: not checked). A payload that
+    names its own step (a `.pt` dump's) is known only once read, and its samples carry none."""
+    return inp.step if not format_of(inp.format).payload_step else None
 
 
 def unit_step(unit: Unit, payload_step: int | None) -> int:

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from ..core.errors import Location, Problem
 from ..inputs.discover import InputFile
-from ..inputs.registry import CONTENT_GROUPS, read_input
+from ..inputs.registry import format_of, read_input
 from ..inputs.units import Unit, claim_step, in_steps, record_step, train_dump_note, unit_step
 from ..pipeline.ids import reused_ids
 from ..pipeline.records import dense_groups, id_inputs, locator, summary_only
@@ -92,7 +92,7 @@ def dump_step(unit: Unit, opts: InspectOptions, anomalies: Anomalies, seen: dict
     id_state, explicit, group_index = id_inputs(read.chunks)
     pre = read.pre_table()
     read.small = []
-    if inp.format in CONTENT_GROUPS:  # as convert's finish renumbers them
+    if format_of(inp.format).content_groups:  # as convert's finish renumbers them
         group_index, pre = dense_groups(group_index, pre)
     sf = compute_step(
         id_state=id_state, explicit=explicit, group_index=group_index, problems=read.problems, where=where,

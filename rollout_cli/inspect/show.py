@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from ..core import storage
 from ..core.errors import InvalidInputError, UsageError
+from ..inputs.registry import format_of
 from .aggregate import r6
 from .anomalies import Anomalies, loc_dict
 from .dumps import dump_step, read_chunks, validate_chunk
@@ -100,7 +101,7 @@ def _find_dump_step(src: Sources, opts: InspectOptions, rollout: str, want_step:
         if len(units) != 1:
             raise UsageError(f"--show {rollout}: {len(units)} {opts.split} inputs; name the step as STEP:ID")
     else:
-        units = [u for u in units if u.step is None or u.step == want_step or u.input.format == "pt"]
+        units = [u for u in units if u.step is None or u.step == want_step or format_of(u.input.format).payload_step]
     seen: dict = {}
     for unit in units:
         sd = dump_step(unit, opts, Anomalies(0), seen, [])

@@ -6,10 +6,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import pyarrow as pa
-
 from ..core import layout, storage
 from ..core.errors import UsageError
+from ..inputs.registry import extensions, format_of
 from ..inputs.units import Unit, plan_units
 from .anomalies import Anomalies
 from .dumps import dump_steps
@@ -45,7 +44,7 @@ def resolve(paths: list[str], opts: InspectOptions) -> Sources:
         return src
     units, _, notes = plan_units(list(paths), opts)
     for u in units:
-        if u.input.format == "parquet" and u.input.path != "-" and _is_train_rows(u.input.path):
+        if u.input.path != "-" and format_of(u.input.format).is_output_shard(u.input.path):
             raise UsageError(f"{u.input.display}: a shard of converted output; inspect its output folder (the one with manifest.json)")
     src = Sources("dumps", units=[u for u in units if u.input.split == opts.split], notes=notes)
     src.other_split = len(units) - len(src.units)
@@ -56,7 +55,7 @@ def resolve(paths: list[str], opts: InspectOptions) -> Sources:
                     f"{p}: an unfinished conversion (no {layout.MANIFEST} yet: interrupted, or still running), so nothing "
                     f"to inspect; finish it with `rollout-cli convert INPUT... {p} --resume` (the same inputs and options), "
                     f"or start over with `--overwrite`; inspect the dumps themselves meanwhile")
-        raise UsageError("no input files found (expected .pt, .jsonl, .jsonl.gz, .jsonl.zst, .parquet, or a converted output folder)")
+        raise UsageError(f"no input files found (expected {', '.join(sorted(extensions()))}, or a converted output folder)")
     return src
 
 
@@ -69,16 +68,6 @@ def _interrupted(path: str) -> bool:
 
         return state(path) == "interrupted"
     return os.path.isdir(os.path.join(path, layout.STAGING)) and not layout.is_output(path)
-
-
-def _is_train_rows(path: str) -> bool:
-    import pyarrow.parquet as pq
-
-    try:
-        md = pq.read_schema(path).metadata or {}
-    except (OSError, pa.ArrowException):
-        return False
-    return b"rollout_cli.schema_version" in md
 
 
 def iter_step_data(src: Sources, opts: InspectOptions, anomalies: Anomalies, notes: list) -> Iterator[StepData]:

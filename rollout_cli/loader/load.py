@@ -43,7 +43,7 @@ except ModuleNotFoundError as e:  # torch is an extra: say which
     raise ModuleNotFoundError("the loader (open_dataset, PackedBatch, RankDataset) hands out torch tensors and needs "
                               "torch: pip install 'rollout-cli[torch]'", name="torch") from None
 
-from ..core import layout, storage
+from ..core import layout, slime_keys as K, storage
 from ..output import manifest as manifest_mod
 from ..core import hashing
 from ..core.arrays import numpy_dtype
@@ -321,25 +321,25 @@ class PackedBatch:
         resp = self.response_lengths.tolist()
         valid_idx = self.sample_indices >= 0
         d: dict[str, Any] = {
-            "tokens": list(torch.split(self.tokens.to(torch.int64), tot)) if n else [],
-            "response_lengths": resp,
-            "rewards": self.rewards.tolist(),
-            "raw_reward": self.raw_rewards.tolist(),
-            "truncated": self.truncated.to(torch.int64).tolist(),
-            "sample_indices": [v if ok else None for v, ok in zip(self.sample_indices.tolist(), valid_idx.tolist())],
-            "rollout_ids": self.rollout_ids.tolist(),
-            "loss_masks": list(torch.split(self.loss_mask.to(torch.int32), resp)) if n else [],
-            "rollout_mask_sums": self.rollout_mask_sums.to(torch.float32),
+            K.TOKENS: list(torch.split(self.tokens.to(torch.int64), tot)) if n else [],
+            K.RESPONSE_LENGTHS: resp,
+            K.REWARDS: self.rewards.tolist(),
+            K.RAW_REWARD: self.raw_rewards.tolist(),
+            K.TRUNCATED: self.truncated.to(torch.int64).tolist(),
+            K.SAMPLE_INDICES: [v if ok else None for v, ok in zip(self.sample_indices.tolist(), valid_idx.tolist())],
+            K.ROLLOUT_IDS: self.rollout_ids.tolist(),
+            K.LOSS_MASKS: list(torch.split(self.loss_mask.to(torch.int32), resp)) if n else [],
+            K.ROLLOUT_MASK_SUMS: self.rollout_mask_sums.to(torch.float32),
         }
         if self.round_numbers is not None:
-            d["round_number"] = [v if v >= 0 else None for v in self.round_numbers.tolist()]
+            d[K.ROUND_NUMBER] = [v if v >= 0 else None for v in self.round_numbers.tolist()]
         if self.rollout_log_probs is not None:
-            d["rollout_log_probs"] = list(torch.split(self.rollout_log_probs, resp)) if n else []
+            d[K.ROLLOUT_LOG_PROBS] = list(torch.split(self.rollout_log_probs, resp)) if n else []
         if self.teacher_log_probs is not None:
-            d["teacher_log_probs"] = list(torch.split(self.teacher_log_probs, resp)) if n else []
+            d[K.TEACHER_LOG_PROBS] = list(torch.split(self.teacher_log_probs, resp)) if n else []
         if self.source_names is not None:
-            d["source_names"] = list(self.source_names)
-        d["total_lengths"] = tot
+            d[K.SOURCE_NAMES] = list(self.source_names)
+        d[K.TOTAL_LENGTHS] = tot
         if self.scheduled:
             return self._with_schedule(d)
         return d
@@ -352,12 +352,12 @@ class PackedBatch:
             raise UsageError(f"{self.split} step {self.step} shard {self.shard}: the step's schedule record is "
                              "missing; load it through open_dataset(...).load()")
         raw_reward, total_lengths = self._whole_batch()
-        d.pop("total_lengths")
-        d["partition"] = self.rollout_positions.tolist()
-        d["raw_reward"] = raw_reward
-        d["total_lengths"] = total_lengths
-        d["global_batch_sizes"] = list(self.schedule["global_batch_sizes"])
-        d["num_microbatches"] = list(self.schedule["num_microbatches"])
+        d.pop(K.TOTAL_LENGTHS)
+        d[K.PARTITION] = self.rollout_positions.tolist()
+        d[K.RAW_REWARD] = raw_reward
+        d[K.TOTAL_LENGTHS] = total_lengths
+        d[K.GLOBAL_BATCH_SIZES] = list(self.schedule["global_batch_sizes"])
+        d[K.NUM_MICROBATCHES] = list(self.schedule["num_microbatches"])
         d["micro_batch_indices"] = [list(range(a, b)) for a, b in self.micro_batch_bounds()]
         return d
 

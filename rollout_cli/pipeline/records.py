@@ -38,7 +38,8 @@ def summary_only(nc: NormChunk) -> NormChunk:
 
 def dense_groups(group_index: list, pre=None):
     """Group keys renumbered 0, 1, ... in order of first appearance (None stays None), for a
-    format whose group_index is a key of the prompt's content (inputs.registry.CONTENT_GROUPS);
+    format whose group_index is a key of the prompt's content (its descriptor's
+    `content_groups`, inputs/format.py);
     with `pre` (a table of valid rows with `_pos` and `group_index`), that table's column too.
     Returns the list, or (list, table) when `pre` is given."""
     order: dict = {}

@@ -439,7 +439,9 @@ def convert(inputs: list[str], out: str, options: ConvertOptions | None = None,
     t0 = time.time()
     units, skipped, notes = plan_units(inputs, opts, out)
     if not units:
-        raise UsageError("no input files found (expected .pt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet)")
+        from ..inputs.registry import extensions
+
+        raise UsageError(f"no input files found (expected {', '.join(sorted(extensions()))})")
     live = LiveWatch(units, opts.skip_incomplete)  # inputs still being written: refused before anything is staged
     units = live.start()
     recorded = _recorded_options(opts)

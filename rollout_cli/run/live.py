@@ -20,20 +20,16 @@ being written? ...". With `--skip-incomplete` its step is left out, the manifest
 from __future__ import annotations
 
 import os
-import struct
 import time
-import zipfile
 from typing import Callable
 
-import orjson
 
 from ..core import storage
+from ..inputs.registry import format_of
 from ..core.errors import IncompleteInputError, InvalidInputError, Location, Problem
 from ..output import manifest as manifest_mod
 
 SETTLE_SECONDS = 1.0  # how long a .pt or Parquet file that does not open is watched for a change
-_BLOCK = 1 << 20
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error, NotImplementedError)
 _HINT = ("nothing was converted; convert it once it is complete, or pass --skip-incomplete to convert the rest "
          "and leave it pending")
 
@@ -51,76 +47,6 @@ def _stat(path: str) -> tuple[int, int] | None:
         return None
 
 
-def _open(path: str):
-    return storage.open_read(path, seekable=True) if storage.is_uri(path) else open(path, "rb")
-
-
-def _last_line(f, size: int) -> bytes:
-    """The bytes after the file's last newline (all of it when it has none), read backwards in
-    blocks that double from 64 KiB (most lines are shorter)."""
-    pos, tail, block_size = size, b"", 64 << 10
-    while pos > 0:
-        n = min(block_size, pos)
-        block_size = min(2 * block_size, _BLOCK)
-        pos -= n
-        f.seek(pos)
-        block = f.read(n)
-        k = block.rfind(b"\n")
-        if k >= 0:
-            return block[k + 1:] + tail
-        tail = block + tail
-    return tail
-
-
-def _line_count(f) -> int:
-    f.seek(0)
-    count = 0
-    while block := f.read(_BLOCK):
-        count += block.count(b"\n")
-    return count
-
-
-def ends_inside_line(path: str) -> int | None:
-    """The number of the line a plain line file ends inside (no newline after it and not valid
-    JSON), or None when its last line is complete."""
-    with _open(path) as f:
-        size = f.seek(0, 2)
-        if not size:
-            return None
-        f.seek(size - 1)
-        if f.read(1) == b"\n":  # the common case: one byte read
-            return None
-        tail = _last_line(f, size)
-        if not tail.strip():
-            return None
-        try:
-            orjson.loads(tail)
-            return None
-        except orjson.JSONDecodeError:
-            return _line_count(f) + 1
-
-
-def _opens_as_zip(path: str) -> bool:
-    try:
-        with _open(path) as f, zipfile.ZipFile(f):
-            return True
-    except _ZIP_ERRORS:
-        return False
-
-
-def _has_parquet_footer(path: str) -> bool:
-    with _open(path) as f:
-        size = f.seek(0, 2)
-        if size < 12:
-            return False
-        f.seek(0)
-        head = f.read(4)
-        f.seek(size - 8)
-        tail = f.read(8)
-    footer = int.from_bytes(tail[:4], "little")
-    return head in (b"PAR1", b"PARE") and tail[4:] in (b"PAR1", b"PARE") and footer <= size - 12
-
-
 def _changing(path: str, before: tuple | None) -> bool:
     """Whether the file's size or mtime differs from `before`, now or within SETTLE_SECONDS."""
     if _stat(path) != before:
@@ -129,18 +55,18 @@ def _changing(path: str, before: tuple | None) -> bool:
     return _stat(path) != before
 
 
-def incomplete_reason(path: str, before: tuple | None) -> str | None:
-    """Why the input looks still being written at the start of a run (None: it does not).
-    `before`: its (size, mtime_ns) taken just before."""
-    name = path.lower()
+def incomplete_reason(inp, before: tuple | None) -> str | None:
+    """Why the input looks still being written at the start of a run (None: it does not), by
+    its format's own checks (inputs/format.py: `cut_off`, `whole`). `before`: its
+    (size, mtime_ns) taken just before."""
+    fmt = format_of(inp.format)
     try:
-        if name.endswith(".jsonl"):
-            line = ends_inside_line(path)
-            return f"still being written? it ends inside line {line}" if line is not None else None
-        if name.endswith(".pt") and not _opens_as_zip(path) and _changing(path, before):
-            return "still being written? not a complete zip archive, and its size is changing"
-        if name.endswith(".parquet") and not _has_parquet_footer(path) and _changing(path, before):
-            return "still being written? no Parquet footer, and its size is changing"
+        cut = fmt.cut_off_reason(inp.path)
+        if cut is not None:
+            return f"still being written? {cut}"
+        missing = fmt.missing_whole(inp.path)
+        if missing is not None and _changing(inp.path, before):
+            return f"still being written? {missing}, and its size is changing"
     except OSError:
         return None  # unreadable: its reader says so
     return None
@@ -185,7 +111,7 @@ class LiveWatch:
     def start(self) -> list:
         """Check every input before anything is read; returns the units to convert."""
         found = [(u.input, None, r) for u in self.units if u.input.path in self.seen
-                 and (r := incomplete_reason(u.input.path, self.seen[u.input.path])) is not None]
+                 and (r := incomplete_reason(u.input, self.seen[u.input.path])) is not None]
         if found and not self.skip:
             raise _refusal(found)
         for inp, step, reason in found:
@@ -246,8 +172,8 @@ class LiveWatch:
         return out
 
     def _pend(self, inp, step: int | None, reason: str) -> None:
-        if step is None and not (inp.format == "pt" and inp.step_from == "name"):  # a .pt dump's name is a hint only
-            step = inp.step
+        if step is None and not (format_of(inp.format).payload_step and inp.step_from == "name"):
+            step = inp.step  # a dump whose payload names its step: the file name is a hint only
         self.pending.append({"path": inp.display, "format": inp.format, "split": inp.split, "step": step, "reason": reason})
 
 

@@ -20,7 +20,7 @@ from ..core.options import ConvertOptions
 from ..core import layout
 from ..output.commit import staged_path as _staged
 from ..pipeline.plan import ShardPlan, plan_shards
-from ..inputs.registry import CONTENT_GROUPS, read_input
+from ..inputs.registry import format_of, read_input
 from ..core.schema import SCHEDULE_COLUMNS, train_schema
 from ..pipeline.fields import STEP_FIELDS, group_fields, step_fields
 from ..pipeline.schedule import ScheduleConfig, build_schedule, trailing_warning
@@ -263,7 +263,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         pre = _one_chunk(held, pre_schema(opts.keep_text), threads)
     else:
         pre = _read_staged(parts, bases, pre_schema(opts.keep_text))
-    if inp.format in CONTENT_GROUPS:  # keys of the prompt's content, the same in every part
+    if format_of(inp.format).content_groups:  # keys of the prompt's content, the same in every part
         group_index, pre = dense_groups(group_index, pre)
     sf = compute_step(
         id_state=id_state, explicit=explicit, group_index=group_index, problems=problems, where=where,

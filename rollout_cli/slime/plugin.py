@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..core import slime_keys as K
 from ..core.errors import InvalidInputError, Location, StepProblems, UsageError
 from ..core.options import REWARD_BASELINES, SCOPES, SIBLING_REWARDS, RuleOptions
 from ..inputs.base import RawChunk
@@ -222,29 +223,29 @@ def convert_samples_to_train_data(args: Any, samples: list) -> dict:
         raise InvalidInputError("every sample of a batch must have these fields, or none: " + "; ".join(partial))
     pos = t.column("_pos").to_numpy()
     d: dict[str, Any] = {
-        "tokens": t.column("tokens").to_pylist(),
-        "response_lengths": t.column("response_length").to_pylist(),
-        "rewards": sf.rewards.tolist(),
-        "raw_reward": t.column("raw_reward").to_pylist(),
-        "truncated": [int(v) for v in t.column("truncated").to_pylist()],
-        "sample_indices": index,
-        "rollout_ids": sf.ids[pos].tolist(),
-        "loss_masks": t.column("loss_mask").to_pylist(),
-        "rollout_mask_sums": sf.mask_sums.tolist(),
+        K.TOKENS: t.column("tokens").to_pylist(),
+        K.RESPONSE_LENGTHS: t.column("response_length").to_pylist(),
+        K.REWARDS: sf.rewards.tolist(),
+        K.RAW_REWARD: t.column("raw_reward").to_pylist(),
+        K.TRUNCATED: [int(v) for v in t.column("truncated").to_pylist()],
+        K.SAMPLE_INDICES: index,
+        K.ROLLOUT_IDS: sf.ids[pos].tolist(),
+        K.LOSS_MASKS: t.column("loss_mask").to_pylist(),
+        K.ROLLOUT_MASK_SUMS: sf.mask_sums.tolist(),
     }
     has = {c: t.num_rows > 0 and t.column(c).null_count == 0 for c, _ in _ALL_OR_NONE}
     if has["round_number"]:
-        d["round_number"] = t.column("round_number").to_pylist()
+        d[K.ROUND_NUMBER] = t.column("round_number").to_pylist()
     if has["rollout_log_probs"]:
-        d["rollout_log_probs"] = t.column("rollout_log_probs").to_pylist()
+        d[K.ROLLOUT_LOG_PROBS] = t.column("rollout_log_probs").to_pylist()
     if top_p:
-        d["rollout_top_p_token_ids"] = t.column("rollout_top_p_token_ids").to_pylist()
-        d["rollout_top_p_token_offsets"] = t.column("rollout_top_p_token_offsets").to_pylist()
+        d[K.ROLLOUT_TOP_P_TOKEN_IDS] = t.column("rollout_top_p_token_ids").to_pylist()
+        d[K.ROLLOUT_TOP_P_TOKEN_OFFSETS] = t.column("rollout_top_p_token_offsets").to_pylist()
     if has["rollout_routed_experts"]:
         import torch  # slime hands routed experts on as tensors
 
         flat, shapes = t.column("rollout_routed_experts"), t.column("rollout_routed_experts_shape").to_pylist()
-        d["rollout_routed_experts"] = [
+        d[K.ROLLOUT_ROUTED_EXPERTS] = [
             torch.from_numpy(flat[i].values.to_numpy().reshape(shapes[i]).copy()) for i in range(t.num_rows)
         ]
     recs = [b.records[p] for p in pos.tolist()]
@@ -252,10 +253,10 @@ def convert_samples_to_train_data(args: Any, samples: list) -> dict:
         d["metadata"] = [r.get("train_metadata") for r in recs]
     if any(r.get("multimodal_train_inputs") is not None for r in recs):
         # the samples' own objects (tensors stay tensors), not the JSON text convert stores
-        d["multimodal_train_inputs"] = [_orig(samples[p], "multimodal_train_inputs") for p in pos.tolist()]
+        d[K.MULTIMODAL_TRAIN_INPUTS] = [_orig(samples[p], "multimodal_train_inputs") for p in pos.tolist()]
     if has["teacher_log_probs"]:
-        d["teacher_log_probs"] = t.column("teacher_log_probs").to_pylist()
-    d["source_names"] = t.column("source_name").to_pylist()
+        d[K.TEACHER_LOG_PROBS] = t.column("teacher_log_probs").to_pylist()
+    d[K.SOURCE_NAMES] = t.column("source_name").to_pylist()
     return d
 
 

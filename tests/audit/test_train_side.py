@@ -10,7 +10,7 @@ from rollout_cli.audit import AuditOptions, audit_paths, train_side
 from rollout_cli.core.errors import InvalidInputError
 from rollout_cli.audit.train_side import TrainSide
 from rollout_cli.inputs.discover import discover_train
-from rollout_cli.inputs.train_pt import peek_step
+from rollout_cli.inputs.train_pt.reader import peek_step
 
 
 def _dumps(tmp_path, steps=(0, 1, 2)):
@@ -86,10 +86,13 @@ def test_one_folder_for_both_sides(tmp_path):
 
 
 def test_another_frameworks_train_reader_plugs_in(tmp_path, monkeypatch):
-    """A reader module registered in TRAIN_FORMATS that returns a payload shaped like slime's."""
+    """A train reader named in a format's descriptor that returns a payload shaped like slime's."""
+    import dataclasses
+
     from rollout_cli.inputs import registry
 
-    monkeypatch.setitem(registry.TRAIN_FORMATS, "jsonl", "train_dumps")
+    jsonl = dataclasses.replace(registry.FORMATS["jsonl"], train_reader="train_dumps:read_train")
+    monkeypatch.setitem(registry.FORMATS, "jsonl", jsonl)
     samples = T.rollout_samples(3)
     T.write_rollout(tmp_path / "r", samples, 3, "parquet")
     (pt,) = T.write_train(tmp_path / "pt", samples, 3, n=2, rbs=3, dp=2)
@@ -106,7 +109,7 @@ def test_nemo_rl_step_logs_carry_both_sides():
     prev_logprobs against generation_logprobs over the trained tokens."""
     import numpy as np
 
-    from rollout_cli.inputs import nemo_rl
+    from rollout_cli.inputs.nemo_rl import reader as nemo_rl
 
     r = audit_paths([str(NEMO)], [str(NEMO)])
     assert r["divergences"] == [] and [s["step"] for s in r["steps"]] == [1, 2]

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import copts, make_sample, shard_bytes, write_jsonl, write_pt
-from rollout_cli.inputs import parquet_parts
+from rollout_cli.inputs.parquet import parts as parquet_parts
 from rollout_cli.inputs.discover import InputFile
-from rollout_cli.inputs.parquet import read_parquet
-from rollout_cli.inputs.registry import FORMATS, read_input, split_input
+from rollout_cli.inputs.parquet.reader import read_parquet
+from rollout_cli.inputs.registry import read_input, split_input
 from rollout_cli.run.convert import convert
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None,
@@ -219,7 +219,7 @@ def test_column_streams_give_the_same_chunks_as_one_reader(rows, group, chunk, t
 
 
 def test_column_streams_put_the_largest_columns_apart(tmp_path):
-    from rollout_cli.inputs.parquet import _column_chunks, _streams
+    from rollout_cli.inputs.parquet.reader import _column_chunks, _streams
 
     path = tmp_path / "3.parquet"
     t = pa.table({"a": [1] * 50, "big": [[float(i)] * 300 for i in range(50)], "mid": [[i] * 100 for i in range(50)],
@@ -257,19 +257,6 @@ def test_parquet_on_several_workers_gives_the_same_shards(tmp_path, monkeypatch,
     whole = _shards(path, tmp_path / "o1")
     monkeypatch.setattr(parquet_parts, "MIN_PART_BYTES", 1)
     assert _shards(path, tmp_path / "o3", workers=3) == whole
-
-
-def test_registry_names_a_module_per_format():
-    import importlib
-
-    from rollout_cli.inputs.registry import CONTENT_GROUPS, DETECT, SPLITTERS
-
-    assert {"jsonl", "parquet", "pt", "nemo_rl", "miles", "prime_rl"} <= set(FORMATS)
-    assert set(DETECT) <= set(FORMATS) and set(SPLITTERS) <= set(FORMATS) and CONTENT_GROUPS <= set(FORMATS)
-    for name, module in FORMATS.items():
-        assert callable(importlib.import_module(module).read), name
-    for name in DETECT:
-        assert callable(importlib.import_module(FORMATS[name]).claims), name
 
 
 def test_reading_reports_what_the_file_says(tmp_path):
@@ -312,7 +299,7 @@ def test_a_parquet_step_is_planned_in_parts_of_whole_row_groups(tmp_path):
     path = tmp_path / "in" / "3.parquet"
     _parquet_in_groups(path, 40, 10)
     code = ("import sys\nfrom rollout_cli.inputs.units import plan_units\nfrom rollout_cli.core.options import ConvertOptions\n"
-            "from rollout_cli.inputs import parquet_parts\n"
+            "from rollout_cli.inputs.parquet import parts as parquet_parts\n"
             f"units, _, _ = plan_units([{str(path.parent)!r}], ConvertOptions(), {str(tmp_path / 'out')!r})\n"
             "print(units[0].input.step, len(parquet_parts.split(units[0].input, 8, min_bytes=1)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

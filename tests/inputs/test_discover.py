@@ -281,7 +281,7 @@ def test_output_inside_input_folder_is_not_read_back(tmp_path):
     assert len(read_rows(out)) == 3
 
 
-# ------------------------------------------------------------------------------ frameworks' dumps (registry.DETECT)
+# ------------------------------------------------------------------------------ frameworks' dumps (the registry's detectors)
 
 
 def _nemo_step(path, val=False):

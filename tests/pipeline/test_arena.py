@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rollout_cli.inputs.base import ReadInfo
-from rollout_cli.inputs.parquet import read
+from rollout_cli.inputs.parquet.reader import read
 from rollout_cli.inputs.base import ReadRequest
 from rollout_cli.pipeline.arena import ValueArena
 from rollout_cli.pipeline.validate import normalize_chunk, pre_schema

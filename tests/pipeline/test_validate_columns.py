@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollout_cli.inputs.base import RawChunk
-from rollout_cli.inputs.parquet import read_parquet
+from rollout_cli.inputs.parquet.reader import read_parquet
 from rollout_cli.pipeline.validate import batch, columns, normalize_chunk, pre_schema
 
 TP_IDS, TP_OFF, REXP = "rollout_top_p_token_ids", "rollout_top_p_token_offsets", "rollout_routed_experts"
@@ -277,7 +277,7 @@ def test_columnar_validation_does_not_import_pyarrow_compute(tmp_path):
         "import sys\n"
         "from rollout_cli.core.no_pandas import refuse_pandas\n"
         "refuse_pandas()\n"  # as in a pool worker (pandas imports it too)
-        "from rollout_cli.inputs.parquet import read_parquet\n"
+        "from rollout_cli.inputs.parquet.reader import read_parquet\n"
         "from rollout_cli.pipeline.validate import normalize_chunk\n"
         f"chunks = list(read_parquet({str(path)!r}))\n"
         "out = [normalize_chunk(c, 0, reward_key=None, keep_text=False) for c in chunks]\n"

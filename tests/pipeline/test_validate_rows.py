@@ -263,7 +263,7 @@ def test_unparseable_record_keeps_its_reader_problem():
 
 def test_a_reader_problem_keeps_its_rule_id(tmp_path):
     """A line that is not JSON, or not an object, is the reader's problem, with its rule id."""
-    from rollout_cli.inputs.jsonl import read_jsonl
+    from rollout_cli.inputs.jsonl.reader import read_jsonl
 
     path = tmp_path / "1.jsonl"
     path.write_text("\n".join(['{"index": 0', "[1, 2]"]) + "\n")
@@ -379,7 +379,7 @@ def test_token_id_at_int32_max_is_accepted():
 
 
 def test_parquet_problem_names_row(tmp_path):
-    from rollout_cli.inputs.parquet import read_parquet
+    from rollout_cli.inputs.parquet.reader import read_parquet
 
     recs = [make_sample(index=i) for i in range(4)]
     recs[2]["status"] = "weird"
@@ -400,7 +400,7 @@ def test_parquet_problem_names_row(tmp_path):
 
 
 def test_pt_problem_names_sample_position(tmp_path):
-    from rollout_cli.inputs.slime_pt import read_pt
+    from rollout_cli.inputs.slime_pt.reader import read_pt
 
     recs = [make_sample(index=i) for i in range(3)]
     recs[1]["loss_mask"] = [1, 1, 1]

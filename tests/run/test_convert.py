@@ -503,7 +503,7 @@ def test_skip_every_sample_of_a_step(tmp_path):
 def split_inline(monkeypatch):
     """Make convert split even tiny JSONL files into byte ranges, and run the parts in this process."""
     import rollout_cli.run.convert as conv
-    import rollout_cli.inputs.jsonl as rj
+    import rollout_cli.inputs.jsonl.reader as rj
     from rollout_cli.run.engines.local import InlineEngine
 
     real = rj.split_ranges
@@ -700,7 +700,7 @@ def test_object_store_output_uploads_each_file_once(s3, tmp_path, monkeypatch):
     assert all(p.endswith(("/.staging/run.json", "/manifest.json")) or "/done/" in p for p in set(uploads) - listed)
     # with a pool, an input parsed in pieces stages its parts in a local folder, removed after the run
     monkeypatch.undo()
-    from rollout_cli.inputs import jsonl
+    from rollout_cli.inputs.jsonl import reader as jsonl
 
     monkeypatch.setattr(jsonl.split_ranges, "__defaults__", (64,))  # pieces of 64 bytes and up
     planned = []

@@ -91,7 +91,7 @@ def big_jsonl(path: Path, n: int = 600, bad_line: int | None = None) -> Path:
 @pytest.fixture
 def split_small(monkeypatch):
     """Let the planner cut even small JSONL files into byte ranges (driver side only)."""
-    from rollout_cli.inputs import jsonl
+    from rollout_cli.inputs.jsonl import reader as jsonl
 
     orig = jsonl.split_ranges
     monkeypatch.setattr(jsonl, "split_ranges", lambda path, parts, min_bytes=0: orig(path, parts, 16 << 10))

@@ -92,7 +92,7 @@ def test_a_failed_run_leaves_the_previous_output_as_it_was(run_dir, tmp_path):
 
 def test_a_step_read_in_parts_numbers_its_lines_from_the_files_start(tmp_path, monkeypatch):
     """Problems of later byte ranges carry the file's line numbers, also when a part stops."""
-    import rollout_cli.inputs.jsonl as rj
+    import rollout_cli.inputs.jsonl.reader as rj
     from rollout_cli.run.engines.local import InlineEngine
 
     real = rj.split_ranges

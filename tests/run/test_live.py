@@ -17,10 +17,11 @@ from typer.testing import CliRunner
 from conftest import SAMPLE_DATA, copts, make_sample, shard_bytes, tree_digest, write_jsonl, write_pt
 from rollout_cli.cli.app import app
 from rollout_cli.core.errors import IncompleteInputError, InvalidInputError
-from rollout_cli.inputs import jsonl as jsonl_mod
+from rollout_cli.inputs.jsonl import reader as jsonl_mod
 from rollout_cli.inspect import inspect_paths
 from rollout_cli.loader.load import open_dataset
 from rollout_cli.output import manifest as manifest_mod
+from rollout_cli.inputs import completeness
 from rollout_cli.run import live
 from rollout_cli.run.convert import convert
 from rollout_cli.verify.check import verify_output
@@ -269,15 +270,15 @@ def test_the_tail_checks(tmp_path):
     for data, want in [(b"", None), (b'{"a": 1}\n', None), (b'{"a": 1}', None), (b'{"a": 1}\n  \n', None),
                        (b'{"a": 1}\n{"a"', 2), (b'{"a"', 1), (b'{"a": 1}\n\n{"b": [', 3)]:
         f.write_bytes(data)
-        assert live.ends_inside_line(str(f)) == want, data
+        assert completeness.ends_inside_line(str(f)) == want, data
     big = tmp_path / "b.jsonl"  # a last line longer than one block read backwards
     big.write_bytes(b'{"a": 1}\n{"x": "' + b"y" * (3 << 20))
-    assert live.ends_inside_line(str(big)) == 2
+    assert completeness.ends_inside_line(str(big)) == 2
     t = tmp_path / "t.parquet"
     pq.write_table(pa.table({"a": [1, 2]}), t)
-    assert live._has_parquet_footer(str(t))
+    assert completeness.has_parquet_footer(str(t))
     t.write_bytes(t.read_bytes()[:-1])
-    assert not live._has_parquet_footer(str(t))
+    assert not completeness.has_parquet_footer(str(t))
 
 
 def test_an_input_on_an_object_store_cut_inside_a_line_is_pending(s3, tmp_path):

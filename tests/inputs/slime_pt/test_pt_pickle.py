@@ -1,4 +1,4 @@
-"""Tests of rollout_cli.inputs.pt_pickle: the torch-free restricted loader of torch.save zip files."""
+"""Tests of rollout_cli.inputs.slime_pt.pt_pickle: the torch-free restricted loader of torch.save zip files."""
 from __future__ import annotations
 
 import io
@@ -20,14 +20,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 try:
-    from rollout_cli.inputs import pt_pickle
+    from rollout_cli.inputs.slime_pt import pt_pickle
 except ImportError:  # run from elsewhere without the repo on sys.path
     sys.path.insert(0, str(REPO))
-    from rollout_cli.inputs import pt_pickle
+    from rollout_cli.inputs.slime_pt import pt_pickle
 
-from rollout_cli.inputs.pt_pickle import PtFormatError, UnsafePickleError, load_pt, load_pt_trusted
+from rollout_cli.inputs.slime_pt.pt_pickle import PtFormatError, UnsafePickleError, load_pt, load_pt_trusted
 
 # slime's dumps (sample_data/prime_rl holds a stand-in checkpoint file, not a torch dump)
 SAMPLE_PT = sorted(p for p in (REPO / "sample_data").rglob("*.pt") if "prime_rl" not in p.parts)
@@ -379,9 +379,8 @@ def test_module_does_not_import_torch(tmp_path):
     path = save({"samples": [{"t": torch.arange(3, dtype=torch.int32)}]}, tmp_path / "x.pt")
     evil = _torch_zip(tmp_path / "evil.pt", b"\x80\x02cantigravity\nfly\n)R.")
     code = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('pt_pickle', {str(Path(pt_pickle.__file__))!r})\n"
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        "import rollout_cli.inputs.slime_pt.pt_pickle as m\n"
         "assert 'torch' not in sys.modules, 'import'\n"
         f"out = m.load_pt({str(path)!r}); assert out['samples'][0]['t'].tolist() == [0, 1, 2]\n"
         "try:\n"

@@ -8,7 +8,7 @@ one `.pt` per step holding what the trainer computed, as slime's
      "dp_shards": [{"rank", "data_parallel_rank", "partition", "micro_batch_indices", ...}],
      "raw_reward": [one per rollout-dump sample]}
 
-Read through the same restricted unpickler as rollout dumps (`slime_pt.load_payload`), tensors
+Read through the same restricted unpickler as rollout dumps (`inputs.slime_pt.reader.load_payload`), tensors
 as numpy arrays. `TrainDump` is the checked form every train reader hands on: a reader of another
 framework returns a payload shaped like slime's and `from_payload` checks it.
 """
@@ -19,14 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidInputError
+from ...core import slime_keys as K
+from ...core.errors import InvalidInputError
 
 FORMAT_VERSION = 2
-# Fields holding one value per response token (CP shards are re-gathered before slime writes).
-TOKEN_FIELDS = ("loss_masks", "rollout_log_probs", "teacher_log_probs", "log_probs", "ref_log_probs", "values",
-                "advantages", "returns", "kl", "entropy", "opd_reverse_kl")
-# Fields holding one value per sample.
-SCALAR_FIELDS = ("response_lengths", "rewards", "rollout_ids", "truncated", "rollout_mask_sums", "total_lengths")
+TOKEN_FIELDS = K.DUMP_TOKEN_KEYS  # one value per response token
+SCALAR_FIELDS = K.DUMP_SCALAR_KEYS  # one value per sample
 
 
 @dataclass
@@ -48,7 +46,7 @@ class TrainDump:
 
 def is_train_payload(payload: Any) -> bool:
     """A train-side dump by its content: a `format_version` key next to a `samples` list."""
-    return isinstance(payload, dict) and "format_version" in payload and isinstance(payload.get("samples"), list)
+    return isinstance(payload, dict) and K.FORMAT_VERSION in payload and isinstance(payload.get(K.SAMPLES), list)
 
 
 def _int(v: Any) -> int | None:
@@ -87,9 +85,9 @@ def _check_sample(display: str, i: int, s: Any) -> int:
     pos = _int(s["rollout_position"])
     if pos is None or pos < 0:
         raise _bad(display, i, "rollout_position", f"expected a position in the rollout dump (an integer >= 0), got {s['rollout_position']!r}")
-    rl = _int(s.get("response_lengths"))
-    if "response_lengths" in s and rl is None:
-        raise _bad(display, i, "response_lengths", f"expected an integer, got {type(s['response_lengths']).__name__}")
+    rl = _int(s.get(K.RESPONSE_LENGTHS))
+    if K.RESPONSE_LENGTHS in s and rl is None:
+        raise _bad(display, i, K.RESPONSE_LENGTHS, f"expected an integer, got {type(s[K.RESPONSE_LENGTHS]).__name__}")
     if "tokens" in s:
         t = _array(s["tokens"])
         if t is None or t.ndim != 1 or (t.size and t.dtype.kind not in "iu"):
@@ -115,18 +113,18 @@ def from_payload(payload: Any, display: str) -> TrainDump:
     """Check a train-side payload (slime's layout, from any reader) and hold it as a TrainDump."""
     if not isinstance(payload, dict):
         raise InvalidInputError(f"{display}: expected a train dump {{'format_version': 2, 'samples': [...]}}, got {type(payload).__name__}")
-    if "format_version" not in payload:
+    if K.FORMAT_VERSION not in payload:
         keys = sorted(map(str, payload))[:8]
         raise InvalidInputError(f"{display}: format_version: missing (keys {keys}): not a train-side dump; "
                                 "a rollout dump goes before --train")
-    version = payload["format_version"]
+    version = payload[K.FORMAT_VERSION]
     if version != FORMAT_VERSION or isinstance(version, bool):
         raise InvalidInputError(f"{display}: format_version: expected {FORMAT_VERSION}, got {version!r}: "
                                 "a train dump of a layout this version cannot read")
-    samples = payload.get("samples")
+    samples = payload.get(K.SAMPLES)
     if not isinstance(samples, list):
         raise InvalidInputError(f"{display}: samples: expected a list, got {type(samples).__name__}")
-    step = _int(payload.get("rollout_id"))
+    step = _int(payload.get(K.ROLLOUT_ID))
     if step is None or not 0 <= step < 2**63:
         raise InvalidInputError(f"{display}: rollout_id: expected the step number, an integer in [0, 2**63 - 1], "
                                 f"got {payload.get('rollout_id')!r}")
@@ -139,11 +137,11 @@ def from_payload(payload: Any, display: str) -> TrainDump:
     dup = np.flatnonzero(positions[1:] == positions[:-1])
     if len(dup):
         raise InvalidInputError(f"{display}: rollout_position: {int(positions[dup[0]])} appears twice")
-    raw = payload.get("raw_reward")
+    raw = payload.get(K.RAW_REWARD)
     if raw is not None and not isinstance(raw, list):
         raw = list(raw) if isinstance(raw, (tuple, np.ndarray)) else None
-    shards = payload.get("dp_shards")
-    return TrainDump(display, step, samples, positions, raw, payload.get("rank"),
+    shards = payload.get(K.DP_SHARDS)
+    return TrainDump(display, step, samples, positions, raw, payload.get(K.RANK),
                      shards if isinstance(shards, list) else [])
 
 
@@ -222,6 +220,6 @@ _STR_OPS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "UNICODE"})
 def read_train(inp, trust_pickle: bool = False) -> TrainDump:
     """The registry's train entry: load the `.pt` (restricted unpickler unless `trust_pickle`)
     and check it."""
-    from .slime_pt import load_payload
+    from ..slime_pt.reader import load_payload
 
     return from_payload(load_payload(inp.path, inp.display, trust_pickle), inp.display)

@@ -9,9 +9,9 @@ from typing import BinaryIO, Iterator
 
 import orjson
 
-from ..core import storage
-from ..core.errors import InvalidInputError, Location, Problem
-from .base import RawChunk, line_json_error
+from ...core import storage
+from ...core.errors import InvalidInputError, Location, Problem
+from ..base import RawChunk, line_json_error
 
 try:
     from zstandard import ZstdError as _ZstdError
@@ -128,7 +128,7 @@ def read_jsonl(
         stream = open_binary(path)
     except OSError as e:
         raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
-    from .columns import columnar  # numpy: not for the converting process, which only splits files
+    from ..columns import columnar  # numpy: not for the converting process, which only splits files
     from .simd import SampleParser
 
     loads = orjson.loads
@@ -205,6 +205,13 @@ def peek_first_record(path: str) -> dict | None:
                 return None
             return rec if isinstance(rec, dict) else None
     return None
+
+
+
+def peek_step_value(path: str) -> object | None:
+    """The first record's `step` value, or None (the format's `step_field`)."""
+    rec = peek_first_record(path)
+    return rec.get("step") if rec else None
 
 
 def next_line_start(f, pos: int, size: int) -> int:

@@ -1,4 +1,4 @@
-"""Tests of rollout_cli.inputs.jsonl: records, line numbers and problems, whichever JSON parser
+"""Tests of rollout_cli.inputs.jsonl.reader: records, line numbers and problems, whichever JSON parser
 read a line."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import orjson
 
 from conftest import chunk_record
 from rollout_cli.pipeline.validate import normalize_chunk
-from rollout_cli.inputs import jsonl, simd
+from rollout_cli.inputs.jsonl import reader as jsonl, simd
 
 
 def _sample(i: int, **kw) -> dict:

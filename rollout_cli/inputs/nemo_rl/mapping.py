@@ -7,7 +7,7 @@ the response starts at the first loss-masked token `p0`; loss mask and rollout l
 `sample_loss_mask[0] == 0` is a removed sample; status `completed` (NeMo-RL records none).
 group_index is a key of the prompt tokens `token_ids[0][:p0]`: a step's parts are parsed by
 different workers, so the key depends on the prompt alone, and the step's finish renumbers the
-keys 0, 1, ... in order of first appearance (registry.CONTENT_GROUPS). One rollout per line:
+keys 0, 1, ... in order of first appearance (the format's `content_groups`). One rollout per line:
 the ids are left to the id rule, which numbers the lines of the step 0, 1, ... in order.
 """
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidInputError, Location, Problem
-from .base import RawChunk, line_json_error
-from .columns import columnar
-from .simd import SampleParser
+from ...core import slime_keys as K
+from ...core.errors import InvalidInputError, Location, Problem
+from ..base import RawChunk, line_json_error
+from ..columns import columnar
+from ..jsonl.simd import SampleParser
 
 PADDED = {"token_ids": "i", "token_loss_mask": "i", "generation_logprobs": "d", "prev_logprobs": "d", "advantages": "d"}
 _KINDS = {"i": "iu", "d": "fiu"}
@@ -297,15 +298,15 @@ def shape_chunk(chunk: RawChunk) -> RawChunk:
 
 
 def train_payload(inp) -> dict:
-    """See nemo_rl.train_payload."""
+    """See reader.train_payload."""
     import orjson
 
-    from . import nemo_rl
-    from .jsonl import open_binary
+    from .detect import step_and_split
+    from ..jsonl.reader import open_binary
 
     path = inp if isinstance(inp, str) else inp.path
     display = path if isinstance(inp, str) else inp.display
-    known = nemo_rl.step_and_split(path)
+    known = step_and_split(path)
     step = known[0] if known else None
     parse = SampleParser(PADDED, frozenset(PADDED)).parse  # every row whole: the trainer's too
     samples = []
@@ -328,16 +329,16 @@ def train_payload(inp) -> dict:
             except _Bad as e:
                 raise InvalidInputError(str(Problem(where, e.field, e.message, "nemo_rl.record"))) from None
             entry = {
-                "rollout_position": len(samples),
+                K.ROLLOUT_POSITION: len(samples),
                 "sample_index": s["index"],
-                "tokens": s["tokens"],
-                "response_lengths": s["response_length"],
-                "loss_masks": s["loss_mask"],
-                "rewards": s["reward"],
-                "rollout_log_probs": s.get("rollout_log_probs"),
-                "log_probs": None if rows["prev_logprobs"] is None else rows["prev_logprobs"][p0:n],
-                "advantages": None if rows["advantages"] is None else rows["advantages"][p0:n],
+                K.TOKENS: s["tokens"],
+                K.RESPONSE_LENGTHS: s["response_length"],
+                K.LOSS_MASKS: s["loss_mask"],
+                K.REWARDS: s["reward"],
+                K.ROLLOUT_LOG_PROBS: s.get("rollout_log_probs"),
+                K.LOG_PROBS: None if rows["prev_logprobs"] is None else rows["prev_logprobs"][p0:n],
+                K.ADVANTAGES: None if rows["advantages"] is None else rows["advantages"][p0:n],
                 "sample_mask": 0 if s.get("remove_sample") else 1,
             }
             samples.append(entry)
-    return {"format_version": 2, "rollout_id": step, "rank": 0, "samples": samples}
+    return {K.FORMAT_VERSION: 2, K.ROLLOUT_ID: step, K.RANK: 0, K.SAMPLES: samples}

@@ -2,7 +2,7 @@
 miles/ray/rollout/debug_data.py:36-117).
 
 miles writes each step three ways: `DIR/rollout_data/{id}.pt` (slime's payload plus a
-`metadata` key; read by the `.pt` reader, inputs/slime_pt.py), a per-token Parquet mirror
+`metadata` key; read by the `.pt` reader, inputs/slime_pt/reader.py), a per-token Parquet mirror
 `DIR/dashboard_columns/rollout_{id}.parquet` (sample_index, response_length, total_length,
 tokens, loss_mask, rollout_log_probs: no reward, status or group_index) and
 `DIR/trajectory/{id}.jsonl` (the conversations of samples that recorded them, as text).
@@ -18,7 +18,7 @@ import os
 import re
 from typing import Iterator
 
-from ..core.errors import InvalidInputError
+from ...core.errors import InvalidInputError
 
 _MIRROR = re.compile(r"^rollout_((?:eval_)?(\d+))\.parquet$")
 _TRAJECTORY = re.compile(r"^((?:eval_)?(\d+))\.jsonl$")

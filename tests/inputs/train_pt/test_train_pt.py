@@ -11,7 +11,7 @@ import torch
 
 import train_dumps as T
 from rollout_cli.core.errors import InvalidInputError, UsageError
-from rollout_cli.inputs import train_pt
+from rollout_cli.inputs.train_pt import reader as train_pt
 from rollout_cli.inputs.discover import InputFile, discover_train
 from rollout_cli.inputs.registry import read_train
 

@@ -16,14 +16,13 @@ import os
 import re
 from typing import Iterator
 
-from ..core import storage
+from ...core import storage
 
 NAME = "prime_rl"
 SUBSETS = ("effective", "all")  # the first is the default (core/options.py)
 _PATH = re.compile(r"(?:^|/)step_(\d+)/(train|eval)/(all|effective)/traces\.jsonl(?:\.gz|\.zst)?$")
 _HEAD = re.compile(rb'\s*\{"id":"[^"\\]*","env":\{')  # Episode's first two fields, in declaration order
 _STEP_DIR = re.compile(r"step_\d+$")
-_INPUT_ENDINGS = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".pt", ".parquet")
 # verifiers/v1/trace.py:492-504 (Trace.is_truncated)
 _LIMITS = frozenset({"max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "context_length"})
 _INT32_MAX = 2**31 - 1
@@ -42,7 +41,7 @@ def claims(path: str) -> bool:
         return True
     if storage.is_uri(path) or not path.lower().endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")):
         return False
-    from .jsonl import open_binary
+    from ..jsonl.reader import open_binary
 
     try:
         with open_binary(path) as f:
@@ -86,7 +85,9 @@ def _run_root(folder: str) -> str | None:
 def _companion(path: str) -> str | None:
     """What a file that looks like an input is, when it belongs to a prime-rl run folder outside
     `rollouts/` (the metrics log, a checkpoint's .pt, a token export), else None."""
-    if storage.is_uri(path) or not path.lower().endswith(_INPUT_ENDINGS):
+    from ..registry import extension_format
+
+    if storage.is_uri(path) or extension_format(path) is None:
         return None
     root = _run_root(os.path.dirname(path) or ".")
     if root is None:
@@ -352,10 +353,10 @@ def read(inp, request, info) -> Iterator:
     import numpy as np
     import orjson
 
-    from ..core.errors import InvalidInputError, Location, Problem
-    from .base import RawChunk, line_json_error
-    from .columns import columnar
-    from .jsonl import _IO_FAULTS, _ZstdError, CHUNK_BYTES, CHUNK_RECORDS, _lines, open_binary
+    from ...core.errors import InvalidInputError, Location, Problem
+    from ..base import RawChunk, line_json_error
+    from ..columns import columnar
+    from ..jsonl.reader import _IO_FAULTS, _ZstdError, CHUNK_BYTES, CHUNK_RECORDS, _lines, open_binary
 
     display = inp.display
     chunk_records = request.chunk_records or CHUNK_RECORDS
@@ -394,7 +395,7 @@ def read(inp, request, info) -> Iterator:
             yield columnar(RawChunk(display, "line", numbers, records, problems))
         info.lines = line_no
     except (OSError, EOFError, ValueError, zlib.error, _ZstdError) as e:
-        # as inputs/jsonl.py: a corrupt compressed stream is bad input, a storage fault is not
+        # as inputs/jsonl/reader.py: a corrupt compressed stream is bad input, a storage fault is not
         if isinstance(e, OSError) and e.errno in _IO_FAULTS:
             raise
         raise storage.input_error(display, e, f"{display}: cannot read: {e}") from None
@@ -403,7 +404,7 @@ def read(inp, request, info) -> Iterator:
 
 
 def split(inp, parts: int) -> list[tuple[int, int | None]]:
-    """Newline-aligned byte ranges of a plain file (inputs/jsonl.py); compressed files whole."""
-    from .jsonl import split as jsonl_split
+    """Newline-aligned byte ranges of a plain file (inputs/jsonl/reader.py); compressed files whole."""
+    from ..jsonl.reader import split as jsonl_split
 
     return jsonl_split(inp, parts)

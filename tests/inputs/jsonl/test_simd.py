@@ -1,4 +1,4 @@
-"""Tests of rollout_cli.inputs.simd: the simdjson path gives what orjson gives, with the numeric
+"""Tests of rollout_cli.inputs.jsonl.simd: the simdjson path gives what orjson gives, with the numeric
 lists as arrays of the same values, or hands the line over (None)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rollout_cli.inputs.simd import NUMERIC_LISTS, SampleParser
+from rollout_cli.inputs.jsonl.simd import NUMERIC_LISTS, SampleParser
 
 
 def parse(line: bytes):
@@ -169,7 +169,7 @@ def test_typical_samples_are_not_handed_over():
 @given(st.binary(max_size=64).map(lambda b: b.replace(b"\0", b"[")), st.integers(0, 70), st.integers(0, 70),
        st.integers(0, 8))
 def test_brackets_counts_up_to_one_past_what_is_expected(data, start, end, expected):
-    from rollout_cli.inputs.simd import _brackets
+    from rollout_cli.inputs.jsonl.simd import _brackets
 
     true = data[start:end].count(b"[")
     assert _brackets(data, start, end, expected) == min(true, expected + 1)

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from conftest import SAMPLE_DATA, copts, make_sample, read_rows, write_jsonl, write_pt
 from framework_dumps import miles_types, plain
 from rollout_cli.cli.app import app
-from rollout_cli.inputs import pt_pickle
-from rollout_cli.inputs.pt_pickle import PlainData, PtFormatError, UnsafePickleError, load_pt
+from rollout_cli.inputs.slime_pt import pt_pickle
+from rollout_cli.inputs.slime_pt.pt_pickle import PlainData, PtFormatError, UnsafePickleError, load_pt
 from rollout_cli.run.convert import convert
 
 MILES = SAMPLE_DATA / "miles"

@@ -17,12 +17,12 @@ from conftest import copts, read_rows, write_jsonl
 from framework_dumps import Conversation, Turn, gen, nemo_rl_batch, write_batched_jsonl
 from rollout_cli.cli.app import app
 from rollout_cli.core.errors import InvalidInputError
-from rollout_cli.inputs import nemo_rl
+from rollout_cli.inputs.nemo_rl import reader as nemo_rl
 from rollout_cli.inputs.discover import discover
 from rollout_cli.inputs.registry import read_input
 from rollout_cli.run.convert import convert
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "nemo_rl"
+SAMPLE = Path(__file__).resolve().parents[3] / "sample_data" / "nemo_rl"
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
                 derandomize=True, database=None)
 FAST = ["--workers", "1", "--no-mmap"]
@@ -119,7 +119,7 @@ def test_identical_prompts_apart_are_one_group(tmp_path):
 @pytest.fixture
 def split_inline(monkeypatch):
     """Cut even tiny JSONL files into byte ranges, and run the parts in this process."""
-    import rollout_cli.inputs.jsonl as rj
+    import rollout_cli.inputs.jsonl.reader as rj
     import rollout_cli.run.convert as conv_mod
     from rollout_cli.run.engines.local import InlineEngine
 
@@ -268,7 +268,7 @@ def test_inspect_shows_groups_and_verify_passes_on_the_output(tmp_path):
 
 
 def _mapped(rec):
-    from rollout_cli.inputs.nemo_rl_map import _Bad, to_sample
+    from rollout_cli.inputs.nemo_rl.mapping import _Bad, to_sample
 
     if rec is None:
         return "unparsed"
@@ -312,7 +312,7 @@ def nemo_lines(draw):
 def test_short_way_gives_what_parsing_the_whole_line_gives(line):
     import orjson
 
-    from rollout_cli.inputs.nemo_rl_map import LineParser
+    from rollout_cli.inputs.nemo_rl.mapping import LineParser
 
     block = b"xx\n" + line + b"\nyy"
     want = _mapped(orjson.loads(line))
@@ -321,7 +321,7 @@ def test_short_way_gives_what_parsing_the_whole_line_gives(line):
 
 
 def test_short_way_is_taken_for_the_loggers_lines():
-    from rollout_cli.inputs.nemo_rl_map import LineParser
+    from rollout_cli.inputs.nemo_rl.mapping import LineParser
 
     p = LineParser()
     line = (SAMPLE / "exp_001" / "train_data_step1.jsonl").read_bytes().split(b"\n")[0]
@@ -347,7 +347,7 @@ def test_trainer_rows_are_checked_by_train_payload_only(tmp_path):
     ([[1], [2]], "token_ids: expected a one-element list holding the padded row"),
 ])
 def test_padded_rows_the_json_fallback_parses_are_checked(value, expected):
-    from rollout_cli.inputs.nemo_rl_map import _Bad, to_sample
+    from rollout_cli.inputs.nemo_rl.mapping import _Bad, to_sample
 
     rec = {"rewards": [1.0], "input_lengths": [1], "token_ids": value, "token_loss_mask": [[1, 0]], "idx": 0}
     with pytest.raises(_Bad) as e:

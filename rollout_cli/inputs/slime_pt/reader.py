@@ -1,6 +1,6 @@
 """slime `.pt` debug dumps: `{"rollout_id": step, "samples": [Sample.to_dict(), ...]}`.
 
-Loaded without torch by a restricted unpickler (`pt_pickle`); only `--trust-pickle` unpickles
+Loaded without torch by a restricted unpickler (`pt_pickle.py`, with pt_allow.py and pt_tensors.py); only `--trust-pickle` unpickles
 arbitrary objects, through torch itself.
 """
 from __future__ import annotations
@@ -11,9 +11,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..core.errors import InvalidInputError, Location, Problem
-from .base import RawChunk
-from .columns import columnar
+from ...core import slime_keys as K
+from ...core.errors import InvalidInputError, Location, Problem
+from ...core.sample_fields import FLOAT_LISTS, INT_LISTS  # numeric lists a sample may hold as lists
+from ..base import RawChunk
+from ..columns import columnar
 
 # Samples converted per chunk: each chunk's arrays are new memory while the lists they replace
 # are still held (the unpickled graph is freed only as whole chunks are done)
@@ -28,7 +30,7 @@ class PtDump:
 
 
 def load_payload(path: str, display: str, trust_pickle: bool) -> Any:
-    from ..core import storage
+    from ...core import storage
 
     if storage.is_uri(path):  # zip archives need a seekable local file
         with storage.reading(display), storage.LocalCopy(path) as local:
@@ -56,7 +58,7 @@ def _open_dump(path: str, display: str, trust_pickle: bool) -> tuple[int | None,
     if not isinstance(payload, dict) or "samples" not in payload:
         got = type(payload).__name__ if not isinstance(payload, dict) else f"keys {sorted(map(str, payload))[:8]}"
         raise InvalidInputError(f"{display}: samples: expected slime's dump layout {{'rollout_id': step, 'samples': [...]}}, got {got}")
-    if "format_version" in payload:
+    if K.FORMAT_VERSION in payload:  # slime's train-side dump
         return None, True, None
     samples = payload["samples"]
     if not isinstance(samples, list):
@@ -89,23 +91,18 @@ def read_pt(path: str, display: str | None = None, trust_pickle: bool = False) -
     return PtDump(step, False, _chunk(display, samples, 0))
 
 
-# The numeric lists a sample's dict may hold as Python lists (tensors arrive as numpy arrays).
-_INT_LISTS = ("tokens", "loss_mask", "rollout_top_p_token_ids", "rollout_top_p_token_offsets")
-_FLOAT_LISTS = ("rollout_log_probs", "teacher_log_probs")
-
-
 def _as_arrays(s: dict) -> None:
     """Replace the sample's numeric lists by numpy arrays, freeing the lists. A list the
     validation must word a problem for (a leading bool, a float among ints, a string, a null,
     an int beyond int64) stays a list, so its message is the same as for any other input."""
-    for k in _INT_LISTS:
+    for k in INT_LISTS:
         v = s.get(k)
         if type(v) is list and v and type(v[0]) is not bool:
             try:
                 s[k] = np.frombuffer(array.array("q", v), dtype=np.int64)
             except (TypeError, OverflowError):
                 pass
-    for k in _FLOAT_LISTS:
+    for k in FLOAT_LISTS:
         v = s.get(k)
         if type(v) is list and v:
             try:

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from conftest import SAMPLE_DATA, copts, read_rows
 from rollout_cli.cli.app import app
-from rollout_cli.inputs import prime_rl
+from rollout_cli.inputs.prime_rl import reader as prime_rl
 from rollout_cli.inputs.discover import discover
 from rollout_cli.inputs.registry import read_input, split_input
 from rollout_cli.inputs.units import plan_units
@@ -291,7 +291,7 @@ def test_byte_ranges_give_the_same_samples_and_ids(tmp_path, monkeypatch):
     rng = random.Random(7)
     path = write_step(tmp_path / "run", 1, [forked_episode(rng) for _ in range(40)])
     (inp,), _, _ = discover([str(path)])
-    from rollout_cli.inputs import jsonl
+    from rollout_cli.inputs.jsonl import reader as jsonl
 
     orig = jsonl.split_ranges
     monkeypatch.setattr(jsonl, "split_ranges", lambda p, parts, min_bytes=0: orig(p, parts, 4096))

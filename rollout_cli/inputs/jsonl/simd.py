@@ -11,14 +11,8 @@ import numpy as np
 import simdjson
 
 # field -> simdjson buffer type: 'i' signed 64-bit integers, 'd' doubles (integers widen)
-NUMERIC_LISTS = {
-    "tokens": "i",
-    "loss_mask": "i",
-    "rollout_log_probs": "d",
-    "teacher_log_probs": "d",
-    "rollout_top_p_token_ids": "i",
-    "rollout_top_p_token_offsets": "i",
-}
+from ...core.sample_fields import NUMERIC_LISTS
+
 _DTYPES = {"i": np.int64, "d": np.float64}
 _ESCAPED_BRACKET = b"\\u005"  # the start of "\u005b"/"\u005B", a '[' written as an escape
 

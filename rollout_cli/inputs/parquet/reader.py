@@ -11,10 +11,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core import storage
-from ..core.errors import InvalidInputError, Location, Problem
-from .base import KEPT_TEXT_FIELDS, SAMPLE_FIELDS, TEXT_FIELDS, RawChunk
-from .parquet_parts import part_rows
+from ...core import storage
+from ...core.errors import InvalidInputError, Location, Problem
+from ...core.sample_fields import JSON_LIST_TYPES, arrow_type
+from ..base import KEPT_TEXT_FIELDS, SAMPLE_FIELDS, TEXT_FIELDS, RawChunk
+from .parts import part_rows
 
 # Rows per batch: the reader's buffers grow with the batch (a 1,024-row batch of 2,000-token
 # samples peaked at ~200 MB, 256 rows at ~90 MB) while its CPU time stays the same.
@@ -23,15 +24,7 @@ READ_BUFFER = 1 << 20
 # JSON text of these fields is parsed into Arrow lists of this type in one pass (pyarrow.json);
 # where that fails (a value of another type, a line break in the text), row by row with orjson,
 # so that validation words the problem as for any other input.
-_JSON_LIST_TYPES = {
-    "tokens": pa.list_(pa.int64()),
-    "loss_mask": pa.list_(pa.int64()),
-    "rollout_log_probs": pa.list_(pa.float64()),
-    "teacher_log_probs": pa.list_(pa.float64()),
-    "rollout_top_p_token_ids": pa.list_(pa.int64()),
-    "rollout_top_p_token_offsets": pa.list_(pa.int64()),
-    "rollout_routed_experts": pa.list_(pa.list_(pa.list_(pa.int64()))),
-}
+_JSON_LIST_TYPES = {name: arrow_type(t) for name, t in JSON_LIST_TYPES.items()}
 
 
 def _open(path: str, display: str) -> pq.ParquetFile:

@@ -2,10 +2,10 @@
 at most one part per MIN_PART_BYTES of file. A row group is never cut: Parquet has no row
 seek inside one (without a page index), so a part starting mid-group would decode and drop
 every row before it. A file of one row group (pyarrow writes up to a million rows as one)
-is read whole, its columns decoded on the spare cores (inputs/parquet.py)."""
+is read whole, its columns decoded on the spare cores (reader.py)."""
 from __future__ import annotations
 
-from ..core import storage
+from ...core import storage
 
 MIN_PART_BYTES = 32 << 20
 
@@ -52,3 +52,15 @@ def part_rows(k: int, n: int, group_rows: list[int]) -> tuple[range, int, int]:
     first = next((g for g in range(len(group_rows)) if starts[g + 1] > lo), len(group_rows))
     last = next((g for g in range(len(group_rows)) if starts[g + 1] >= hi), len(group_rows) - 1)
     return (range(first, last + 1) if hi > lo else range(0)), lo, hi
+
+
+def is_output_shard(path: str) -> bool:
+    """A shard of a rollout-cli output: its schema carries the output's schema version."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        md = pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowException):
+        return False
+    return b"rollout_cli.schema_version" in md
