@@ -1,6 +1,6 @@
 """One step of an audit: the rollout dump read and validated in chunks by convert's own stage
 functions (inputs.registry.read_input, pipeline.validate.normalize_chunk, then
-pipeline.step.compute_step for ids, rewards and the denominators), each chunk's samples
+pipeline.assemble.StepAssembler for ids, rewards and the denominators), each chunk's samples
 compared with the trainer's as they come, then the step-wide fields.
 
 Memory: the train dump of the step is held whole (one step at a time); the rollout dump is
@@ -19,8 +19,7 @@ from ..inputs.registry import read_input
 from ..inputs.train_pt.reader import TrainDump
 from ..inputs.units import Unit, record_step
 from ..inspect.loss_weight import loss_weight
-from ..pipeline.records import id_inputs, locator, summary_only
-from ..pipeline.step import compute_step
+from ..pipeline.assemble import StepAssembler
 from ..pipeline.validate import normalize_chunk
 from . import diff, loss_side, rules
 from .mismatch import Pair, TokenStats
@@ -173,49 +172,34 @@ def audit_step(unit: Unit, first, reading, step: int, td: TrainDump, opts: Audit
     inp = unit.input
     sa = StepAudit(step, inp.display, td.display, train_samples=len(td.samples), cap=opts.max_divergences)
     cmp = _Compare(sa, td, opts)
-    chunks, problems = [], []
-    row_pos, reward_values, mask_totals, raw, sample_index = [], [], [], [], []
-    records = 0
+    asm = StepAssembler.of_input(inp, opts, columns=["raw_reward", "sample_index"])
     for raw_chunk in chain([first] if first is not None else [], reading):
-        nc = normalize_chunk(raw_chunk, records, reward_key=opts.reward_key, keep_text=False, step=record_step(inp))
-        base, numbers = records, nc.numbers
+        nc = normalize_chunk(raw_chunk, asm.records, reward_key=opts.reward_key, keep_text=False, step=record_step(inp))
+        base = asm.records
 
         def where(p: int, nc=nc, base=base) -> Location:
             return Location(nc.source, nc.kind, nc.numbers[p - base])
 
         for b in nc.batches:
             cmp.batch(b, where)
-            row_pos.append(b.column("_pos").to_numpy())
-            reward_values.append(b.column("_reward_value").to_numpy())
-            mask_totals.append(b.column("_mask_total").to_numpy())
-            raw.append(b.column("raw_reward").to_numpy())
-            sample_index.extend(b.column("sample_index").to_pylist())
-        problems.extend((records + i, p) for i, p in nc.problems)
-        chunks.append(summary_only(nc))
-        records += len(numbers)
+        asm.add(nc)
         del nc
-    sa.rollout_samples = records
-    if problems:
-        raise _fail(inp.display, [p for _, p in problems])
-    where = locator(chunks)
-    id_state, explicit, group_index = id_inputs(chunks)
-    cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dtype=dt))
-    pos = cat(row_pos, np.int64)
+    records = sa.rollout_samples = asm.records
+    if asm.problems:
+        raise _fail(inp.display, [p for _, p in asm.problems])
     try:
-        sf = compute_step(
-            id_state=id_state, explicit=explicit, group_index=group_index, problems=[], where=where, row_pos=pos,
-            reward_values=cat(reward_values, np.float64), mask_totals=cat(mask_totals, np.int64), split=inp.split,
-            step=step, opts=opts, fail=True,
-        )
+        st = asm.finish(step, fail=True)
     except StepProblems as e:
         raise _fail(inp.display, e.args[0] if e.args else []) from None
-    masks = cat(mask_totals, np.int64)
-    values = cat(reward_values, np.float64)
+    sf, where, rows = st.fields, st.where, st.rows
+    pos = rows.column("_pos").to_numpy()
+    masks = rows.column("_mask_total").to_numpy()
+    values = rows.column("_reward_value").to_numpy()
     index_of = [None] * records
-    for p, v in zip(pos.tolist(), sample_index):
+    for p, v in zip(pos.tolist(), rows.column("sample_index").to_pylist()):
         index_of[p] = v
-    rch, ich = _choose(sa, td, pos, sf, values, masks, id_state, explicit, group_index, index_of, opts)
-    _step_fields(sa, td, pos, sf, cat(raw, np.float64), where, rch, ich)
+    rch, ich = _choose(sa, td, pos, sf, values, masks, st.id_state, st.explicit, st.group_index, index_of, opts)
+    _step_fields(sa, td, pos, sf, rows.column("raw_reward").to_numpy(), where, rch, ich)
     _loss_side(sa, td, pos, sf, masks, rch, ich, where, opts, cmp.masks)
     _figures(sa, cmp, pos, sf, td, where, records)
     sa.loss_weight = loss_weight(sf.ids[pos], masks, sf.mask_sums, sf.group_mask_sums, sf.group_rollouts, sf.step_totals)

@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..core.choices import Estimator, PrimeRlSubset, RewardBaseline, Scope, SiblingReward
+from ..core.choices import PrimeRlSubset
 from ..core.errors import ExitCode
 from . import options as o
 from .common import run_command
@@ -30,22 +30,14 @@ MaxDivergences = Annotated[Optional[int], typer.Option(
     help="List at most N divergences per step (the counts stay complete; 0: all).")]
 
 
+@o.rule_options
 def audit_cmd(
     paths: Annotated[List[str], typer.Argument(
         metavar="ROLLOUT_INPUT...", show_default=False,
         help="Rollout dump files or folders (searched recursively), as for convert.")],
     train: Train,
     max_divergences: MaxDivergences = 100,  # audit.options.DEFAULT_MAX_DIVERGENCES (a test compares)
-    advantage_estimator: o.AdvantageEstimator = Estimator(R.advantage_estimator),
-    reward_key: o.RewardKey = R.reward_key,
-    disable_rewards_normalization: o.DisableRewardsNormalization = not R.rewards_normalization,
-    disable_grpo_std_normalization: o.DisableGrpoStdNormalization = not R.grpo_std_normalization,
-    slime_compat: o.SlimeCompat = R.slime_compat,
-    rollout_batch_size: o.RolloutBatchSize = R.rollout_batch_size,
-    rollout_id_scope: o.RolloutIdScope = Scope(R.rollout_id_scope),
-    reward_baseline: o.RewardBaselineOpt = RewardBaseline(R.reward_baseline),
-    sibling_reward: o.SiblingRewardOpt = SiblingReward(R.sibling_reward),
-    n_samples_per_prompt: o.NSamplesPerPrompt = R.n_samples_per_prompt,
+    rules: o.RuleOptions = o.RULES,  # the rule group (cli/options.rule_options)
     steps: o.Steps = R.steps,
     trust_pickle: o.TrustPickle = R.trust_pickle,
     input_format: o.InputFormat = R.input_format,
@@ -67,13 +59,13 @@ def audit_cmd(
 
     Exit 0 when nothing diverges (rule differences included, unless --strict), 4 when something does, 3 on invalid input, 7 when nothing diverges but a --fail-on or --checks gate fails (docs/ci.md). --json prints {summary, rules, steps, divergences}, as docs/audit.md describes.
     """
-    rules = o.option_values(o.RuleOptions, locals())  # parameters are named as its fields
+    params = locals()  # named as the options' fields
     gates = plan("audit", fail_on, checks, junit_xml, as_json, verbose)
 
     def work():
         from ..audit import AuditOptions, audit_paths
 
-        opts = AuditOptions(**rules, max_divergences=max_divergences or None)
+        opts = o.options_of(AuditOptions, rules, params, max_divergences=max_divergences or None)
         return audit_paths(paths, train, opts)
 
     result = run_command(work, as_json, verbose)

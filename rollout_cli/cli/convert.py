@@ -7,8 +7,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..core.choices import (Compression, Engine, Estimator, OnError, PrimeRlSubset, RewardBaseline, Schedule, Scope,
-                            SiblingReward)
+from ..core.choices import Compression, Engine, OnError, PrimeRlSubset, Schedule
 from ..core.options import ConvertOptions
 from . import options as o
 from .common import run_command
@@ -94,6 +93,7 @@ KeepTrailing = Annotated[bool, typer.Option(
     "--keep-trailing", rich_help_panel=SCHEDULE, help="Train the rollouts slime drops as a short last step.")]
 
 
+@o.rule_options
 def convert(
     inputs: Annotated[List[str], typer.Argument(
         metavar="INPUT...", show_default=False,
@@ -101,16 +101,7 @@ def convert(
              "or - for JSONL on stdin.")],
     out: Annotated[str, typer.Argument(
         metavar="OUT", show_default=False, help="Output folder (a local path or an s3://, gs:// URI).")],
-    advantage_estimator: o.AdvantageEstimator = Estimator(D.advantage_estimator),
-    reward_key: o.RewardKey = D.reward_key,
-    disable_rewards_normalization: o.DisableRewardsNormalization = not D.rewards_normalization,
-    disable_grpo_std_normalization: o.DisableGrpoStdNormalization = not D.grpo_std_normalization,
-    slime_compat: o.SlimeCompat = D.slime_compat,
-    rollout_batch_size: o.RolloutBatchSize = D.rollout_batch_size,
-    rollout_id_scope: o.RolloutIdScope = Scope(D.rollout_id_scope),
-    reward_baseline: o.RewardBaselineOpt = RewardBaseline(D.reward_baseline),
-    sibling_reward: o.SiblingRewardOpt = SiblingReward(D.sibling_reward),
-    n_samples_per_prompt: o.NSamplesPerPrompt = D.n_samples_per_prompt,
+    rules: o.RuleOptions = o.RULES,  # the rule group (cli/options.rule_options)
     steps: o.Steps = D.steps,
     step: o.Step = D.step,
     trust_pickle: o.TrustPickle = D.trust_pickle,
@@ -148,7 +139,7 @@ def convert(
         "-v", "--verbose", help="List skipped files and notes; tracebacks for internal errors.")] = False,
 ) -> None:
     """Convert rollout dumps into sharded train-data Parquet plus a manifest."""
-    opts = ConvertOptions(**o.option_values(ConvertOptions, locals()))  # parameters are named as its fields
+    opts = o.options_of(ConvertOptions, rules, locals())  # parameters are named as its fields
 
     def work():
         from ..run.convert import convert as run_convert

@@ -10,7 +10,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..core.choices import Estimator, GroupBy, PrimeRlSubset, RewardBaseline, Scope, SiblingReward, Split
+from ..core.choices import GroupBy, PrimeRlSubset, Split
 from . import options as o
 from .common import run_command
 from .gating import apply, exit_if_failed, plan, print_lines
@@ -36,6 +36,7 @@ SplitOpt = Annotated[Split, typer.Option(
     "--split", metavar="SPLIT", rich_help_panel=o.VIEW, help=f"Which split to look at: {o.one_of(Split)}.")]
 
 
+@o.rule_options
 def inspect_cmd(
     paths: Annotated[List[str], typer.Argument(
         metavar="PATH...", show_default=False,
@@ -47,14 +48,7 @@ def inspect_cmd(
     show: Show = None,
     split: SplitOpt = Split.train,
     max_anomalies: o.MaxAnomalies = 100,  # inspect.options.DEFAULT_MAX_ANOMALIES (a test compares)
-    advantage_estimator: o.AdvantageEstimator = Estimator(R.advantage_estimator),
-    reward_key: o.RewardKey = R.reward_key,
-    disable_rewards_normalization: o.DisableRewardsNormalization = not R.rewards_normalization,
-    disable_grpo_std_normalization: o.DisableGrpoStdNormalization = not R.grpo_std_normalization,
-    rollout_id_scope: o.RolloutIdScope = Scope(R.rollout_id_scope),
-    reward_baseline: o.RewardBaselineOpt = RewardBaseline(R.reward_baseline),
-    sibling_reward: o.SiblingRewardOpt = SiblingReward(R.sibling_reward),
-    n_samples_per_prompt: o.NSamplesPerPrompt = R.n_samples_per_prompt,
+    rules: o.RuleOptions = o.RULES,  # the rule group (cli/options.rule_options)
     steps: o.Steps = R.steps,
     step: o.Step = R.step,
     trust_pickle: o.TrustPickle = R.trust_pickle,
@@ -74,13 +68,13 @@ def inspect_cmd(
 
     --json prints {summary, groups, anomalies}, as docs/inspect.md describes. With --fail-on or --checks, exit 7 when a gate fails (docs/ci.md).
     """
-    rules = o.option_values(o.RuleOptions, locals())  # parameters are named as its fields
+    params = locals()  # named as the options' fields
     gates = plan("inspect", fail_on, checks, junit_xml, as_json, verbose, excluded_by="--show" if show is not None else None)
 
     def work():
         from ..inspect import InspectOptions, inspect_paths, show_rollout
 
-        opts = InspectOptions(**rules, split=split.value, max_anomalies=max_anomalies or None)
+        opts = o.options_of(InspectOptions, rules, params, split=split.value, max_anomalies=max_anomalies or None)
         if show is not None:
             return show_rollout(paths, show, opts)
         shown = limit if (limit is not None or as_json) else TEXT_GROUP_LIMIT

@@ -1,17 +1,24 @@
 """The options several commands share, each declared once: flag, help, panel and metavar. A
 command names the parameter with the alias as its type and the library dataclass's field as its
 default (`steps: Steps = RULES.steps`), so the default lives in core/options.py alone. The choice
-lists in the help come from core/choices.py."""
+lists in the help come from core/choices.py.
+
+The id and reward rules are one group (`rule_options`): every command that computes rewards or
+ids takes all of them, with the same help and the defaults of core.options.RuleOptions, and
+receives them as one RuleOptions."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
+import typing
 from enum import Enum
-from typing import Annotated, List, Optional
+from typing import Annotated, Callable, List, Optional
 
 import typer
 
 from ..core.choices import Estimator, PrimeRlSubset, RewardBaseline, Scope, SiblingReward, values
-from ..core.options import RuleOptions
+from ..core.options import RULE_FIELDS, RuleOptions
 from ..inputs.registry import FORMATS
 
 RULES = RuleOptions()  # the defaults of the id and reward options
@@ -78,6 +85,70 @@ SiblingRewardOpt = Annotated[SiblingReward, typer.Option(
     "--sibling-reward", metavar="RULE", rich_help_panel=REWARDS,
     help="Under --reward-baseline rollout, a rollout whose samples carry different rewards: "
          + per_value({SiblingReward.error: "exit 3", SiblingReward.mean: "take their mean"}))]
+
+# The rule group: a parameter per field of RULE_FIELDS, in the order the help lists them; a
+# --disable-* switch negates the field it names.
+RULE_PARAMS = {
+    "advantage_estimator": AdvantageEstimator,
+    "reward_key": RewardKey,
+    "disable_rewards_normalization": DisableRewardsNormalization,
+    "disable_grpo_std_normalization": DisableGrpoStdNormalization,
+    "slime_compat": SlimeCompat,
+    "rollout_batch_size": RolloutBatchSize,
+    "rollout_id_scope": RolloutIdScope,
+    "reward_baseline": RewardBaselineOpt,
+    "sibling_reward": SiblingRewardOpt,
+    "n_samples_per_prompt": NSamplesPerPrompt,
+}
+
+
+def rule_field(param: str) -> str:
+    """The RuleOptions field a rule parameter sets."""
+    return param[len("disable_"):] if param.startswith("disable_") else param
+
+
+assert sorted(map(rule_field, RULE_PARAMS)) == sorted(RULE_FIELDS), "declare every rule option once"
+
+
+def rule_default(param: str):
+    """A rule parameter's default: its field's in RuleOptions (negated for --disable-*; as the
+    choice Enum for a choice)."""
+    value = getattr(RULES, rule_field(param))
+    if param.startswith("disable_"):
+        return not value
+    kind = typing.get_args(RULE_PARAMS[param])[0]
+    return kind(value) if isinstance(kind, type) and issubclass(kind, Enum) else value
+
+
+def rule_options(command: Callable) -> Callable:
+    """Give `command` the rule group: its parameter `rules` becomes the options of RULE_PARAMS
+    (where it stands, so the help keeps the command's order), and the command is called with
+    `rules`, a RuleOptions of their values (its input fields at their defaults)."""
+    sig = inspect.signature(command, eval_str=True)
+    own = list(sig.parameters.values())
+    at = [p.name for p in own].index("rules")
+    group = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=alias,
+                               default=rule_default(name)) for name, alias in RULE_PARAMS.items()]
+    params = own[:at] + group + own[at + 1:]
+
+    @functools.wraps(command)
+    def with_rules(**kwargs):
+        given = {name: kwargs.pop(name) for name in RULE_PARAMS}
+        return command(**kwargs, rules=RuleOptions(**option_values(RuleOptions, given)))
+
+    with_rules.__signature__ = sig.replace(parameters=params)
+    with_rules.__annotations__ = {p.name: p.annotation for p in params}
+    return with_rules
+
+
+def options_of(cls: type, rules: RuleOptions, params: dict, **extra):
+    """`cls` (RuleOptions or a subclass) from a command's rule group `rules`, its other
+    parameters named as fields (its `locals()`) and `extra`."""
+    values = {k: getattr(rules, k) for k in RULE_FIELDS}
+    values.update(option_values(cls, params))
+    values.update(extra)
+    return cls(**values)
+
 
 Steps = Annotated[Optional[str], typer.Option(
     "--steps", metavar="A:B", rich_help_panel=INPUTS, help="Select steps: A:B (inclusive), A:, :B or A.")]

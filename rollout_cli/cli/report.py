@@ -7,7 +7,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..core.choices import Estimator, PrimeRlSubset, Scope
+from ..core.choices import PrimeRlSubset
 from . import options as o
 from .common import run_command
 from .render import Progress
@@ -27,6 +27,7 @@ Details = Annotated[int, typer.Option(
          "then spread over the steps.")]
 
 
+@o.rule_options
 def report_cmd(
     paths: Annotated[List[str], typer.Argument(
         metavar="PATH...", show_default=False,
@@ -37,12 +38,7 @@ def report_cmd(
     overwrite: Overwrite = False,
     details: Details = 100,  # report.DEFAULT_DETAILS (a test compares)
     max_anomalies: o.MaxAnomalies = 100,  # ReportOptions.max_anomalies (a test compares)
-    advantage_estimator: o.AdvantageEstimator = Estimator(R.advantage_estimator),
-    reward_key: o.RewardKey = R.reward_key,
-    disable_rewards_normalization: o.DisableRewardsNormalization = not R.rewards_normalization,
-    disable_grpo_std_normalization: o.DisableGrpoStdNormalization = not R.grpo_std_normalization,
-    rollout_id_scope: o.RolloutIdScope = Scope(R.rollout_id_scope),
-    n_samples_per_prompt: o.NSamplesPerPrompt = R.n_samples_per_prompt,
+    rules: o.RuleOptions = o.RULES,  # the rule group (cli/options.rule_options)
     steps: o.Steps = R.steps,
     trust_pickle: o.TrustPickle = R.trust_pickle,
     input_format: o.InputFormat = R.input_format,
@@ -57,13 +53,13 @@ def report_cmd(
 
     --json prints {path, bytes, counts}.
     """
-    rules = o.option_values(o.RuleOptions, locals())  # parameters are named as its fields
+    params = locals()  # named as the options' fields
 
     def work():
         from ..inspect import InspectOptions
         from ..report import ReportOptions, build_report
 
-        opts = ReportOptions(InspectOptions(**rules), details=details, max_anomalies=max_anomalies or None,
+        opts = ReportOptions(InspectOptions(**vars(o.options_of(o.RuleOptions, rules, params))), details=details, max_anomalies=max_anomalies or None,
                              train=list(train) if train else None)
         with Progress(quiet or as_json, start="reading", prefix="") as progress:
             return build_report(paths, out, opts, overwrite=overwrite, progress=progress)

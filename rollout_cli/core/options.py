@@ -70,14 +70,18 @@ class RuleOptions:
 
     def rule_options(self) -> dict:
         """The settings that decide ids and rewards (what `inspect` shows and compares)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(RuleOptions)}
-        for k in ("steps", "step", "trust_pickle", "input_format", "prime_rl_subset"):
-            d.pop(k)
+        d = {k: getattr(self, k) for k in RULE_FIELDS}
         if not self.slime_compat:
             d.pop("rollout_batch_size")
         if self.reward_baseline == "sample":
             d.pop("sibling_reward")
         return d
+
+
+# RuleOptions' fields that choose what to read; the others (RULE_FIELDS) decide ids and rewards,
+# and every command that computes them takes each as an option (cli/options.py's rule group).
+INPUT_FIELDS = ("steps", "step", "trust_pickle", "input_format", "prime_rl_subset")
+RULE_FIELDS = tuple(f.name for f in dataclasses.fields(RuleOptions) if f.name not in INPUT_FIELDS)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Steps of dumps: each input read and validated, its ids, rejects, rewards and mask sums
 computed by the very stage functions `convert` runs (inputs.registry.read_input,
-pipeline.validate.normalize_chunk, pipeline.step.compute_step, with the unit and step rules of
-inputs.units), so the rows are the ones convert writes. Invalid samples are not fatal: they
+pipeline.validate.normalize_chunk, pipeline.assemble.StepAssembler, with the unit and step rules
+of inputs.units), so the rows are the ones convert writes. Invalid samples are not fatal: they
 become anomalies and, with their rollouts, are left out, as `convert --on-error skip` does.
 
 Memory: records are validated CHUNK_RECORDS at a time; a step keeps one small row per sample
@@ -9,7 +9,6 @@ Memory: records are validated CHUNK_RECORDS at a time; a step keeps one small ro
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import numpy as np
@@ -18,12 +17,12 @@ import pyarrow.compute as pc
 
 from ..core.errors import Location, Problem
 from ..inputs.discover import InputFile
-from ..inputs.registry import format_of, read_input
+from ..inputs.registry import read_input
 from ..inputs.units import Unit, claim_step, in_steps, record_step, train_dump_note, unit_step
 from ..pipeline.ids import reused_ids
-from ..pipeline.records import dense_groups, id_inputs, locator, summary_only
-from ..pipeline.step import StepFields, compute_step
-from ..pipeline.validate import ID_EXPLICIT, NormChunk, normalize_chunk, pre_schema
+from ..pipeline.assemble import AssembledStep, StepAssembler
+from ..pipeline.step import StepFields
+from ..pipeline.validate import ID_EXPLICIT, NormChunk, normalize_chunk
 from .anomalies import Anomalies, loc_dict, problem_kind, row_anomalies
 from .options import InspectOptions
 from .rows import ROW_SCHEMA, DumpRecords, StepData, dense
@@ -49,60 +48,32 @@ def validate_chunk(raw, base: int, inp: InputFile, opts: InspectOptions, keep_te
     return normalize_chunk(raw, base, reward_key=opts.reward_key, keep_text=keep_text, step=record_step(inp))
 
 
-@dataclass
-class _Read:
-    """What one pass over a dump keeps: per-record summaries and the small staged columns."""
-
-    payload: dict = field(default_factory=dict)
-    chunks: list[NormChunk] = field(default_factory=list)  # summaries only, no rows
-    problems: list[tuple[int, Problem]] = field(default_factory=list)  # validation problems by record position
-    small: list[pa.RecordBatch] = field(default_factory=list)
-    records: int = 0
-
-    def pre_table(self) -> pa.Table:
-        sch = pa.schema([pre_schema(False).field(c) for c in _SMALL_PRE])
-        return pa.Table.from_batches(self.small, schema=sch) if self.small else sch.empty_table()
-
-
-def _read(inp: InputFile, opts: InspectOptions) -> _Read:
-    r = _Read()
-    for raw in read_chunks(inp, opts, r.payload):
-        nc = validate_chunk(raw, r.records, inp, opts, keep_text=False)
-        r.chunks.append(summary_only(nc))
-        r.problems.extend((r.records + i, p) for i, p in nc.problems)
-        r.small.extend(b.select(_SMALL_PRE) for b in nc.batches)
-        r.records += len(raw)
-        del nc
-    return r
+def _read(inp: InputFile, opts: InspectOptions, payload: dict) -> StepAssembler:
+    """One pass over a dump: per-record summaries and the small staged columns of its rows."""
+    asm = StepAssembler.of_input(inp, opts, columns=_SMALL_PRE)
+    for raw in read_chunks(inp, opts, payload):
+        asm.add(validate_chunk(raw, asm.records, inp, opts, keep_text=False))
+    return asm
 
 
 def dump_step(unit: Unit, opts: InspectOptions, anomalies: Anomalies, seen: dict, notes: list) -> StepData | None:
     """Read, validate and id one dump file as convert does; keep per-sample summaries only.
     None when convert would skip it (a train-side dump, or a step outside --steps)."""
     inp = unit.input
-    read = _read(inp, opts)
-    if read.payload.get("train_dump"):
+    payload: dict = {}
+    asm = _read(inp, opts, payload)
+    if payload.get("train_dump"):
         notes.append(train_dump_note(unit))
         return None
-    step = unit_step(unit, read.payload.get("step"))
+    step = unit_step(unit, payload.get("step"))
     if not in_steps(step, opts.steps):
         return None  # a .pt whose payload step (which wins over its name) is not selected
     claim_step(seen, inp.split, step, inp.display)
-    where = locator(read.chunks)
-    id_state, explicit, group_index = id_inputs(read.chunks)
-    pre = read.pre_table()
-    read.small = []
-    if format_of(inp.format).content_groups:  # as convert's finish renumbers them
-        group_index, pre = dense_groups(group_index, pre)
-    sf = compute_step(
-        id_state=id_state, explicit=explicit, group_index=group_index, problems=read.problems, where=where,
-        row_pos=pre.column("_pos").to_numpy(), reward_values=pre.column("_reward_value").to_numpy(),
-        mask_totals=pre.column("_mask_total").to_numpy(), split=inp.split, step=step, opts=opts, fail=False,
-        unknown_groups_ok=True,
-    )
-    _problem_anomalies(sf, read.problems, where, anomalies, inp.split, step)
-    _id_anomalies(sf, (id_state, explicit, group_index), where, opts, anomalies, inp, step)
-    return _kept_step(inp, step, pre, sf, read, where, opts, anomalies)
+    st = asm.finish(step, fail=False, unknown_groups_ok=True)
+    notes.extend(st.fields.notes)
+    _problem_anomalies(st.fields, st.problems, st.where, anomalies, inp.split, step)
+    _id_anomalies(st.fields, (st.id_state, st.explicit, st.group_index), st.where, opts, anomalies, inp, step)
+    return _kept_step(inp, st, opts, anomalies)
 
 
 def _problem_anomalies(sf: StepFields, problems: list[tuple[int, Problem]], where: Callable[[int], Location],
@@ -150,12 +121,10 @@ def _id_anomalies(sf: StepFields, id_in: tuple, where: Callable[[int], Location]
         anomalies.add_recorded(a, split, step, {"file": inp.display})
 
 
-def _kept_step(inp: InputFile, step: int, pre: pa.Table, sf: StepFields, read: _Read, where: Callable[[int], Location],
-               opts: InspectOptions, anomalies: Anomalies) -> StepData:
+def _kept_step(inp: InputFile, st: AssembledStep, opts: InspectOptions, anomalies: Anomalies) -> StepData:
     """The rows convert keeps, with their ids, rewards and mask sums, and their anomalies."""
-    split = inp.split
-    if not sf.keep.all():
-        pre = pre.filter(pa.array(sf.keep))
+    split, step, sf, where = inp.split, st.step, st.fields, st.where
+    pre = st.kept()
     pos = pre.column("_pos").to_numpy()
     if not sf.groups_known:
         missing = [int(pos[k]) for k, g in enumerate(sf.group_keys) if isinstance(g, tuple)]
@@ -186,7 +155,7 @@ def _kept_step(inp: InputFile, step: int, pre: pa.Table, sf: StepFields, read: _
         schema=ROW_SCHEMA,
     )
     records = DumpRecords(inp, sf.ids, sf.assigned, sf.rejected, sf.reasons, where)
-    sd = StepData(split, step, inp.display, read.records, int(sf.rejected.sum()), rows, groups_known=sf.groups_known,
+    sd = StepData(split, step, inp.display, st.records, int(sf.rejected.sum()), rows, groups_known=sf.groups_known,
                   records=records)
     sd.zero_variance_groups = row_anomalies(sd, lambda i: loc_dict(where(int(pos[i]))), anomalies, opts.n_samples_per_prompt)
     return sd

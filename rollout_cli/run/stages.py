@@ -13,18 +13,18 @@ from ..core.arrays import concat_adjacent
 from ..core.cores import usable_cores
 from ..core.errors import Location, Problem
 from ..inputs.units import in_steps, record_step, train_dump_note, unit_step
-from ..pipeline.records import dense_groups, id_inputs, locator
 from ..pipeline.arena import ValueArena
 from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
 from ..core.options import ConvertOptions
 from ..core import layout
 from ..output.commit import staged_path as _staged
 from ..pipeline.plan import ShardPlan, plan_shards
-from ..inputs.registry import format_of, read_input
+from ..inputs.registry import read_input
 from ..core.schema import SCHEDULE_COLUMNS, train_schema
 from ..pipeline.fields import STEP_FIELDS, group_fields, step_fields
 from ..pipeline.schedule import ScheduleConfig, build_schedule, trailing_warning
-from ..pipeline.step import StepFields, compute_step
+from ..pipeline.assemble import StepAssembler
+from ..pipeline.step import StepFields
 from ..inputs.units import Unit
 from .tasks import PartResult, PartTask, UnitResult
 from ..output.write import write_ipc, write_parquet
@@ -173,7 +173,7 @@ def _group_units(group_index: list, ids: np.ndarray) -> np.ndarray:
     return np.fromiter((labels.setdefault(find(("r", r)), len(labels)) for r in ids.tolist()), dtype=np.int64, count=len(ids))
 
 
-def _read_staged(parts: list[PartResult], bases: np.ndarray, schema: pa.Schema) -> pa.Table:
+def _read_staged(parts: list[PartResult], bases: list[int], schema: pa.Schema) -> pa.Table:
     """The parts' staged rows as one table in memory, one chunk per column: the bytes written
     must not depend on how the parse was cut into chunks and parts (that varies with --workers).
     The staged files are unmapped on return, so the step's rows are held once, not twice."""
@@ -252,27 +252,18 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         if r.kind == "line":
             _shift_lines(r, line_offset)
             line_offset += r.lines
-    chunks = [NormChunk(r.source, r.kind, r.numbers, r.id_state, r.explicit_id, r.group_index, r.valid) for r in parts]
-    where = locator(chunks)
-    bases = np.cumsum([0] + [r.records for r in parts])
-    id_state, explicit, group_index = id_inputs(chunks)
-    n = len(id_state)
-    problems: list[tuple[int, Problem]] = [(int(bases[k]) + i, p) for k, r in enumerate(parts) for i, p in r.problems]
+    asm = StepAssembler.of_input(inp, opts)
+    bases = [asm.add(NormChunk(r.source, r.kind, r.numbers, r.id_state, r.explicit_id, r.group_index, r.valid, r.problems))
+             for r in parts]
+    n = asm.records
     # the valid rows, in order
     if held is not None:
         pre = _one_chunk(held, pre_schema(opts.keep_text), threads)
     else:
         pre = _read_staged(parts, bases, pre_schema(opts.keep_text))
-    if format_of(inp.format).content_groups:  # keys of the prompt's content, the same in every part
-        group_index, pre = dense_groups(group_index, pre)
-    sf = compute_step(
-        id_state=id_state, explicit=explicit, group_index=group_index, problems=problems, where=where,
-        row_pos=pre.column("_pos").to_numpy(), reward_values=pre.column("_reward_value").to_numpy(),
-        mask_totals=pre.column("_mask_total").to_numpy(), split=inp.split, step=step, opts=opts,
-        fail=opts.on_error == "fail",
-    )
-    if not sf.keep.all():
-        pre = pre.filter(pa.array(sf.keep))
+    st = asm.finish(step, rows=pre, fail=opts.on_error == "fail")
+    sf, group_index, pre = st.fields, st.group_index, st.kept()
+    del st  # the rows left out are let go
     pos = pre.column("_pos").to_numpy()
     ids = sf.ids[pos]
     gi = [group_index[p] for p in pos.tolist()]

@@ -1,6 +1,6 @@
-"""The two slime hooks, built on the pipeline's stage functions (validate, ids, rewards, fields,
-step), so that what they return for a batch equals what `convert` writes for it as a dump
-(samples without group_index are the exception: they follow slime's reward rows, see `_chunk`)."""
+"""The two slime hooks, built on the pipeline's stages (validate, then the step assembler: ids,
+rewards, fields), so that what they return for a batch equals what `convert` writes for it as a
+dump (samples without group_index are the exception: they follow slime's reward rows, see `_chunk`)."""
 from __future__ import annotations
 
 import json
@@ -14,12 +14,13 @@ import numpy as np
 import pyarrow as pa
 
 from ..core import slime_keys as K
-from ..core.errors import InvalidInputError, Location, StepProblems, UsageError
+from ..core.errors import InvalidInputError, StepProblems, UsageError
 from ..core.options import REWARD_BASELINES, SCOPES, SIBLING_REWARDS, RuleOptions
 from ..inputs.base import RawChunk
+from ..pipeline.assemble import StepAssembler
 from ..pipeline.rewards import slime_row_length
-from ..pipeline.step import StepFields, compute_step
-from ..pipeline.validate import normalize_chunk, pre_schema
+from ..pipeline.step import StepFields
+from ..pipeline.validate import normalize_chunk
 from .defaults import slime_arg
 
 log = logging.getLogger("rollout_cli.slime")
@@ -118,10 +119,6 @@ class _Batch:
     fields: StepFields
 
 
-def _where(i: int) -> Location:
-    return Location(SOURCE, "sample", i)
-
-
 def _chunk(opts: RuleOptions, size: int) -> int:
     """How many consecutive samples without group_index make one prompt group, as slime groups
     rewards: slime's own rows (pipeline.rewards.slime_row_length)."""
@@ -157,26 +154,19 @@ def _summary(problems: list, index: list) -> str:
 def _run_stages(samples: list, opts: RuleOptions) -> _Batch:
     records = [_record(s) for s in samples]
     chunk = RawChunk(SOURCE, "sample", list(range(len(records))), records)
-    nc = normalize_chunk(chunk, 0, reward_key=opts.reward_key, keep_text=False)
-    table = pa.Table.from_batches(nc.batches, schema=pre_schema(False)) if nc.batches else pre_schema(False).empty_table()
+    asm = StepAssembler(opts, split="train")
+    asm.add(normalize_chunk(chunk, 0, reward_key=opts.reward_key, keep_text=False))
     try:
-        sf = compute_step(
-            id_state=np.asarray(nc.id_state, dtype=np.int8),
-            explicit=np.fromiter((0 if v is None else v for v in nc.explicit_id), dtype=np.int64, count=len(records)),
-            group_index=nc.group_index, problems=nc.problems, where=_where,
-            row_pos=table.column("_pos").to_numpy(), reward_values=table.column("_reward_value").to_numpy(),
-            mask_totals=table.column("_mask_total").to_numpy(), split="train", step=0, opts=opts, fail=True,
-            chunk=_chunk(opts, len(records)),
-        )
+        st = asm.finish(0, fail=True, chunk=_chunk(opts, len(records)))
     except StepProblems as e:
         problems = e.args[0]
         raise InvalidInputError(_summary(problems, [r.get("index") for r in records]), problems) from None
-    for a in sf.anomalies:
+    for a in st.fields.anomalies:
         if a.get("level") == "warning":
             log.warning("rollout_cli.slime: %s", a["message"])
-    for note in sf.notes:  # "step 0: ...": the hook is not told the step, so the batch is named
+    for note in st.fields.notes:  # "step 0: ...": the hook is not told the step, so the batch is named
         log.info("rollout_cli.slime: this batch: %s", note.partition(": ")[2])
-    return _Batch(records, table, sf)
+    return _Batch(records, st.rows, st.fields)
 
 
 def post_process_rewards(args: Any, samples: list) -> tuple[list[float], list[float]]:

@@ -70,8 +70,8 @@ def test_docs_check_flags_a_stale_page(tmp_path):
 # ------------------------------------------------------------------------------ one declaration
 
 
-SHARED = ("advantage_estimator", "n_samples_per_prompt", "reward_key", "disable_rewards_normalization",
-          "disable_grpo_std_normalization", "rollout_id_scope", "steps", "step", "trust_pickle")
+# the input options a command that reads dumps shares (the rule group: tests/cli/test_options.py)
+SHARED_INPUTS = ("steps", "step", "trust_pickle", "input_format", "prime_rl_subset")
 
 
 def _params(name: str) -> dict[str, TyperOption]:
@@ -82,13 +82,15 @@ def _declared(p: TyperOption) -> tuple:
     return p.opts, p.help, p.metavar, p.rich_help_panel, p.default
 
 
-def test_convert_inspect_and_report_share_the_rule_options():
-    conv, insp, rep = _params("convert"), _params("inspect"), _params("report")
-    for name in SHARED:
-        assert _declared(conv[name]) == _declared(insp[name]), name
-        if name != "step":  # report reads whole runs: no --step
-            assert _declared(conv[name]) == _declared(rep[name]), name
-    # every id/reward field of the library is a convert flag
+def test_convert_inspect_report_and_audit_share_the_input_options():
+    conv = _params("convert")
+    for name in ("inspect", "report", "audit"):
+        other = _params(name)
+        for field in SHARED_INPUTS:
+            if field == "step" and name in ("report", "audit"):  # they read whole runs: no --step
+                continue
+            assert _declared(conv[field]) == _declared(other[field]), (name, field)
+    # every field of the library's RuleOptions is a convert flag
     given = cli_options.option_values(RuleOptions, {name: p.default for name, p in conv.items()})
     assert set(given) == {f.name for f in dataclasses.fields(RuleOptions)}
 
@@ -99,13 +101,6 @@ def test_option_values_maps_flags_to_fields():
         "disable_rewards_normalization": False, "shards": 4, "as_json": True, "inputs": ["x"]})
     assert got == {"advantage_estimator": "gspo", "grpo_std_normalization": False, "rewards_normalization": True, "shards": 4}
     assert type(got["advantage_estimator"]) is str
-
-
-@pytest.mark.parametrize("name", ["inspect", "report"])
-def test_rule_defaults_equal_library_defaults(name):
-    lib = RuleOptions()
-    got = cli_options.option_values(RuleOptions, {n: p.default for n, p in _params(name).items()})
-    assert len(got) >= 8 and all(getattr(lib, k) == v for k, v in got.items()), got
 
 
 def test_inspect_and_report_defaults_equal_library_defaults():
