@@ -182,13 +182,18 @@ class Output:
             raise UsageError(f"{self.root}: shard {shard} out of range: this output has {len(s.shards)} shard(s) per step")
         return s.shards[shard]
 
+    def structure_problems(self) -> list[str]:
+        """Every field verify relies on that the manifest lacks or has of the wrong type
+        (manifest.structure_problems: stricter than open_output, e.g. digests required)."""
+        return manifest_mod.structure_problems(self.manifest)
+
     def pending_of(self, split: str | None = None) -> tuple[Pending, ...]:
         return tuple(p for p in self.pending if split is None or p.split == split)
 
     # -- files ------------------------------------------------------------------------------
     def full_path(self, rel: str) -> str:
         """A path the manifest lists (relative to OUT) as a path or URI to read."""
-        return storage.join(self.root, rel) if storage.is_uri(self.root) else os.path.join(self.root, *rel.split("/"))
+        return storage.join(self.root, rel)
 
     def paths(self, step: int, shard: int, split: str = "train") -> tuple[str, str | None]:
         """(Parquet path, Arrow IPC path or None) of one shard."""

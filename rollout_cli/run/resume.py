@@ -13,6 +13,7 @@ from ..core import layout, storage
 from ..inputs.units import Unit
 from ..output import manifest as manifest_mod
 from ..output.commit import RUN, check_resume
+from ..output.model import open_output
 
 
 def has_staging(out: str) -> bool:
@@ -31,9 +32,10 @@ def up_to_date(out: str, units: list[Unit], options: dict, fingerprints: dict[st
     if has_staging(out) or not layout.is_output(out):
         return None
     check_resume(out, options)
-    prev = manifest_mod.read(out)
-    if prev.get("pending"):  # steps left out while their inputs were being written: convert them now
+    model = open_output(out)
+    if model.pending:  # steps left out while their inputs were being written: convert them now
         return None
+    prev = model.manifest
     return prev if prev.get("tool_version") == __version__ and _same_inputs(prev, units, fingerprints) else None
 
 
