@@ -17,7 +17,6 @@ from ..core.errors import IntegrityError
 from ..core.versions import FORMAT, READ_SCHEMA_VERSIONS, SCHEMA_VERSION, __version__
 from ..core import layout
 from ..core.layout import REJECTS
-from ..pipeline.fields import STEP_FIELDS
 
 
 SIZE_MTIME = "size+mtime"  # the `fingerprint` of an input on an object store: what its listing reports
@@ -118,6 +117,8 @@ def structure_problems(m: dict) -> list[str]:
     options, counts, rejects, each step's counts and denominators, each shard's path inside
     OUT, counts and digest, its IPC copy's. [] for a well-formed manifest. output/model.py's
     open_output checks less (what reading needs: a manifest without digests still loads)."""
+    from ..pipeline.fields import STEP_FIELDS  # pyarrow: not at the converting process's start-up
+
     bad: list[str] = []
 
     def need_int(d: dict, key: str, where: str, lo: int = 0) -> None:

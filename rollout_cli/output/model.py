@@ -398,7 +398,7 @@ def _opt_int(d: dict, key: str, where: str, broken) -> int | None:
     return v
 
 
-def _file(d: Any, top: str, where: str, broken, split_path: str) -> FileEntry:
+def _file(d: Any, top: str, where: str, broken) -> FileEntry:
     if not isinstance(d, dict) or not isinstance(d.get("path"), str):
         raise broken(f"{where}: malformed shard entry {str(d)[:200]}")
     if not layout.is_safe(d["path"], (top,)):
@@ -422,7 +422,7 @@ def _step(e: Any, i: int, broken) -> Step:
     parsed = []
     for r, d in enumerate(shards):
         w = f"{split} step {step}: shard {r}"
-        f = _file(d, tree, w, broken, split)
+        f = _file(d, tree, w, broken)
         mm = d.get("mmap")
         if mm is not None and not isinstance(mm, dict):
             raise broken(f"{w}.mmap: expected an object or null, got {mm!r}")
@@ -430,7 +430,7 @@ def _step(e: Any, i: int, broken) -> Step:
             split=split, step=step, index=r, path=f.path, rows=_opt_int(d, "rows", w, broken),
             rollouts=_opt_int(d, "rollouts", w, broken), tokens=_opt_int(d, "tokens", w, broken),
             bytes=f.bytes, digest=f.digest,
-            mmap=_file(mm, f"{layout.MMAP}/{tree}", f"{w}.mmap", broken, split) if mm is not None else None,
+            mmap=_file(mm, f"{layout.MMAP}/{tree}", f"{w}.mmap", broken) if mm is not None else None,
             row_groups=_opt_int(d, "row_groups", w, broken)))
     sched = e.get("schedule")
     if sched is not None and not isinstance(sched, dict):

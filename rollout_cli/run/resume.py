@@ -13,7 +13,6 @@ from ..core import layout, storage
 from ..inputs.units import Unit
 from ..output import manifest as manifest_mod
 from ..output.commit import RUN, check_resume
-from ..output.model import open_output
 
 
 def has_staging(out: str) -> bool:
@@ -32,6 +31,8 @@ def up_to_date(out: str, units: list[Unit], options: dict, fingerprints: dict[st
     if has_staging(out) or not layout.is_output(out):
         return None
     check_resume(out, options)
+    from ..output.model import open_output  # pyarrow: not at the converting process's start-up
+
     model = open_output(out)
     if model.pending:  # steps left out while their inputs were being written: convert them now
         return None
