@@ -1,10 +1,12 @@
 """rollout-cli: turn RL rollout sample dumps (slime `.pt`, JSONL, Parquet) into sharded
-train-data Parquet, and load it back onto the GPU."""
+train-data Parquet, read it back (`open_output`, no torch needed), and load it onto the GPU
+(`open_dataset`)."""
 from __future__ import annotations
 
 from .core.versions import __version__
 
-__all__ = ["__version__", "convert", "ConvertOptions", "open_dataset", "PackedBatch", "RankDataset"]
+__all__ = ["__version__", "convert", "ConvertOptions", "open_output", "Output", "open_dataset", "PackedBatch",
+           "RankDataset"]
 
 
 def __getattr__(name: str):
@@ -13,8 +15,12 @@ def __getattr__(name: str):
         from .run import convert as _c
 
         return getattr(_c, name)
-    if name in ("open_dataset", "PackedBatch", "RankDataset"):
-        from .loader import load as _l
+    if name in ("open_output", "Output"):  # the torch-free model of an output
+        from .output import model as _m
+
+        return getattr(_m, name)
+    if name in ("open_dataset", "PackedBatch", "RankDataset"):  # its torch face
+        from . import loader as _l
 
         return getattr(_l, name)
     raise AttributeError(name)

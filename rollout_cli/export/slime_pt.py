@@ -26,13 +26,12 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from ..core import layout, storage
+from ..core import storage
 from ..core.errors import IntegrityError, OutputError, OutputExistsError, UsageError, output_error
 from ..inputs.discover import parse_steps
 from ..output import lock as writer_lock
-from ..output import manifest
+from ..output.model import Output, Step, open_output
 from ..core.storage import fsync_dir
 
 FORMATS = ("slime-pt",)
@@ -87,22 +86,12 @@ def _check_dest(dest: str, overwrite: bool) -> bool:
     return True
 
 
-def _read_step(out: str, entry: dict, keep_text: bool) -> pa.Table:
-    tables = []
-    for sh in entry["shards"]:
-        if not layout.is_safe(sh["path"], tuple(layout.SPLIT_TREES.values())):
-            raise IntegrityError(f"{layout.manifest_path(out)}: shard path {sh['path']!r} leaves the output folder")
-        path = storage.join(out, sh["path"])
-        try:
-            t = pq.read_table(storage.open_read(path, seekable=True) if storage.is_uri(path) else path)
-        except (OSError, pa.ArrowInvalid) as e:
-            raise IntegrityError(f"{path}: unreadable shard: {e}") from None
-        if t.num_rows != sh["rows"]:
-            raise IntegrityError(f"{path}: {t.num_rows} rows, the manifest says {sh['rows']}")
-        tables.append(t)
+def _read_step(o: Output, s: Step) -> pa.Table:
+    """A step's rows, every shard's (read from the Parquet files), in input order."""
+    tables = list(o.tables(s.step, s.split, source="parquet"))
     t = pa.concat_tables(tables) if tables else None
     if t is None or "rollout_position" not in t.schema.names or "selected_reward" not in t.schema.names:
-        raise IntegrityError(f"{out}: shards lack the position and selected_reward columns; convert again with this version")
+        raise IntegrityError(f"{o.root}: shards lack the position and selected_reward columns; convert again with this version")
     return t.take(pc.sort_indices(t, [("rollout_position", "ascending")]))
 
 
@@ -167,7 +156,7 @@ def export_slime_pt(out: str, dest: str, *, steps: str | None = None, split: str
     if split is not None and split not in SPLITS:
         raise UsageError(f"--split: expected train or eval, got {split!r}")
     lo, hi = parse_steps(steps)
-    m = manifest.read(out)
+    o = open_output(out)
     if _is_inside(dest, out) or _is_inside(out, dest):
         raise UsageError(f"{dest}: must not contain or lie inside the output {out}")
     if wait is not None and not wait >= 0:
@@ -180,16 +169,17 @@ def export_slime_pt(out: str, dest: str, *, steps: str | None = None, split: str
     except OSError as e:
         raise output_error(dest, e) from None
     try:
-        return _export_locked(out, dest, m, split, lo, hi, steps, overwrite, torch, t0)
+        return _export_locked(o, dest, split, lo, hi, steps, overwrite, torch, t0)
     finally:
         lock.release()
 
 
-def _export_locked(out: str, dest: str, m: dict, split, lo, hi, steps, overwrite: bool, torch, t0: float) -> dict:
+def _export_locked(o: Output, dest: str, split, lo, hi, steps, overwrite: bool, torch, t0: float) -> dict:
     _check_dest(dest, overwrite)  # under the lock: no other export is writing it
-    keep_text = bool(m.get("options", {}).get("keep_text", False))
-    chosen = [e for e in m.get("steps", []) if (split is None or e["split"] == split)
-              and (lo is None or e["step"] >= lo) and (hi is None or e["step"] <= hi)]
+    out = o.root
+    keep_text = bool(o.options.get("keep_text", False))
+    chosen = [e for e in o.steps if (split is None or e.split == split)
+              and (lo is None or e.step >= lo) and (hi is None or e.step <= hi)]
     if not chosen:
         what = f"{split} steps" if split else "steps"
         raise UsageError(f"{out}: no {what}" + (f" in --steps {steps}" if steps else ""))
@@ -204,11 +194,11 @@ def _export_locked(out: str, dest: str, m: dict, split, lo, hi, steps, overwrite
     files = []
     try:
         for e in chosen:
-            name = f"{e['step']}.pt" if e["split"] == "train" else f"eval_{e['step']}.pt"
-            samples = _samples(_read_step(out, e, keep_text), torch)
+            name = f"{e.step}.pt" if e.split == "train" else f"eval_{e.step}.pt"
+            samples = _samples(_read_step(o, e), torch)
             path = os.path.join(stage, name)
-            _save(torch, {"rollout_id": e["step"], "samples": samples}, path)
-            files.append({"path": name, "split": e["split"], "step": e["step"], "samples": len(samples),
+            _save(torch, {"rollout_id": e.step, "samples": samples}, path)
+            files.append({"path": name, "split": e.split, "step": e.step, "samples": len(samples),
                           "bytes": os.path.getsize(path)})
         fsync_dir(stage)
         _commit(stage, dest, overwrite)
@@ -221,8 +211,8 @@ def _export_locked(out: str, dest: str, m: dict, split, lo, hi, steps, overwrite
     notes = [f"not kept by conversion, exported with slime's defaults: {', '.join(LOST_FIELDS)}"]
     if not keep_text:
         notes.append("prompt, response and label were not kept (convert without --keep-text): exported empty")
-    if m.get("options", {}).get("reward_key"):
-        notes.append(f"reward is the selected number (reward[{m['options']['reward_key']!r}]): replay without --reward-key")
+    if o.options.get("reward_key"):
+        notes.append(f"reward is the selected number (reward[{o.options['reward_key']!r}]): replay without --reward-key")
     return {"out": out, "dest": dest, "format": "slime-pt", "files": files, "samples": sum(f["samples"] for f in files),
             "notes": notes, "seconds": round(time.perf_counter() - t0, 3)}
 

@@ -62,7 +62,7 @@ def inspect_paths(
 def _pending(src: Sources, opts: InspectOptions) -> list[dict]:
     """Converted outputs: the steps of the split looked at that were left out while their input
     was being written (the manifest's `pending`), each with the output it belongs to."""
-    return [dict(p, out=out) for out, m in src.outputs for p in manifest_mod.pending_steps(m, opts.split)]
+    return [dict(p.as_dict(), out=o.root) for o in src.outputs for p in o.pending_of(opts.split)]
 
 
 def _rounded(v: Any) -> Any:
@@ -89,14 +89,14 @@ def _files(src: Sources, totals: Totals, split: str) -> int:
     if src.kind != "converted":
         return len(totals.per_step)
     shown = {p["step"] for p in totals.per_step}
-    return sum(len(s.get("shards", [])) for _, m in src.outputs for s in m["steps"] if s["split"] == split and s["step"] in shown)
+    return sum(len(s.shards) for o in src.outputs for s in o.steps if s.split == split and s.step in shown)
 
 
 def _options(src: Sources, opts: InspectOptions, notes: list[str]) -> Any:
     """`summary.options`: the id/reward options used (dumps), or each manifest's options."""
     if src.kind != "converted":
         return opts.id_reward_options()
-    ms = [m["options"] for _, m in src.outputs]
+    ms = [o.options for o in src.outputs]
     if opts.id_reward_options() != InspectOptions().id_reward_options():
         notes.append("id and reward options apply to dumps only; converted output has the ids and rewards of its manifest's options")
     return ms[0] if len(ms) == 1 else ms

@@ -1,4 +1,4 @@
-"""Steps of a converted output: its manifest (output.manifest.read) and its shards, read one
+"""Steps of a converted output: its model (output/model.py's open_output) and its shards, read one
 record batch at a time and only the small columns (never `tokens`); rejects.jsonl and the
 manifest's anomalies listed as the anomalies of dumps are."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from ..core import layout, storage
 from ..core.errors import IntegrityError, InvalidInputError, UsageError
 from ..inputs.units import in_steps
-from ..output import manifest as manifest_mod
+from ..output.model import Output, open_output
 from ..pipeline.rewards import group_keys
 from ..pipeline.step import SIBLING_RULE
 from .anomalies import Anomalies, problem_kind, row_anomalies
@@ -33,10 +33,11 @@ _BATCH_ROWS = 8192
 is_output = layout.is_output  # a converted output folder (complete: it has its manifest)
 
 
-def read_manifest(out: str) -> dict:
-    """The output's manifest; an unreadable one is invalid input here (exit 3)."""
+def read_output(out: str) -> Output:
+    """The output's model (its manifest read and checked); a broken one is invalid input here
+    (exit 3)."""
     try:
-        return manifest_mod.read(out)
+        return open_output(out)
     except IntegrityError as e:
         raise InvalidInputError(str(e)) from None
 
@@ -136,33 +137,33 @@ def _step_rows(got: _Shards, step: int, keys: list) -> pa.Table:
     )
 
 
-def output_steps(out: str, m: dict, opts: InspectOptions, anomalies: Anomalies, seen: set) -> Iterator[StepData]:
-    """The selected steps of one output (manifest `m`), in manifest order."""
-    mopts = m.get("options", {})
-    for s in m.get("steps", []):
-        split, step = s["split"], int(s["step"])
+def output_steps(o: Output, opts: InspectOptions, anomalies: Anomalies, seen: set) -> Iterator[StepData]:
+    """The selected steps of one output, in manifest order."""
+    out, mopts = o.root, o.options
+    for s in o.steps:
+        split, step = s.split, s.step
         if split != opts.split or not in_steps(step, opts.steps):
             continue
         if (split, step) in seen:
             raise UsageError(f"{out}: {split} step {step} is also given by another input")
         seen.add((split, step))
         got = _Shards()
-        for k, sh in enumerate(s.get("shards", [])):
-            path = storage.join(out, sh["path"])
+        for k, sh in enumerate(s.shards):
+            path = o.full_path(sh.path)
             got.names.append(path)
             _read_shard(path, k, got)
         keys, groups_known = _prompt_keys([g for p in got.parts for g in p.column("group_index").to_pylist()], mopts)
         rows = _step_rows(got, step, keys)
-        rejected = int(s.get("rejected", 0))
+        rejected = s.rejected
         sd = StepData(split, step, out, rows.num_rows + rejected, rejected, rows, groups_known=groups_known)
         for path, r, rl, ml in got.length_bad:
             anomalies.add("loss_mask_length", "error", split, step,
                           f"loss_mask: expected length {rl} (response_length), got {ml}", [{"file": path, "row": r}], field="loss_mask",
                           rule="loss_mask.length")
-        for a in m.get("anomalies", []):
+        for a in o.anomalies:
             if a.get("split") == split and a.get("step") == step:
                 anomalies.add_recorded(a, split, step, {"file": layout.manifest_path(out)})
-        _reject_anomalies(out, m, split, step, anomalies)
+        _reject_anomalies(o, split, step, anomalies)
         sd.zero_variance_groups = row_anomalies(sd, got.where_row(), anomalies, mopts.get("n_samples_per_prompt"))
         yield sd
 
@@ -178,12 +179,12 @@ def _rule_before_ids(fld: str | None, reason: str) -> str | None:
     return None
 
 
-def _reject_anomalies(out: str, m: dict, split: str, step: int, anomalies: Anomalies) -> None:
+def _reject_anomalies(o: Output, split: str, step: int, anomalies: Anomalies) -> None:
     """rejects.jsonl records of one step, as the anomalies inspect lists for invalid dump samples."""
-    info = m.get("rejects")
+    info = o.rejects
     if not info:
         return
-    path = storage.join(out, info.get("path", layout.REJECTS))
+    path = o.full_path(info.get("path", layout.REJECTS))
     try:
         f = io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else open(path, "rb")
     except OSError as e:

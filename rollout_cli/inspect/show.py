@@ -162,8 +162,8 @@ def _show_dump_many(sd: StepData, opts: InspectOptions, want_ids: list[int]) -> 
 
 
 def _output_step(src: Sources, opts: InspectOptions, want_step: int | None, want_id: int) -> tuple[str, dict]:
-    candidates = [(out, s) for out, m in src.outputs for s in m.get("steps", [])
-                  if s["split"] == opts.split and (want_step is None or s["step"] == want_step)]
+    candidates = [(o.root, s.record) for o in src.outputs for s in o.steps
+                  if s.split == opts.split and (want_step is None or s.step == want_step)]
     if want_step is None and len(candidates) != 1:
         raise UsageError(f"--show {want_id}: {len(candidates)} {opts.split} steps in the output; name the step as STEP:ID")
     if not candidates:

@@ -13,14 +13,15 @@ from ..inputs.units import Unit, plan_units
 from .anomalies import Anomalies
 from .dumps import dump_steps
 from .options import InspectOptions
-from .outputs import is_output, output_steps, read_manifest
+from ..output.model import Output
+from .outputs import is_output, output_steps, read_output
 from .rows import StepData
 
 
 @dataclass
 class Sources:
     kind: str  # "dumps" | "converted"
-    outputs: list[tuple[str, dict]] = field(default_factory=list)  # converted: (folder, its manifest), as given
+    outputs: list[Output] = field(default_factory=list)  # converted: each output's model, as given
     units: list[Unit] = field(default_factory=list)  # dumps: the units of the split looked at
     notes: list[str] = field(default_factory=list)
     other_split: int = 0  # inputs (dumps) or steps (converted) of the other split
@@ -39,8 +40,8 @@ def resolve(paths: list[str], opts: InspectOptions) -> Sources:
     if outs:
         if len(outs) != len(paths):
             raise UsageError("give either converted outputs (folders with manifest.json) or dumps, not both")
-        src = Sources("converted", outputs=[(o, read_manifest(o)) for o in outs])
-        src.other_split = sum(s.get("split") != opts.split for _, m in src.outputs for s in m.get("steps", []))
+        src = Sources("converted", outputs=[read_output(o) for o in outs])
+        src.other_split = sum(s.split != opts.split for o in src.outputs for s in o.steps)
         return src
     units, _, notes = plan_units(list(paths), opts)
     for u in units:
@@ -76,5 +77,5 @@ def iter_step_data(src: Sources, opts: InspectOptions, anomalies: Anomalies, not
         yield from dump_steps(src.units, opts, anomalies, notes)
         return
     seen: set = set()
-    for out, m in src.outputs:
-        yield from output_steps(out, m, opts, anomalies, seen)
+    for o in src.outputs:
+        yield from output_steps(o, opts, anomalies, seen)

@@ -1,2 +1,19 @@
-"""The trainer side: open a converted output through its manifest, memory-map a shard's
-Arrow IPC copy and hand out packed batches (flat tokens and cu_seqlens) or slime's train_data."""
+"""The trainer side, in torch: open a converted output through its model (output/model.py),
+memory-map a shard's Arrow IPC copy and hand out packed batches (flat tokens and cu_seqlens) or
+slime's train_data. The names load on first use, so that loader/views.py (no torch) imports
+without torch."""
+from __future__ import annotations
+
+__all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "SPLITS"]
+
+
+def __getattr__(name: str):
+    if name == "PackedBatch":
+        from .batch import PackedBatch
+
+        return PackedBatch
+    if name in ("open_dataset", "Dataset", "RankDataset", "SPLITS", "SOURCES"):
+        from . import dataset
+
+        return getattr(dataset, name)
+    raise AttributeError(name)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from ..core import hashing, storage
+from ..core.hashing import DIGEST_KEYS, digest_of
 from ..core.errors import IntegrityError
 from ..core.versions import FORMAT, READ_SCHEMA_VERSIONS, SCHEMA_VERSION, __version__
 from ..core import layout
+from ..core.layout import REJECTS
 
 
 SIZE_MTIME = "size+mtime"  # the `fingerprint` of an input on an object store: what its listing reports
@@ -99,6 +102,104 @@ def read(out: str) -> dict:
         reads = ", ".join(map(str, READ_SCHEMA_VERSIONS))
         raise ManifestError(path, "schema_version", f"schema_version {v!r}; this tool reads {reads}")
     return m
+
+
+_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def structure_problems(m: dict) -> list[str]:
+    """Every field of the manifest `m` (as read() returned it) that verify relies on and finds
+    missing or of the wrong type, as `where: what` lines (invariant `manifest_structure`):
+    options, counts, rejects, each step's counts and denominators, each shard's path inside
+    OUT, counts and digest, its IPC copy's. [] for a well-formed manifest. output/model.py's
+    open_output checks less (what reading needs: a manifest without digests still loads)."""
+    from ..pipeline.fields import STEP_FIELDS  # pyarrow: not at the converting process's start-up
+
+    bad: list[str] = []
+
+    def need_int(d: dict, key: str, where: str, lo: int = 0) -> None:
+        v = d.get(key)
+        if not _is_int(v) or v < lo:
+            bad.append(f"{where}.{key}: expected an integer >= {lo}, got {v!r}")
+
+    def need_digest(d: dict, where: str) -> None:
+        dg = digest_of(d)
+        if dg is None:
+            bad.append(f"{where}: no checksum (expected one of the keys {', '.join(DIGEST_KEYS)})")
+        elif not isinstance(dg[1], str) or not _HEX.fullmatch(dg[1]):
+            bad.append(f"{where}.{dg[0]}: expected 64 hex digits, got {dg[1]!r}")
+
+    opts = m.get("options")
+    if not isinstance(opts, dict):
+        bad.append(f"options: expected an object, got {type(opts).__name__}")
+    else:
+        need_int(opts, "shards", "options", 1)
+        if not isinstance(opts.get("keep_text", False), bool):
+            bad.append(f"options.keep_text: expected true/false, got {opts.get('keep_text')!r}")
+    counts = m.get("counts")
+    if not isinstance(counts, dict):
+        bad.append(f"counts: expected an object, got {type(counts).__name__}")
+    else:
+        for k in ("input_samples", "rows", "rejected", "steps", "eval_steps"):
+            need_int(counts, k, "counts")
+    if not isinstance(m.get("inputs", []), list):
+        bad.append("inputs: expected a list")
+    if "generation" in m and not layout.is_generation(m["generation"]):
+        bad.append(f"generation: expected lowercase hex digits, got {m['generation']!r}")
+    rj = m.get("rejects")
+    if rj is not None:
+        if not isinstance(rj, dict):
+            bad.append(f"rejects: expected an object or null, got {type(rj).__name__}")
+        else:
+            if rj.get("path") != layout.in_generation(m.get("generation"), REJECTS):
+                bad.append(f"rejects.path: expected {layout.in_generation(m.get('generation'), REJECTS)!r}, got {rj.get('path')!r}")
+            need_int(rj, "count", "rejects")
+            need_digest(rj, "rejects")
+    steps = m.get("steps")
+    if not isinstance(steps, list):
+        bad.append(f"steps: expected a list, got {type(steps).__name__}")
+        steps = []
+    for i, s in enumerate(steps):
+        where = f"steps[{i}]"
+        if not isinstance(s, dict):
+            bad.append(f"{where}: expected an object")
+            continue
+        if s.get("split") not in layout.SPLITS:
+            bad.append(f"{where}.split: expected 'train' or 'eval', got {s.get('split')!r}")
+        need_int(s, "step", where, -(2**63))
+        for k in ("samples", "rows", "rejected", "rollouts", "tokens", *STEP_FIELDS):
+            need_int(s, k, where)
+        tps = s.get("tokens_per_shard")
+        if not isinstance(tps, list) or not all(_is_int(t) for t in tps):
+            bad.append(f"{where}.tokens_per_shard: expected a list of integers")
+        shards = s.get("shards")
+        if not isinstance(shards, list):
+            bad.append(f"{where}.shards: expected a list")
+            continue
+        for r, sh in enumerate(shards):
+            w = f"{where}.shards[{r}]"
+            if not isinstance(sh, dict):
+                bad.append(f"{w}: expected an object")
+                continue
+            if not layout.is_safe(sh.get("path"), tuple(layout.SPLIT_TREES.values())) or not sh["path"].endswith(".parquet"):
+                bad.append(f"{w}.path: expected a .parquet path under data/ or eval/, got {sh.get('path')!r}")
+            for k in ("rows", "rollouts", "tokens", "bytes"):
+                need_int(sh, k, w)
+            need_digest(sh, w)
+            mm = sh.get("mmap")
+            if mm is not None:
+                if not isinstance(mm, dict):
+                    bad.append(f"{w}.mmap: expected an object or null")
+                    continue
+                if not layout.is_safe(mm.get("path"), (layout.MMAP,)) or not mm["path"].endswith(".arrow"):
+                    bad.append(f"{w}.mmap.path: expected an .arrow path under mmap/, got {mm.get('path')!r}")
+                need_int(mm, "bytes", w + ".mmap")
+                need_digest(mm, w + ".mmap")
+    return bad
 
 
 PENDING_KEYS = ("path", "format", "split", "step", "reason")

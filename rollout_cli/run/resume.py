@@ -31,9 +31,12 @@ def up_to_date(out: str, units: list[Unit], options: dict, fingerprints: dict[st
     if has_staging(out) or not layout.is_output(out):
         return None
     check_resume(out, options)
-    prev = manifest_mod.read(out)
-    if prev.get("pending"):  # steps left out while their inputs were being written: convert them now
+    from ..output.model import open_output  # pyarrow: not at the converting process's start-up
+
+    model = open_output(out)
+    if model.pending:  # steps left out while their inputs were being written: convert them now
         return None
+    prev = model.manifest
     return prev if prev.get("tool_version") == __version__ and _same_inputs(prev, units, fingerprints) else None
 
 

@@ -9,7 +9,7 @@ from rollout_cli.core.schema import SLIME_KEYS, train_schema
 
 PKG = Path(K.__file__).resolve().parents[1]
 # the modules that build or read slime's dicts
-USERS = ["slime/plugin.py", "loader/load.py", "inputs/train_pt/reader.py", "inputs/nemo_rl/reader.py",
+USERS = ["slime/plugin.py", "loader/slime.py", "inputs/train_pt/reader.py", "inputs/nemo_rl/reader.py",
          "inputs/nemo_rl/mapping.py", "inputs/slime_pt/reader.py", "audit/step.py", "audit/diff.py",
          "audit/train_side.py", "audit/loss_side.py", "audit/rules.py"]
 # keys that are no train-row column's name (so a literal of one in code is a slime key)
@@ -38,7 +38,7 @@ def test_no_module_types_out_a_slime_key():
     found = []
     for rel in USERS:
         # the loader's batch has attributes named after slime's keys: only its dict builders count
-        fns = ["to_slime_train_data", "_with_schedule"] if rel == "loader/load.py" else [None]
+        fns = ["train_data", "_with_schedule"] if rel == "loader/slime.py" else [None]
         found += [f"{rel}: {v}" for fn in fns for _, v in _literals(PKG / rel, fn)]
     assert found == ["inputs/nemo_rl/mapping.py: rewards"]  # NeMo-RL's own log key, read there
 

@@ -1,0 +1,278 @@
+"""PackedBatch: one shard of one step (or a slice of it) as flat torch tensors: the token and
+response streams with their offsets, the per-sample arrays and the step's denominators; moving
+it (one pinned staging buffer, one host-to-device copy) and cutting it into micro-batches.
+slime's train_data form is loader/slime.py's."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Iterator
+
+import numpy as np
+
+try:
+    import torch
+except ModuleNotFoundError as e:  # torch is an extra: say which
+    if e.name != "torch":
+        raise
+    raise ModuleNotFoundError("the loader (open_dataset, PackedBatch, RankDataset) hands out torch tensors and needs "
+                              "torch: pip install 'rollout-cli[torch]'", name="torch") from None
+
+from ..core.errors import UsageError
+from . import slime
+
+__all__ = ["PackedBatch"]
+
+_STAGING_ALIGN = 64
+
+
+@dataclass(eq=False, repr=False)
+class PackedBatch:
+    """One shard of one step, packed: flat token and response streams plus per-sample arrays.
+
+    Layout (n = num_samples):
+      tokens            int32 [sum(total_lengths)]   every sample's prompt+response ids, concatenated
+      cu_seqlens        int32 [n+1]                  sample i is tokens[cu_seqlens[i]:cu_seqlens[i+1]]
+      loss_mask         uint8 [sum(response_lengths)] every sample's mask, concatenated
+      rollout_log_probs, teacher_log_probs
+                        float32, same layout as loss_mask, or None when the shard has none
+                        (samples that lack them, in a shard where others have them, hold NaN)
+      response_lengths, total_lengths                int32 [n]
+      rewards float32, raw_rewards float64, rollout_ids int64, rollout_mask_sums int64,
+      group_mask_sums, group_rollouts int64 (of the sample's prompt group),
+      sample_indices / group_indices int64 (-1 where null), truncated bool,
+      remove_samples bool (slime's remove_sample: the sample's loss mask is all zeros; false
+                        for every sample of an output written before the column, schema 2),
+      round_numbers int64 (-1 where null) or None      [n]
+      source_names      list[str] or None (not a tensor)
+      step_mask_sum, step_rollouts, step_samples, step_groups   int: the whole step's loss-mask
+                        total, rollouts, samples and prompt groups (over all shards; README
+                        "Loss denominators")
+
+    On CPU after `load()` the tensors are views of the memory-mapped shard (no copy).
+    """
+
+    tokens: torch.Tensor
+    cu_seqlens: torch.Tensor
+    loss_mask: torch.Tensor
+    response_lengths: torch.Tensor
+    total_lengths: torch.Tensor
+    rewards: torch.Tensor
+    raw_rewards: torch.Tensor
+    rollout_ids: torch.Tensor
+    sample_indices: torch.Tensor
+    group_indices: torch.Tensor
+    rollout_mask_sums: torch.Tensor
+    group_mask_sums: torch.Tensor
+    group_rollouts: torch.Tensor
+    truncated: torch.Tensor
+    remove_samples: torch.Tensor
+    rollout_log_probs: torch.Tensor | None
+    teacher_log_probs: torch.Tensor | None
+    round_numbers: torch.Tensor | None = None
+    source_names: list[str] | None = None
+    step: int = 0
+    shard: int = 0
+    split: str = "train"
+    step_mask_sum: int = 0
+    step_rollouts: int = 0
+    step_samples: int = 0
+    step_groups: int = 0
+    # --schedule slime shards: per sample, its position in the step (slime's partition entry),
+    # optimizer step and micro-batch within the rank's optimizer step (int64 each); else None
+    rollout_positions: torch.Tensor | None = None
+    optimizer_steps: torch.Tensor | None = None
+    micro_batch_ids: torch.Tensor | None = None
+    # the step's schedule record from the manifest, and a reader of its whole-batch lists
+    schedule: dict | None = field(default=None, repr=False)
+    _whole_batch: Any = field(default=None, repr=False)
+    # the single pinned buffer every tensor is a view of, after pin_memory() (not public)
+    _staging: torch.Tensor | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        opt = [k for k in ("rollout_log_probs", "teacher_log_probs", "round_numbers") if getattr(self, k) is not None]
+        return (f"PackedBatch(split={self.split!r}, step={self.step}, shard={self.shard}, samples={self.num_samples}, "
+                f"tokens={self.num_tokens}, response_tokens={int(self.loss_mask.numel())}, device={self.device}, "
+                f"pinned={self._staging is not None}, optional={opt})")
+
+    # -- making ------------------------------------------------------------------------------
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, Any], **meta) -> "PackedBatch":
+        """A batch whose tensors are views of the numpy arrays `arrays` (loader/views.unpack's
+        form: field name -> array, None, or a list for source_names); `meta`: step, shard, split."""
+        return cls(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}, **meta)
+
+    # -- shape ------------------------------------------------------------------------------
+    @property
+    def num_samples(self) -> int:
+        return int(self.response_lengths.numel())
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.tokens.numel())
+
+    @property
+    def device(self) -> torch.device:
+        return self.tokens.device
+
+    @property
+    def response_cu_seqlens(self) -> torch.Tensor:
+        """int32 [n+1] offsets of each sample's response span in loss_mask / log-probs."""
+        out = torch.zeros(self.num_samples + 1, dtype=torch.int32, device=self.response_lengths.device)
+        torch.cumsum(self.response_lengths, 0, out=out[1:])
+        return out
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor of the batch by field name (None fields left out)."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name != "_staging" and isinstance(v, torch.Tensor):
+                out[f.name] = v
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors().values())
+
+    # -- moving -----------------------------------------------------------------------------
+    def pin_memory(self) -> "PackedBatch":
+        """A copy whose tensors are views of ONE page-locked host buffer (a single allocation,
+        one memcpy per tensor).  Without CUDA it warns and returns self, as DataLoader does.
+        Also what `DataLoader(pin_memory=True)` calls."""
+        if self.device.type != "cpu":
+            raise ValueError(f"pin_memory: the batch is on {self.device}, not the CPU")
+        if self._staging is not None:
+            return self
+        if not torch.cuda.is_available():
+            warnings.warn("pin_memory: no CUDA device, so the batch is left unpinned", RuntimeWarning, stacklevel=2)
+            return self
+        return self._stage(pin=True)
+
+    def _stage(self, pin: bool) -> "PackedBatch":
+        """Copy every tensor into one (pinned) host buffer; the result's tensors are views of it."""
+        items = self.tensors()
+        layout, total = _staging_layout(items)
+        staging = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=pin)
+        views = {}
+        for name, t in items.items():
+            off, nbytes = layout[name]
+            v = staging[off:off + nbytes].view(t.dtype)
+            v.copy_(t)
+            views[name] = v
+        return replace(self, _staging=staging, **views)
+
+    def _views_of(self, buffer: torch.Tensor) -> "PackedBatch":
+        """A batch whose tensors are views of `buffer`, a copy of this batch's staging buffer
+        (on any device)."""
+        layout, _ = _staging_layout(self.tensors())
+        views = {name: buffer[off:off + nbytes].view(getattr(self, name).dtype) for name, (off, nbytes) in layout.items()}
+        return replace(self, _staging=None, **views)
+
+    def is_pinned(self) -> bool:
+        if self.device.type != "cpu":
+            return False
+        if self._staging is not None:
+            return self._staging.is_pinned()
+        return all(t.is_pinned() for t in self.tensors().values())
+
+    def to(self, device: str | torch.device, non_blocking: bool = True) -> "PackedBatch":
+        """A new PackedBatch on `device`.
+
+        CPU -> CUDA: pins once (one page-locked buffer holding every tensor, unless the batch is
+        pinned already), then ONE `.to(device, non_blocking=True)` of that buffer; the device
+        tensors are views of the one device buffer.  The copy is queued on the current stream:
+        work on that stream sees the data, other streams must synchronise with it first.
+        To the CPU the copy is always blocking (a non-blocking D2H copy would hand out memory
+        that is not yet written).  Same device: returns a batch sharing the tensors.
+        """
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if self.device == device:
+            return replace(self)
+        if device.type == "cpu":
+            return self._map(lambda t: t.to(device))
+        src = self.pin_memory() if (self.device.type == "cpu" and device.type == "cuda") else self
+        if src._staging is not None:
+            return src._views_of(src._staging.to(device, non_blocking=non_blocking))
+        return src._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def cpu(self) -> "PackedBatch":
+        return self.to("cpu")
+
+    def cuda(self, device: int | None = None, non_blocking: bool = True) -> "PackedBatch":
+        return self.to(torch.device("cuda", device) if device is not None else "cuda", non_blocking=non_blocking)
+
+    def _map(self, fn) -> "PackedBatch":
+        return replace(self, _staging=None, **{k: fn(v) for k, v in self.tensors().items()})
+
+    # -- micro-batches ----------------------------------------------------------------------
+    @property
+    def scheduled(self) -> bool:
+        """True for a shard written by `convert --schedule slime`."""
+        return self.micro_batch_ids is not None
+
+    def micro_batch_bounds(self) -> list[tuple[int, int]]:
+        """(first, end) sample ranges of the micro-batches, in order (runs of equal
+        (optimizer_step, micro_batch)). UsageError on a shard not written by --schedule slime."""
+        if not self.scheduled:
+            raise UsageError(f"{self.split} step {self.step} shard {self.shard}: no micro-batch layout "
+                             "(converted with --schedule balanced; reconvert with --schedule slime)")
+        n = self.num_samples
+        if not n:
+            return []
+        key = self.optimizer_steps.cpu().to(torch.int64) * (1 << 32) + self.micro_batch_ids.cpu().to(torch.int64)
+        change = torch.nonzero(key[1:] != key[:-1]).flatten() + 1
+        cuts = [0] + change.tolist() + [n]
+        return list(zip(cuts[:-1], cuts[1:]))
+
+    def slice(self, start: int, end: int) -> "PackedBatch":
+        """Samples [start, end) as a PackedBatch of views (no copy)."""
+        cu = self.cu_seqlens
+        rcu = self.response_cu_seqlens
+        t0, t1 = int(cu[start]), int(cu[end])
+        r0, r1 = int(rcu[start]), int(rcu[end])
+
+        def per(t):
+            return None if t is None else t[start:end]
+
+        def resp(t):
+            return None if t is None else t[r0:r1]
+
+        return replace(
+            self, _staging=None, tokens=self.tokens[t0:t1], cu_seqlens=cu[start:end + 1] - cu[start],
+            loss_mask=resp(self.loss_mask), rollout_log_probs=resp(self.rollout_log_probs),
+            teacher_log_probs=resp(self.teacher_log_probs),
+            source_names=None if self.source_names is None else self.source_names[start:end],
+            **{k: per(getattr(self, k)) for k in ("response_lengths", "total_lengths", "rewards", "raw_rewards",
+                                                  "rollout_ids", "sample_indices", "group_indices",
+                                                  "rollout_mask_sums", "truncated", "remove_samples", "round_numbers",
+                                                  "rollout_positions", "optimizer_steps", "micro_batch_ids")},
+        )
+
+    def micro_batches(self) -> Iterator["PackedBatch"]:
+        """One PackedBatch (views) per micro-batch, in the order slime's trainer runs them."""
+        for a, b in self.micro_batch_bounds():
+            yield self.slice(a, b)
+
+
+    # -- slime ------------------------------------------------------------------------------
+    def to_slime_train_data(self) -> dict[str, Any]:
+        """This shard as slime's train_data dict after `tensorize_rollout_data_for_training`
+        (loader/slime.train_data, which says what each key holds)."""
+        return slime.train_data(self)
+
+
+
+
+def _staging_layout(items: dict[str, torch.Tensor]) -> tuple[dict[str, tuple[int, int]], int]:
+    layout = {}
+    off = 0
+    for name, t in items.items():
+        off = -(-off // _STAGING_ALIGN) * _STAGING_ALIGN
+        nbytes = t.numel() * t.element_size()
+        layout[name] = (off, nbytes)
+        off += nbytes
+    return layout, off
+

@@ -1,0 +1,246 @@
+"""The trainer side: a converted output (output/model.py's Output) handing out packed batches.
+
+    ds = open_dataset("out/")                   # the output's manifest, read and checked once
+    batch = ds.load(step, shard=rank)           # zero-copy CPU views of the shard
+    batch = batch.to("cuda")                    # one pinned staging copy, one async H2D copy
+    train_data = batch.to_slime_train_data()    # slime's tensorize_rollout_data_for_training form
+
+Fast path: each shard's uncompressed Arrow IPC copy (`OUT/mmap/...arrow`, written by `convert`
+unless `--no-mmap`) is memory-mapped and every tensor is a view of the mapped file: opening a
+shard costs microseconds, whatever its size, and the bytes are read from the page cache on first
+touch (the pinned staging copy in `.to("cuda")`, or whatever the trainer does with them).  The
+mapping is private copy-on-write (`mmap.ACCESS_COPY`), so the tensors are writable and writing
+into them never reaches the file (loader/views.py).
+
+Fallback: when the IPC copy is absent, the Parquet shard is read with
+`pq.read_table(memory_map=True)`: every column is decoded (and decompressed) into fresh memory,
+which runs at about 0.1x memcpy speed (0.6-1 GB/s of list payload on a 2-vCPU machine), plus one concatenation
+when the shard has several row groups.  The tensors are then views of that decoded Arrow memory.
+
+On an object store (`s3://` OUT) nothing can be mapped: a shard's IPC copy (or Parquet file) is
+read into private memory in one request and the tensors are views of it; the paths are the
+manifest's (core/layout.py's generation folders).
+
+The manifest's checks (steps, shards, paths inside OUT, sizes, digests) are the model's; the
+loader checks the rows it unpacks against them (row count, step denominators). Nothing here
+loops in Python over tokens (or over samples, except to build the Python lists of
+`to_slime_train_data()`).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import replace
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from .batch import PackedBatch  # first: it names the torch extra when torch is missing
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from ..core import layout
+from ..core.errors import IntegrityError, UsageError
+from ..output.model import SOURCES, Output, check_digest, check_rows, check_size, open_output, ranges, read_parquet
+from ..pipeline.fields import STEP_FIELDS
+from . import views
+
+__all__ = ["open_dataset", "Dataset", "RankDataset", "SPLITS", "SOURCES"]
+
+SPLITS = layout.SPLIT_TREES  # split -> the folder its shards live in
+
+
+class Dataset:
+    """A converted output, one split of it, as torch batches. Use `open_dataset`. `output` is
+    its model (output/model.py), `manifest` the manifest as read."""
+
+    def __init__(self, out: str | os.PathLike | Output, split: str = "train"):
+        if split not in SPLITS:
+            raise UsageError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
+        self.output: Output = out if isinstance(out, Output) else open_output(out)
+        self.root = self.output.root
+        self.split = split
+        self.manifest: dict = self.output.manifest
+        self.steps: list[int] = self.output.step_numbers(split)
+        self.num_shards: int = self.output.num_shards(split)
+        self._whole: dict[int, tuple[list, list]] = {}
+        # inputs still being written when the output was made (convert --skip-incomplete): not in it
+        self.pending: list[dict] = [p.as_dict() for p in self.output.pending_of(split)]
+        if self.pending:
+            more = f" (and {len(self.pending) - 1} more)" if len(self.pending) > 1 else ""
+            warnings.warn(f"{self.root}: {self.output.pending[0].message}{more}", stacklevel=3)
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.root!r}, split={self.split!r}, steps={len(self.steps)}, num_shards={self.num_shards})"
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def shard_info(self, step: int, shard: int) -> dict:
+        """The manifest entry of one shard (path, rows, bytes, checksum, mmap copy)."""
+        self.output.shard(step, shard, self.split)
+        return self.output.step(step, self.split).record["shards"][shard]
+
+    def paths(self, step: int, shard: int) -> tuple[str, str | None]:
+        """(Parquet path, Arrow IPC path or None) of one shard."""
+        return self.output.paths(step, shard, self.split)
+
+    def load(self, step: int, shard: int, device: str | torch.device = "cpu", pin_memory: bool = False,
+             verify: bool = False, source: str = "auto") -> PackedBatch:
+        """Shard `shard` of `step` as a PackedBatch.
+
+        device="cpu" without pin_memory: zero-copy views of the memory-mapped Arrow IPC copy.
+        pin_memory=True: the tensors are copied once into one page-locked buffer.
+        device="cuda[:i]": pinned, then one non-blocking host-to-device copy.
+        verify=True: the file read is hashed and checked against the manifest first
+        (IntegrityError naming the file on mismatch); its size is checked always.
+        source: "auto" (IPC copy if the manifest lists one, else Parquet), "arrow" or "parquet".
+        """
+        if source not in SOURCES:
+            raise UsageError(f"source: expected one of {', '.join(SOURCES)}, got {source!r}")
+        sh = self.output.shard(step, shard, self.split)
+        kind, path, entry = self.output.source(sh, source)
+        if kind == "arrow":
+            batch = self._read_ipc(path, entry, verify, step, shard)
+        else:
+            batch = self._read_parquet(path, entry, verify, step, shard)
+        check_rows(self.output.full_path(sh.path), sh, batch.num_samples)
+        batch = self._with_step_values(batch, self.output.full_path(sh.path))
+        sched = self.output.step(step, self.split).schedule
+        if sched is not None:
+            batch.schedule = sched
+            batch._whole_batch = lambda: self.whole_batch(step)
+        device = torch.device(device)
+        if device.type != "cpu":
+            return batch.to(device, non_blocking=True)
+        return batch.pin_memory() if pin_memory else batch
+
+    def _with_step_values(self, batch: PackedBatch, path: str) -> PackedBatch:
+        """The manifest's step denominators on the batch: they must match its rows', and an
+        empty shard's rank gets them from there."""
+        want = self.output.step(batch.step, self.split).denominators
+        if batch.num_samples == 0:
+            return replace(batch, **{k: v for k, v in want.items() if isinstance(v, int)})
+        for k in STEP_FIELDS:
+            v = want.get(k)
+            if isinstance(v, int) and getattr(batch, k) != v:
+                raise IntegrityError(f"{path}: {k} {getattr(batch, k)} in its rows, the manifest says {v}")
+        return batch
+
+    def schedule(self, step: int) -> dict | None:
+        """The step's --schedule slime record (optimizer steps, num_microbatches,
+        global_batch_sizes, dropped trailing rollouts), or None under the balanced layout."""
+        return self.output.step(step, self.split).schedule
+
+    def whole_batch(self, step: int) -> tuple[list[float], list[int]]:
+        """(raw_reward, total_lengths) of every sample of a scheduled step, in position order:
+        what slime ships to every rank unsliced. Read from the step's shards (three columns) and
+        the manifest's dropped rollouts; cached per step."""
+        if step in self._whole:
+            return self._whole[step]
+        sched = self.schedule(step)
+        if sched is None:
+            raise UsageError(f"{self.root}: {self.split} step {step} was not converted with --schedule slime")
+        cols = ["rollout_position", "raw_reward", "total_length"]
+        parts = list(self.output.tables(step, self.split, columns=cols))
+        for d in sched.get("dropped", []):
+            parts.append(pa.table({"rollout_position": pa.array(d["positions"], pa.int64()),
+                                   "raw_reward": pa.array(d["raw_reward"], pa.float64()),
+                                   "total_length": pa.array(d["total_lengths"], pa.int32())}))
+        t = pa.concat_tables(parts, promote_options="permissive").sort_by("rollout_position")
+        pos = t.column("rollout_position").to_numpy()
+        if not np.array_equal(pos, np.arange(len(pos))):
+            raise IntegrityError(f"{self.root}: {self.split} step {step}: rollout positions are not 0..{len(pos) - 1} "
+                                 "once across shards and dropped rollouts")
+        self._whole[step] = (t.column("raw_reward").to_pylist(), t.column("total_length").to_pylist())
+        return self._whole[step]
+
+    def _read_ipc(self, path: str, entry, verify: bool, step: int, shard: int) -> PackedBatch:
+        try:
+            region = views.Region(path)
+        except (OSError, ValueError) as e:
+            raise IntegrityError(f"{path}: cannot map: {e}") from None
+        check_size(path, entry, region.size)
+        if verify:
+            check_digest(path, entry, region.mm)
+        try:
+            reader = pa.ipc.open_file(pa.BufferReader(region.buffer))
+            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            batch = views.one_batch(batches, reader.schema)
+        except pa.ArrowInvalid as e:
+            raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
+        arrays = views.unpack(batch, region, path, step=step, schema_version=self.output.schema_version)
+        return PackedBatch.from_arrays(arrays, step=step, shard=shard, split=self.split)
+
+    def _read_parquet(self, path: str, entry, verify: bool, step: int, shard: int) -> PackedBatch:
+        table = read_parquet(path, entry, verify, list(views.READ_COLUMNS)).combine_chunks()
+        batch = views.one_batch(table.to_batches(), table.schema)
+        arrays = views.unpack(batch, None, path, step=step, schema_version=self.output.schema_version)
+        return PackedBatch.from_arrays(arrays, step=step, shard=shard, split=self.split)
+
+    def iter_rank(self, rank: int, device: str | torch.device = "cpu", pin_memory: bool = False, verify: bool = False,
+                  steps: list[int] | None = None, source: str = "auto") -> Iterator[PackedBatch]:
+        """One PackedBatch per step (in step order, or the given `steps`) for trainer rank `rank`,
+        which reads shard `rank` of every step."""
+        self._check_rank(rank)
+        todo = self._select(steps)
+
+        def gen():
+            for s in todo:
+                yield self.load(s, rank, device=device, pin_memory=pin_memory, verify=verify, source=source)
+
+        return gen()
+
+    def _check_rank(self, rank: int) -> None:
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.num_shards:
+            raise UsageError(f"{self.root}: rank {rank!r} has no shard: this output was converted with "
+                             f"--shards {self.num_shards} (ranks 0..{self.num_shards - 1}); convert with --shards = the data-parallel size")
+
+    def _select(self, steps: list[int] | None) -> list[int]:
+        if steps is None:
+            return list(self.steps)
+        missing = [s for s in steps if not self.output.has_step(s, self.split)]
+        if missing:
+            raise UsageError(f"{self.root}: no {self.split} step(s) {missing[:10]} (steps: {ranges(self.steps)})")
+        return list(steps)
+
+
+def open_dataset(out: str | os.PathLike | Output, split: str = "train") -> Dataset:
+    """Open a converted output (a folder, an object-store URI, or an Output already opened):
+    its manifest read and checked once (output/model.py)."""
+    return Dataset(out, split)
+
+
+class RankDataset(IterableDataset):
+    """torch IterableDataset: one PackedBatch per step, shard `rank` of each.
+
+    Use with `DataLoader(ds, batch_size=None)` (each item is already a batch).  With
+    num_workers > 0 the steps are dealt round-robin to the workers (so each step comes once),
+    keep device="cpu" and let `DataLoader(pin_memory=True)` pin (it calls PackedBatch.pin_memory);
+    the order across workers is then DataLoader's interleaving, which is step order.
+    """
+
+    def __init__(self, out: str | os.PathLike | Output, rank: int, split: str = "train",
+                 device: str | torch.device = "cpu", pin_memory: bool = False, verify: bool = False,
+                 steps: list[int] | None = None, source: str = "auto"):
+        super().__init__()
+        self.dataset = open_dataset(out, split)
+        self.dataset._check_rank(rank)
+        self.rank = rank
+        self.device = device
+        self.pin_memory = pin_memory
+        self.verify = verify
+        self.source = source
+        self.steps = self.dataset._select(steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __iter__(self) -> Iterator[PackedBatch]:
+        steps = self.steps
+        wi = get_worker_info()
+        if wi is not None and wi.num_workers > 1:
+            steps = steps[wi.id::wi.num_workers]
+        return self.dataset.iter_rank(self.rank, device=self.device, pin_memory=self.pin_memory, verify=self.verify,
+                                      steps=steps, source=self.source)
