@@ -5,6 +5,10 @@ each `{"file", "invariant", "detail"}` (`file` relative to OUT). It never raises
 output (only `UsageError` when OUT is not a directory); `check_output` raises `IntegrityError`
 (exit 4) when anything fails.
 
+This module walks the output; the checks live in modules by job: manifest.py (the manifest
+alone), files.py (the listed files and the shards' reading), rows.py (row invariants),
+denominators.py, schedule.py, rejects.py and strays.py; common.py holds the report they fill.
+
 Full mode reads every shard once, one row group at a time (memory is bounded by the row-group
 size plus a small per-rollout summary of one step), and the Arrow IPC copy through a memory map.
 `quick` checks only what needs no data pages: presence and sizes, footers (schema, row counts),

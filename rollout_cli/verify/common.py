@@ -17,6 +17,8 @@ def is_int(v: Any) -> bool:
 
 
 class Report:
+    """What one verify run found (failures, notes) and read (files, bytes, rows, shards)."""
+
     def __init__(self, out: str, quick: bool):
         self.out = out
         self.quick = quick

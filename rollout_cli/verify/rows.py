@@ -27,6 +27,9 @@ class StepState:
 
 
 class ShardTally:
+    """One shard's rows, tokens and rollout ids, and its row-invariant failures (a count and
+    a few examples each)."""
+
     def __init__(self):
         self.rows = 0
         self.row_problems = False  # a row invariant failed in one of its shards
