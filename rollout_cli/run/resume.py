@@ -1,4 +1,11 @@
-"""`--resume` on a complete output whose inputs are all unchanged: nothing to do.
+"""`--resume`: which steps need no work, and what a run records so that a later one can tell.
+
+A step is reused when an interrupted run finished it (its record under the staging area's
+done/ and its staged files) or when the last committed run converted the same input bytes
+(its files are hard-linked, or copied, into the staging tree; on an object store they stay in
+the generation that wrote them). A step whose input is no longer given is kept.
+
+`--resume` on a complete output whose inputs are all unchanged: nothing to do.
 
 Such a resume would convert nothing and commit a manifest equal to the one in place (but for
 its `volatile` time stamps), so it commits nothing at all: no staging area is opened, the
@@ -8,11 +15,22 @@ ordinary resume.
 """
 from __future__ import annotations
 
+import dataclasses
+import errno
+import os
+import shutil
+
+import orjson
+
 from ..core.versions import __version__
 from ..core import layout, storage
+from ..core.options import ConvertOptions
+from ..inputs.discover import InputFile
 from ..inputs.units import Unit
 from ..output import manifest as manifest_mod
 from ..output.commit import RUN, check_resume
+from ..output.commit import staged_path as _staged
+from .tasks import UnitResult
 
 
 def has_staging(out: str) -> bool:
@@ -70,3 +88,148 @@ def summary_of(out: str, prev: dict, skipped: list[str], notes: list[str], secon
         "anomalies": prev.get("anomalies", []),
         "seconds": round(seconds, 3),
     }
+
+
+prev_fp = manifest_mod.recorded_fingerprint  # the name convert and the tests use
+
+
+def _result_to_dict(r: UnitResult) -> dict:
+    return dataclasses.asdict(r)
+
+
+def _result_from_dict(d: dict) -> UnitResult:
+    d = dict(d)
+    d["input"] = InputFile(**d["input"])
+    return UnitResult(**d)
+
+
+_same_content = manifest_mod.same_content
+
+
+def _unit_files(res: UnitResult) -> list[str]:
+    files = []
+    for sh in res.shards:
+        files.append(sh["path"])
+        if "mmap" in sh:
+            files.append(sh["mmap"]["path"])
+    return files
+
+
+_LINK_REFUSED = {errno.EPERM, errno.EXDEV, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EACCES, errno.ENOSYS}
+
+
+def _link_into_staging(out: str, staging_root: str, rels: list[str]) -> bool:
+    """Hard-link committed files into the staging tree (their bytes and inodes stay untouched),
+    or copy them where the file system has no hard links (some network and overlay ones). On
+    an object store the files stay where they are: the new manifest names them in the
+    generation that wrote them (a file of the old top-level layout is converted again)."""
+    if storage.is_uri(out):
+        return all(layout.split_generation(rel)[0] is not None and storage.is_file(storage.join(out, rel)) for rel in rels)
+    for rel in rels:
+        src = os.path.join(out, rel)
+        if not os.path.exists(src):
+            return False
+    for rel in rels:
+        dst = _staged(staging_root, rel)
+        if os.path.exists(dst):
+            os.remove(dst)
+        try:
+            os.link(os.path.join(out, rel), dst)
+        except OSError as e:
+            if e.errno not in _LINK_REFUSED:
+                raise
+            shutil.copyfile(os.path.join(out, rel), dst)  # a copy of committed bytes, synced like any staged file
+            with open(dst, "rb+") as f:
+                os.fsync(f.fileno())
+    return True
+
+
+def _previous_results(out: str, prev: dict) -> dict[str, UnitResult]:
+    """The committed output's steps as UnitResults, keyed by input path."""
+    rejects_by: dict[tuple, list] = {}
+    rj = prev.get("rejects")
+    if rj:
+        for line in storage.read_bytes(storage.join(out, rj["path"])).splitlines():
+            if line.strip():
+                r = orjson.loads(line)
+                rejects_by.setdefault((r.get("split"), r.get("step")), []).append(r)
+    inputs = {i["path"]: i for i in prev.get("inputs", [])}
+    found = {}
+    for st in prev.get("steps", []):
+        key = (st["split"], st["step"])
+        i = inputs.get(st["input"], {})
+        inp = InputFile(st["input"], st["input"], i.get("format", "jsonl"), st["step"], st["split"], "manifest")
+        found[st["input"]] = UnitResult(
+            split=st["split"], step=st["step"], input=inp, samples=st["samples"], rows=st["rows"], rejected=st["rejected"],
+            rollouts=st["rollouts"], tokens=st["tokens"], shards=st["shards"], tokens_per_shard=st["tokens_per_shard"],
+            imbalance=st["imbalance"], rejects=rejects_by.get(key, []),
+            anomalies=[a for a in prev.get("anomalies", []) if (a.get("split"), a.get("step")) == key], warnings=[],
+            denominators={k: v for k, v in st.items() if k.startswith("step_")},  # step_mask_sum, ...
+            schedule=st.get("schedule"),
+        )
+    return found
+
+
+def plan(out: str, units: list[Unit], opts: ConvertOptions, staging_root: str, prev: dict | None,
+                 fingerprints: dict[str, dict], notes: list[str]) -> tuple[dict[int, UnitResult], list[UnitResult]]:
+    """Which units need no work: finished by an interrupted run, or unchanged since the last one.
+    Returns (reused per unit index, kept steps whose input is gone)."""
+    done_dir = storage.join(staging_root, "done")
+    staged_done: dict[str, dict] = {}
+    names = sorted(storage.files_under(done_dir)) if storage.is_uri(done_dir) else (
+        sorted(os.listdir(done_dir)) if os.path.isdir(done_dir) else [])
+    for name in names:
+        rec = orjson.loads(storage.read_bytes(storage.join(done_dir, name)))
+        staged_done[rec["result"]["input"]["display"]] = rec
+    committed = _previous_results(out, prev) if prev else {}
+    prev_inputs = {i["path"]: prev_fp(prev, i["path"]) for i in (prev or {}).get("inputs", [])}
+    reused: dict[int, UnitResult] = {}
+    for k, unit in enumerate(units):
+        d = unit.input.display
+        fp = fingerprints.get(unit.input.path)
+        rec = staged_done.get(d)
+        if rec and _same_content(rec["fingerprint"], fp):
+            res = _result_from_dict(rec["result"])
+            if all(storage.exists(storage.join(staging_root, rel)) for rel in _unit_files(res)):
+                reused[k] = res
+                continue
+        if d in committed and _same_content(prev_inputs.get(d), fp):
+            res = committed[d]
+            res.input = unit.input
+            if _link_into_staging(out, staging_root, _unit_files(res)):
+                reused[k] = res
+    current = {u.input.display for u in units}
+    kept = []
+    for d, res in committed.items():
+        if d not in current and _link_into_staging(out, staging_root, _unit_files(res)):
+            res.warnings = [f"{d}: input no longer given; step {res.step} ({res.split}) kept from the previous run"]
+            res.input.step_from = "missing"
+            kept.append(res)
+    return reused, kept
+
+
+def _done_rel(res: UnitResult) -> str:
+    return f"done/{res.split}-{res.step:012d}.json"
+
+
+def record_done(staging_root: str, res: UnitResult, fingerprint: dict | None) -> None:
+    path = _staged(staging_root, _done_rel(res))
+    storage.write_durable(path, orjson.dumps({"fingerprint": fingerprint, "result": _result_to_dict(res)}))
+
+
+def drop_staged(staging_root: str, res: UnitResult) -> None:
+    """Forget a step left out at the commit (its input changed while it was read): its record
+    for --resume, and locally its staged files (on an object store, the commit removes what
+    its manifest does not list)."""
+    done = storage.join(staging_root, _done_rel(res))
+    if storage.exists(done):
+        storage.delete_file(done)
+    if not storage.is_uri(staging_root):
+        for rel in _unit_files(res):
+            path = os.path.join(staging_root, rel)
+            if os.path.lexists(path):
+                os.remove(path)
+            folder = os.path.dirname(path)
+            while folder != staging_root and os.path.isdir(folder) and not os.listdir(folder):
+                os.rmdir(folder)  # its step's folder, then data/ or mmap/ when nothing else is in them
+                folder = os.path.dirname(folder)

@@ -567,9 +567,9 @@ def test_the_converting_process_imports_no_arrow_numpy_or_torch():
 
 def _staged_path_only(monkeypatch):
     """Force every step through parse tasks and a separate finish (staged rows)."""
-    from rollout_cli.run import convert as convert_mod
+    from rollout_cli.run.scheduler import Scheduler
 
-    monkeypatch.setattr(convert_mod._Scheduler, "_whole", lambda self, task: False)
+    monkeypatch.setattr(Scheduler, "_whole", lambda self, task: False)
 
 
 @pytest.mark.parametrize("fmt", ["pt", "parquet"])
@@ -587,31 +587,6 @@ def test_a_step_in_one_task_stages_nothing_and_gives_the_same_shards(tmp_path, m
     monkeypatch.setattr(stages, "_Staged", refuse)
     whole = shard_bytes(convert([str(src)], str(tmp_path / "whole"), copts(shards=2, mmap=True))["out"])
     assert whole and whole == staged
-
-
-@pytest.mark.parametrize("steps, parts", [(1, 2), (1, 1), (2, 1), (3, 1)])
-def test_a_step_of_one_part_is_one_task_and_a_step_cut_in_parts_is_staged(steps, parts):
-    """With cores to spare a large step is cut into parts, staged and finished apart; a step
-    of one part is read, finished and written by one task. With a step per slot or more,
-    tasks go largest first."""
-    from rollout_cli.inputs.discover import InputFile
-    from rollout_cli.inputs.units import Unit
-    from rollout_cli.run.convert import _Scheduler
-    from rollout_cli.run.tasks import PartTask
-
-    class TwoSlots:
-        def slots(self):
-            return 2
-
-    src = SAMPLE_DATA / "jsonl" / "rollout_data"
-    files = [src / f"{k}.jsonl" for k in (1, 2, 3)][:steps]
-    units = [Unit(InputFile(str(f), str(f), "jsonl", k + 1, "train", "name"), k + 1) for k, f in enumerate(files)]
-    tasks = [PartTask(u, k, unit.input, 0, None, f"/nowhere/{u}-{k}.arrow") for u, unit in enumerate(units)
-             for k in range(parts)]
-    sched = _Scheduler(TwoSlots(), units, tasks, copts(), None, "/nowhere", [], None, None)
-    assert [sched._whole(t) for t in tasks] == [parts == 1] * len(tasks)
-    assert sched.step_tasks == (steps >= 2)
-    assert [sched._size(t) for t in tasks] == [f.stat().st_size for f in files for _ in range(parts)]
 
 
 def test_as_many_steps_as_workers_are_one_task_each_and_stage_nothing(tmp_path, monkeypatch):

@@ -9,12 +9,8 @@ from pathlib import Path
 import pytest
 
 import rollout_cli.run.engines as engines_pkg
-from rollout_cli.inputs.discover import InputFile
-from rollout_cli.run import convert as convert_mod
 from rollout_cli.run.engines.local import InlineEngine, PoolEngine
 from rollout_cli.run.preload import WORKER_MODULES
-from rollout_cli.inputs.units import Unit
-from rollout_cli.run.tasks import PartTask
 
 ENGINES = Path(engines_pkg.__file__).parent
 
@@ -66,14 +62,3 @@ def test_a_task_submitted_here_runs_in_this_process():
         engine.shutdown()
     inline = InlineEngine()
     assert inline.result(inline.submit(_pid, label="x", here=True)) == os.getpid()
-
-
-def test_task_labels_name_the_stage_the_step_and_the_bytes():
-    inp = InputFile("/d/rollout_data/3.jsonl", "rollout_data/3.jsonl", "jsonl", 3, "train", "name")
-    whole = PartTask(0, 0, inp, 0, None, "/s/p0.arrow")
-    piece = PartTask(0, 1, inp, 1024, 4096, "/s/p1.arrow")
-    assert convert_mod._part_label(whole) == "parse of train step 3 (rollout_data/3.jsonl)"
-    assert convert_mod._part_label(piece) == "parse of train step 3 (rollout_data/3.jsonl, bytes 1024-4096)"
-    assert convert_mod._finish_label(Unit(inp, 3)) == "finish of train step 3 (rollout_data/3.jsonl)"
-    dump = InputFile("/d/x.pt", "x.pt", "pt", None, "eval", "none")
-    assert convert_mod._finish_label(Unit(dump, None)) == "finish of eval input (x.pt)"
