@@ -101,10 +101,14 @@ class Dataset:
             raise UsageError(f"source: expected one of {', '.join(SOURCES)}, got {source!r}")
         sh = self.output.shard(step, shard, self.split)
         kind, path, entry = self.output.source(sh, source)
-        if kind == "arrow":
-            batch = self._read_ipc(path, entry, verify, step, shard)
-        else:
-            batch = self._read_parquet(path, entry, verify, step, shard)
+        try:
+            if kind == "arrow":
+                batch = self._read_ipc(path, entry, verify, step, shard)
+            else:
+                batch = self._read_parquet(path, entry, verify, step, shard)
+        except IntegrityError:
+            self.output.check_current(path)  # a file gone or changed with its output: say that
+            raise
         check_rows(self.output.full_path(sh.path), sh, batch.num_samples)
         batch = self._with_step_values(batch, self.output.full_path(sh.path))
         sched = self.output.step(step, self.split).schedule
@@ -170,11 +174,13 @@ class Dataset:
             batch = views.one_batch(batches, reader.schema)
         except pa.ArrowInvalid as e:
             raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
+        self.output.check_current(path)
         arrays = views.unpack(batch, region, path, step=step, schema_version=self.output.schema_version)
         return PackedBatch.from_arrays(arrays, step=step, shard=shard, split=self.split)
 
     def _read_parquet(self, path: str, entry, verify: bool, step: int, shard: int) -> PackedBatch:
         table = read_parquet(path, entry, verify, list(views.READ_COLUMNS)).combine_chunks()
+        self.output.check_current(path)
         batch = views.one_batch(table.to_batches(), table.schema)
         arrays = views.unpack(batch, None, path, step=step, schema_version=self.output.schema_version)
         return PackedBatch.from_arrays(arrays, step=step, shard=shard, split=self.split)

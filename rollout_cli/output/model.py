@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
@@ -138,6 +138,8 @@ class Output:
     manifest: Mapping[str, Any] = field(repr=False)  # the whole manifest, as read
     _index: Mapping[tuple[str, int], Step] = field(repr=False, compare=False, default_factory=dict)
     _warned: set = field(repr=False, compare=False, default_factory=set)
+    # the manifest file as it was when read (inode, size, mtime); None on an object store
+    stamp: tuple[int, int, int] | None = field(repr=False, compare=False, default=None)
 
     # -- steps ------------------------------------------------------------------------------
     @property
@@ -226,13 +228,29 @@ class Output:
         and row count are checked against the manifest, its digest too with verify=True."""
         sh = self.shard(step, shard, split)
         kind, path, entry = self.source(sh, source)
-        if kind == "arrow":
-            t = read_ipc(path, entry, verify)
-            t = t.select(columns) if columns is not None else t
-        else:
-            t = read_parquet(path, entry, verify, columns)
+        try:
+            if kind == "arrow":
+                t = read_ipc(path, entry, verify)
+                t = t.select(columns) if columns is not None else t
+            else:
+                t = read_parquet(path, entry, verify, columns)
+        except IntegrityError:
+            self.check_current(path)  # a file gone or changed with its output: say that
+            raise
+        self.check_current(path)
         check_rows(path, sh, t.num_rows)
         return t
+
+    def check_current(self, path: str) -> None:
+        """After a shard file was opened: the output is still the one whose manifest was read.
+        A commit moves the old manifest aside before any shard, so if the manifest is unchanged
+        now, the file opened was this output's (an open file keeps its bytes when a later
+        commit renames another into its place); else IntegrityError, never old and new mixed.
+        On an object store a new run writes its own generation of files and leaves the old
+        one's until its commit, after which they are gone (the read fails: missing)."""
+        if self.stamp is not None and _stamp(self.manifest_path) != self.stamp:
+            raise IntegrityError(f"{self.root}: the output was replaced by another conversion while {path} was read "
+                                 "(its manifest changed); open it again")
 
     def tables(self, step: int, split: str = "train", **kw) -> Iterator[pa.Table]:
         """Every shard of a step, in shard order, as table() reads it."""
@@ -347,7 +365,23 @@ def open_output(out: str | os.PathLike) -> Output:
     """A converted output (a local folder or an object-store URI such as s3://bucket/out):
     its manifest read and checked once. ManifestError (exit 4) names what is broken."""
     root = os.fspath(out)
-    return from_manifest(root, manifest_mod.read(root))
+    if storage.is_uri(root):
+        return from_manifest(root, manifest_mod.read(root))
+    path = layout.manifest_path(root)
+    for _ in range(10):  # the manifest read is the one whose file was stamped (no commit between)
+        before = _stamp(path)
+        m = manifest_mod.read(root)
+        if before is not None and _stamp(path) == before:
+            break
+    return replace(from_manifest(root, m), stamp=before)
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def from_manifest(root: str, m: dict) -> Output:

@@ -245,3 +245,36 @@ def test_works_without_torch(sample_out):
                        env={**os.environ, "PYTHONPATH": REPO})
     assert p.returncode == 0, p.stderr
     assert int(p.stdout) == open_output(sample_out).steps[0].shards[0].rows
+
+
+def test_a_reader_never_mixes_an_output_with_the_one_that_replaced_it(sample_out, tmp_path):
+    """A table read before another conversion replaced OUT keeps the old bytes (its mapped file
+    is the old one); a shard opened after it is refused: the manifest it read is gone."""
+    from conftest import SAMPLE_JSONL, copts
+
+    sample_out = _copy(sample_out, tmp_path / "out")
+    o = open_output(sample_out)
+    step = o.step_numbers()[0]
+    before = o.table(step, 0, source="arrow")
+    expected = before.to_pylist()
+    convert([str(SAMPLE_JSONL / "2.jsonl")], str(sample_out), copts(overwrite=True, mmap=True, shards=2,
+                                                                     reward_baseline="rollout"))
+    assert before.to_pylist() == expected  # the mapped file is the old one, whatever OUT now holds
+    for step, source in ((o.step_numbers()[-1], "arrow"), (step, "parquet"), (step, "arrow")):
+        with pytest.raises(IntegrityError, match="replaced by another conversion"):
+            o.table(step, 1, source=source)
+    assert open_output(sample_out).table(2, 0).num_rows > 0  # opened again: the new output
+
+
+def test_the_loader_refuses_a_shard_of_a_replaced_output(sample_out, tmp_path):
+    from conftest import SAMPLE_JSONL, copts
+
+    from rollout_cli import open_dataset
+
+    sample_out = _copy(sample_out, tmp_path / "out")
+    ds = open_dataset(sample_out)
+    ds.load(ds.steps[0], 0)
+    convert([str(SAMPLE_JSONL)], str(sample_out), copts(overwrite=True, mmap=True, shards=2))
+    for source in ("arrow", "parquet"):
+        with pytest.raises(IntegrityError, match="replaced by another conversion"):
+            ds.load(ds.steps[0], 1, source=source)
