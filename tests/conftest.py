@@ -1,7 +1,10 @@
 """Shared helpers for the rollout-cli test suite.
 
-* puts tests/ on sys.path so every test (also tests/cli/) can import the slime oracle
-  (``slime_reference``) and its cases (``slime_cases``);
+* puts tests/helpers/ (and tests/) on sys.path so every test, in whichever folder, imports the
+  helper modules by their bare names: the slime oracle (``slime_reference``) and its cases
+  (``slime_cases``), the sample builders and dump writers (``inspect_samples``, ``train_dumps``,
+  ``framework_dumps``, ``slime_sample``, ``old_outputs``) and the headless browser
+  (``cdp_browser``); tests/README.md describes the layout;
 * builders for small valid sample dicts and writers for JSONL / .pt / Parquet inputs;
 * readers for a converted output directory.
 """
@@ -17,8 +20,10 @@ import orjson
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
+HELPERS = TESTS / "helpers"
+for _path in (TESTS, HELPERS):  # HELPERS ends up first
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 ROOT = TESTS.parent
 SAMPLE_DATA = ROOT / "sample_data"

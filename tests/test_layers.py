@@ -1,6 +1,7 @@
 """The package's folders form a stack: a module imports from its own folder and from folders
 below it, never from a folder above it or beside it. Every import counts, also those inside
-functions (the lazy imports that keep start-up fast)."""
+functions (the lazy imports that keep start-up fast). At the end: every module that holds a rule
+has its test file (tests/README.md), and test file names are unique."""
 from __future__ import annotations
 
 import ast
@@ -260,3 +261,124 @@ def test_validation_imports_run_one_way_through_public_names():
                     if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
                     and n.value.id in modules and n.attr.startswith("_")]
         assert not private, f"{name}.py uses private names of another module: {private}"
+
+
+# --- tests mirror the modules ---------------------------------------------------------------
+
+TESTS = Path(__file__).resolve().parent
+
+# Modules whose rules are tested in a file named otherwise: a format package's readers in the
+# format's one test file, an engine or the worker half of convert through the contract it serves,
+# presentation through the command tests. module -> that test file (below tests/; it must exist).
+TESTED_IN = {
+    "audit/step.py": "audit/test_api.py",
+    "cli/audit_text.py": "cli/test_audit_cli.py",
+    "cli/docs.py": "cli/test_help.py",
+    "cli/render.py": "cli/test_convert_cli.py",
+    "core/choices.py": "core/test_core_options.py",
+    "core/no_pandas.py": "test_entry.py",
+    "inputs/jsonl/reader.py": "inputs/jsonl/test_jsonl.py",
+    "inputs/miles/sidecars.py": "inputs/miles/test_miles.py",
+    "inputs/nemo_rl/detect.py": "inputs/nemo_rl/test_nemo_rl.py",
+    "inputs/nemo_rl/mapping.py": "inputs/nemo_rl/test_nemo_rl.py",
+    "inputs/nemo_rl/reader.py": "inputs/nemo_rl/test_nemo_rl.py",
+    "inputs/parquet/parts.py": "inputs/test_columnar_formats.py",
+    "inputs/parquet/reader.py": "inputs/test_columnar_formats.py",
+    "inputs/prime_rl/reader.py": "inputs/prime_rl/test_prime_rl.py",
+    "inputs/slime_pt/pt_allow.py": "inputs/slime_pt/test_pt_pickle.py",
+    "inputs/slime_pt/pt_errors.py": "inputs/slime_pt/test_pt_pickle.py",
+    "inputs/slime_pt/pt_tensors.py": "inputs/slime_pt/test_pt_pickle.py",
+    "inputs/slime_pt/reader.py": "inputs/slime_pt/test_pt_pickle.py",
+    "inputs/train_pt/reader.py": "inputs/train_pt/test_train_pt.py",
+    "inspect/rows.py": "inspect/test_dumps.py",
+    "report/page.py": "report/test_report_browser.py",
+    "run/engines/fork_server.py": "test_entry.py",
+    "run/engines/local.py": "run/test_engine_local.py",
+    "run/engines/ray.py": "run/test_engine_ray.py",
+    "run/engines/worker_setup.py": "run/test_engine_local.py",
+    "run/preload.py": "run/test_engine_contract.py",
+    "run/stages.py": "run/test_convert.py",
+}
+
+# Modules that hold no rule or decision of their own: no test file is expected. A package's
+# __init__.py (its docstring, its re-exports, a format's descriptor) is tested with its modules.
+NO_RULE = {
+    "__main__.py": "`python -m rollout_cli`: calls entry.main",
+    "core/cores.py": "the cores the process may use, as the OS says",
+    "core/libc.py": "loads the C library for two calls",
+    "core/pages.py": "page-aligned anonymous memory for the shard writer",
+    "core/versions.py": "the version and format constants",
+    "inputs/base.py": "the reader contract's data classes",
+    "run/tasks.py": "the picklable data classes a worker is handed and hands back",
+}
+
+# Modules that hold a rule and have no test file of their own yet. The list may only shrink.
+UNTESTED = {
+    "output/manifest.py": "its rules are tested through output/test_commit.py, run/test_live.py and verify; "
+                          "its own file comes with the output model",
+}
+
+
+def _mirrors(rel: Path) -> list[Path]:
+    """The test files that mirror module `rel` (below rollout_cli/): tests/<dir>/test_<module>.py,
+    test_<module>_<what>.py beside it, or test_<package>_<module>.py in the folder or the one
+    above it (test file names are unique across the suite: it has no packages)."""
+    d, stem = rel.parent, rel.stem
+    found = [TESTS / d / f"test_{stem}.py", *sorted((TESTS / d).glob(f"test_{stem}_*.py"))]
+    if d.name:
+        found += [TESTS / d / f"test_{d.name}_{stem}.py", TESTS / d.parent / f"test_{d.name}_{stem}.py"]
+    return [p for p in found if p.is_file()]
+
+
+def test_every_module_with_a_rule_has_its_test_file():
+    for name, why in sorted(NO_RULE.items()):
+        print(f"no test file expected: {name}: {why}")
+    for name, why in sorted(UNTESTED.items()):
+        print(f"no test file yet (to be written): {name}: {why}")
+    missing, listed_but_mirrored, stale = [], [], []
+    for path in _modules():
+        rel = path.relative_to(PKG)
+        name = rel.as_posix()
+        if rel.name == "__init__.py":
+            continue
+        mirrored = _mirrors(rel)
+        if name in TESTED_IN:
+            if not (TESTS / TESTED_IN[name]).is_file():
+                stale.append(f"{name}: TESTED_IN names tests/{TESTED_IN[name]}, which is not there")
+        elif name in NO_RULE or name in UNTESTED:
+            if mirrored and name in UNTESTED:
+                listed_but_mirrored.append(f"{name} (tests/{mirrored[0].relative_to(TESTS)})")
+        elif not mirrored:
+            missing.append(name)
+    known = {p.relative_to(PKG).as_posix() for p in _modules()}
+    stale += [f"{n}: listed, but no such module" for n in sorted((set(TESTED_IN) | set(NO_RULE) | set(UNTESTED)) - known)]
+    assert not missing, (f"modules without a test file: {missing}; write tests/<package>/test_<module>.py, "
+                         "or list the module in TESTED_IN or NO_RULE (tests/test_layers.py) saying why")
+    assert not listed_but_mirrored, f"these have a test file now, take them off UNTESTED: {listed_but_mirrored}"
+    assert not stale, stale
+
+
+def test_the_mirror_check_finds_a_module_without_a_test_file(tmp_path, monkeypatch):
+    """The check itself: a module's test file is found under each accepted name, and a module
+    with none is not."""
+    tests = tmp_path
+    for f in ("pipeline/test_step.py", "cli/test_convert_cli.py", "gates/test_gates_api.py",
+              "pipeline/test_validate_batch.py"):
+        (tests / f).parent.mkdir(parents=True, exist_ok=True)
+        (tests / f).write_text("")
+    monkeypatch.setitem(globals(), "TESTS", tests)
+    assert _mirrors(Path("pipeline/step.py")) == [tests / "pipeline/test_step.py"]
+    assert _mirrors(Path("cli/convert.py")) == [tests / "cli/test_convert_cli.py"]
+    assert _mirrors(Path("gates/api.py")) == [tests / "gates/test_gates_api.py"]
+    assert _mirrors(Path("pipeline/validate/batch.py")) == [tests / "pipeline/test_validate_batch.py"]
+    assert _mirrors(Path("pipeline/plan.py")) == []
+
+
+def test_test_file_names_are_unique():
+    """The suite has no packages (pytest imports each test file by its bare name), so two test
+    files of one name in different folders cannot both be collected."""
+    seen: dict[str, list[str]] = {}
+    for p in TESTS.rglob("test_*.py"):
+        seen.setdefault(p.name, []).append(str(p.relative_to(TESTS)))
+    twice = {n: sorted(ps) for n, ps in seen.items() if len(ps) > 1}
+    assert not twice, f"test files of the same name (name them test_<package>_<module>.py): {twice}"

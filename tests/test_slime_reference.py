@@ -1,4 +1,4 @@
-"""Tests of the slime oracle (tests/slime_reference.py) and its cases (tests/slime_cases.py)
+"""Tests of the slime oracle (tests/helpers/slime_reference.py) and its cases (tests/helpers/slime_cases.py)
 against numbers stated in shared/slime-spec.md or computed by hand (numpy float32 / fractions)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`audit_paths`: rollout dumps (three formats) against train dumps built by the stand-in of
-slime's payload builder (tests/train_dumps.py), clean and with each kind of fault, dp 1 and 2."""
+slime's payload builder (tests/helpers/train_dumps.py), clean and with each kind of fault, dp 1 and 2."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,5 @@
 """audit names the rule the trainer ran: train dumps built by the stand-in of slime's payload
-builder (tests/train_dumps.py) with rewards from each reward rule and ids from each id rule,
+builder (tests/helpers/train_dumps.py) with rewards from each reward rule and ids from each id rule,
 on batches where the rules agree and where they differ (compact rollouts, mixed explicit and
 missing ids, uneven groups)."""
 from __future__ import annotations

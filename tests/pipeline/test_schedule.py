@@ -1,5 +1,5 @@
 """slime's optimizer-step schedule (pipeline/schedule.py) against the reference written from the
-spec (tests/slime_schedule_reference.py), on hand-picked and generated steps."""
+spec (tests/helpers/slime_schedule_reference.py), on hand-picked and generated steps."""
 from __future__ import annotations
 
 import pytest

@@ -9,8 +9,6 @@ import shutil
 import warnings
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -21,7 +19,6 @@ from rollout_cli.inputs.jsonl import reader as jsonl_mod
 from rollout_cli.inspect import inspect_paths
 from rollout_cli.loader.load import open_dataset
 from rollout_cli.output import manifest as manifest_mod
-from rollout_cli.inputs import completeness
 from rollout_cli.run import live
 from rollout_cli.run.convert import convert
 from rollout_cli.verify.check import verify_output
@@ -263,22 +260,6 @@ def test_a_parquet_file_without_its_footer_that_is_growing_is_pending(tmp_path, 
     res = convert([str(run)], str(tmp_path / "out"), copts(skip_incomplete=True))
     assert [(p_["step"], p_["reason"]) for p_ in res["pending"]] == [(2, "still being written? no Parquet footer, and its size is changing")]
     assert [s["step"] for s in res["steps"]] == [1]
-
-
-def test_the_tail_checks(tmp_path):
-    f = tmp_path / "a.jsonl"
-    for data, want in [(b"", None), (b'{"a": 1}\n', None), (b'{"a": 1}', None), (b'{"a": 1}\n  \n', None),
-                       (b'{"a": 1}\n{"a"', 2), (b'{"a"', 1), (b'{"a": 1}\n\n{"b": [', 3)]:
-        f.write_bytes(data)
-        assert completeness.ends_inside_line(str(f)) == want, data
-    big = tmp_path / "b.jsonl"  # a last line longer than one block read backwards
-    big.write_bytes(b'{"a": 1}\n{"x": "' + b"y" * (3 << 20))
-    assert completeness.ends_inside_line(str(big)) == 2
-    t = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"a": [1, 2]}), t)
-    assert completeness.has_parquet_footer(str(t))
-    t.write_bytes(t.read_bytes()[:-1])
-    assert not completeness.has_parquet_footer(str(t))
 
 
 def test_an_input_on_an_object_store_cut_inside_a_line_is_pending(s3, tmp_path):

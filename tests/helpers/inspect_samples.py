@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "sample_data"
 FORMATS = ("jsonl", "parquet", "pt")
 ROW_COLUMNS = ("step", "rollout_id", "sample_index", "group_index", "reward", "raw_reward", "rollout_mask_sum", "status",

@@ -3,7 +3,7 @@
 slime/observability/train_data_utils.py (THUDM/slime@624b824a, `save_debug_train_data` and
 `_build_dump_payload`) and the spec's sections 3b and 6:
 
-* the trainer's train_data: slime's conversion (tests/slime_reference.py) and its dtypes;
+* the trainer's train_data: slime's conversion (tests/helpers/slime_reference.py) and its dtypes;
 * the samples split over DP ranks by strided micro-batches; each rank's rollout_data holds its
   per-sample lists sliced by its `partition` (global rollout-dump positions), one float32
   `rollout_mask_sums` tensor, the layout keys and the whole-batch `raw_reward`;

@@ -2,7 +2,7 @@
 
 Used by the report's browser test, and as a script to take the README's screenshot:
 
-    python tests/cdp_browser.py report.html docs/report.png
+    python tests/helpers/cdp_browser.py report.html docs/report.png
 
 The browser is Debian's `chromium` (or any Chromium on PATH); nothing is downloaded. The network is
 off three ways: every host name resolves to nothing (--host-resolver-rules), every connection goes
@@ -180,7 +180,7 @@ class Browser:
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (2, 3):
-        print("usage: python tests/cdp_browser.py PAGE.html OUT.png [HASH]", file=sys.stderr)
+        print("usage: python tests/helpers/cdp_browser.py PAGE.html OUT.png [HASH]", file=sys.stderr)
         return 2
     with Browser(width=1400, height=900) as b:
         b.open(Path(argv[0]))

@@ -7,7 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "sample_data" / "make_framework_data.py"
+_SCRIPT = Path(__file__).resolve().parents[2] / "sample_data" / "make_framework_data.py"
 _spec = importlib.util.spec_from_file_location("make_framework_data", _SCRIPT)
 gen = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = gen  # dataclasses look their module up while they are made
