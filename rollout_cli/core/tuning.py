@@ -13,8 +13,8 @@ or unset, is the default below. Where a fast path lives, and what it was measure
   because of it). Claimed: 9% of convert + first load CPU on the 16-step JSONL run (8.15 against
   8.95 CPU-s, medians of 4). It stays the default only while convert + first load gain >= 5%.
 - `ROLLOUT_CLI_VALUE_ARENA` (default on): a step held in memory has its list values cast into
-  one buffer per column (pipeline/arena.py), so the step combines without a copy. Claimed: 0.13 s
-  of two cores at 1 GB.
+  one buffer per column (pipeline/arena.py), so the step combines without a copy; only a Parquet
+  input gives the bound it needs (its footer's value count). Claimed: 0.13 s of two cores at 1 GB.
 - `ROLLOUT_CLI_ARROW_BY_HAND` (default on): null masks and list lengths read from their Arrow
   buffers by hand (core/arrays.py) instead of through pyarrow.compute, whose import once cost a
   worker 50 ms at the start of every task; a worker now lives as long as the pool, so it would
@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 
 # O_DIRECT for shards unless ROLLOUT_CLI_DIRECT_IO says otherwise: flip it here after measuring
-# (`bench/machinery.py --switches direct-io --then-load`)
+# (`bench/machinery.py --switches direct-io`: convert + first load)
 DIRECT_IO_DEFAULT = True
 
 EARLY_POOL = "ROLLOUT_CLI_EARLY_POOL"
