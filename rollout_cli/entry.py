@@ -4,7 +4,10 @@ server, so that it imports the pipeline on another core meanwhile (run/engines/f
 The guess is only an early start: without it the pool's workers import the stages themselves.
 A `convert` takes its workers' Arrow allocator (run/engines/worker_setup.py) in this process too,
 and pandas is refused here (core.no_pandas): a step converted here (`--workers 1`, a one-core
-machine) would otherwise import it through `pa.array`."""
+machine) would otherwise import it through `pa.array`.
+
+The quick look at the command line and the early start are one fast path, off with
+`ROLLOUT_CLI_EARLY_POOL=0` (core/tuning.py, which says what it was measured to buy)."""
 from __future__ import annotations
 
 import sys
@@ -39,7 +42,9 @@ def main() -> None:
         from .run.engines.worker_setup import worker_environment
 
         os.environ.update(worker_environment())  # this executable's own environment, before pyarrow loads
-    if _pool_convert(sys.argv[1:]):
+    from .core.tuning import early_pool
+
+    if early_pool() and _pool_convert(sys.argv[1:]):
         from .run.preload import start_pool_early
 
         start_pool_early()

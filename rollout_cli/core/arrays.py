@@ -1,11 +1,15 @@
 """Arrow arrays read from their buffers: null masks and list lengths (pyarrow.compute would
-give both, but importing it costs a pool worker 50 ms at the start of every task, and the
-stages need nothing else from it), and list arrays combined without copying values that
-already lie end to end."""
+give both, but importing it cost a pool worker 50 ms at the start of every task when a worker
+lived one task, and the stages need nothing else from it), and list arrays combined without
+copying values that already lie end to end. Reading the buffers by hand is a fast path, off
+with `ROLLOUT_CLI_ARROW_BY_HAND=0` (core/tuning.py): null_mask and list_lengths then ask
+pyarrow.compute, with the same results."""
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+
+from .tuning import arrow_by_hand
 
 
 def numpy_dtype(t: pa.DataType) -> np.dtype:
@@ -24,6 +28,8 @@ def null_mask(a: pa.Array) -> np.ndarray:
     n = len(a)
     if not a.null_count:
         return np.zeros(n, bool)
+    if not arrow_by_hand():
+        return a.is_null().to_numpy(zero_copy_only=False)
     bitmap = a.buffers()[0]
     if bitmap is None:  # the null type (or a union): every item null
         return np.ones(n, bool)
@@ -34,6 +40,10 @@ def null_mask(a: pa.Array) -> np.ndarray:
 def list_lengths(a: pa.Array, null: int = 0) -> np.ndarray:
     """Each list's length (int64) from a list or large-list array's offsets; `null` for a null list."""
     n = len(a)
+    if not arrow_by_hand():
+        import pyarrow.compute as pc
+
+        return pc.list_value_length(a).fill_null(null).to_numpy(zero_copy_only=False).astype(np.int64)
     buf = a.buffers()[1]
     if buf is None:
         lens = np.zeros(n, dtype=np.int64)

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from functools import lru_cache, wraps
 
 from . import pages
+from .tuning import direct_io
 from .errors import InputUnavailableError, InvalidInputError, RolloutCliError
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -334,12 +335,13 @@ class LocalWriter:
     that refuses O_DIRECT at open, as tmpfs did before Linux 6.6 and FUSE does, or refuses an
     aligned direct write) the chunks go through the page cache and
     each is handed to the disk as it is written (start_writeback), so the fsync at close waits
-    for the last one only. `direct=False` asks for that path."""
+    for the last one only. `direct=False` asks for that path; unset, `ROLLOUT_CLI_DIRECT_IO` or
+    its default decides (core/tuning.py, which says what O_DIRECT was measured to buy)."""
 
     def __init__(self, path: str, direct: bool | None = None):
         self.path = path
-        if direct is None:  # bench/run_whole.py's measurement of the two paths
-            direct = os.environ.get("ROLLOUT_CLI_DIRECT_IO", "1") != "0"
+        if direct is None:
+            direct = direct_io()
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
         o_direct = getattr(os, "O_DIRECT", 0) if direct else 0
         self.direct = False

@@ -13,7 +13,7 @@ from ..core.arrays import concat_adjacent
 from ..core.cores import usable_cores
 from ..core.errors import Location, Problem
 from ..inputs.units import in_steps, record_step, train_dump_note, unit_step
-from ..pipeline.arena import ValueArena
+from ..pipeline import arena as step_arena
 from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
 from ..core.options import ConvertOptions
 from ..core import layout
@@ -80,9 +80,10 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
                              keep_text=opts.keep_text, threads=task.threads)
         for raw in reading:
             if rows is not None and arena is None and reading.info.values_bound is not None:
-                arena = ValueArena(reading.info.values_bound)  # held rows combine without a copy
-            nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
-                                 step=record_step(task.input), arena=arena)
+                arena = step_arena.for_step(reading.info.values_bound)  # held rows combine without a copy
+            with step_arena.placing(arena):
+                nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
+                                     step=record_step(task.input))
             res.records += len(raw)
             res.kind = nc.kind
             res.numbers.extend(nc.numbers)

@@ -20,6 +20,18 @@ def test_sliced_lists_with_nulls(typ):
     assert list_lengths(arr, null=-1).tolist() == [-1, 0, 3, -1]
 
 
+@pytest.mark.parametrize("by_hand", ["1", "0"])
+@pytest.mark.parametrize("typ", [pa.list_(pa.int32()), pa.large_list(pa.float32())])
+def test_the_switch_gives_the_same_masks_and_lengths(monkeypatch, typ, by_hand):
+    """ROLLOUT_CLI_ARROW_BY_HAND=0 asks pyarrow.compute: the same results as the buffers."""
+    monkeypatch.setenv("ROLLOUT_CLI_ARROW_BY_HAND", by_hand)
+    arr = pa.array([[1], None, [], [2, 3, 4], None, [5, 6]], typ).slice(1, 4)
+    mask, lens = null_mask(arr), list_lengths(arr, null=-1)
+    assert mask.dtype == bool and mask.tolist() == [True, False, False, True]
+    assert lens.dtype == np.int64 and lens.tolist() == [-1, 0, 3, -1]
+    assert list_lengths(pa.array([], pa.list_(pa.int32()))).tolist() == []
+
+
 def test_all_null_and_empty_arrays():
     assert null_mask(pa.nulls(3)).tolist() == [True] * 3
     assert list_lengths(pa.nulls(3, pa.list_(pa.int32())), null=-1).tolist() == [-1] * 3

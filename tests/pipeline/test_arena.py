@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 from rollout_cli.inputs.base import ReadInfo
 from rollout_cli.inputs.parquet.reader import read
 from rollout_cli.inputs.base import ReadRequest
+from rollout_cli.pipeline import arena as step_arena
 from rollout_cli.pipeline.arena import ValueArena
 from rollout_cli.pipeline.validate import normalize_chunk, pre_schema
 from rollout_cli.run.stages import _one_chunk
@@ -49,7 +50,8 @@ def test_a_held_parquet_step_combines_into_the_arena(tmp_path):
         if arena is None:
             assert info.values_bound >= sum(len(r["tokens"]) for r in recs)  # from the footer
             arena = ValueArena(info.values_bound)
-        batches += normalize_chunk(raw, pos, reward_key=None, keep_text=False, arena=arena).batches
+        with step_arena.placing(arena):
+            batches += normalize_chunk(raw, pos, reward_key=None, keep_text=False).batches
         plain += normalize_chunk(raw, pos, reward_key=None, keep_text=False).batches
         pos += len(raw)
     schema = pre_schema(False)
@@ -58,6 +60,28 @@ def test_a_held_parquet_step_combines_into_the_arena(tmp_path):
     for name in ("tokens", "loss_mask", "rollout_log_probs"):  # combined where the batches put them
         col = got.column(name).chunk(0)
         assert col.values.buffers()[1].address == arena._bufs[name].ctypes.data
+    for b in plain:  # outside placing, each batch keeps arrays of its own
+        for name in ("tokens", "loss_mask", "rollout_log_probs"):
+            addr = b.column(name).values.buffers()[1].address
+            assert not arena._bufs[name].ctypes.data <= addr < arena._bufs[name].ctypes.data + arena._bufs[name].nbytes
+
+
+def test_the_switch_turns_the_arena_off(monkeypatch):
+    assert isinstance(step_arena.for_step(100), ValueArena)
+    assert step_arena.for_step(None) is None  # no bound from the reader
+    monkeypatch.setenv("ROLLOUT_CLI_VALUE_ARENA", "0")
+    assert step_arena.for_step(100) is None
+
+
+def test_take_outside_placing_hands_out_nothing():
+    arena = ValueArena(10)
+    assert step_arena.take("tokens", 4) is None
+    with step_arena.placing(arena):
+        assert len(step_arena.take("tokens", 4)) == 4
+        with step_arena.placing(None):
+            assert step_arena.take("tokens", 1) is None
+    assert step_arena.take("tokens", 1) is None
+    assert arena.take("tokens", 6) is not None and arena.take("tokens", 1) is None  # 4 were taken
 
 
 def test_a_bound_without_address_space_leaves_each_batch_its_own_array():

@@ -39,11 +39,52 @@ def local_ray():
         ray.shutdown()
 
 
+# Fault injection, from the tests alone: {function name: {"marker": path, "action": "exit" |
+# "oserror" | "count", "times": n}}. The first task submitted to a Ray worker for that function
+# runs it wrapped (and the spec is removed here): every attempt of that task appends a line to
+# `marker`, and the first `times` attempts then kill their worker process (`exit`) or raise
+# OSError(EIO) (`oserror`). `count` only records attempts.
+FAULTS: dict[str, dict] = {}
+
+
+def _faulty(fn, fault: dict):
+    """`fn` preceded by the fault `fault`. A function local to this one, so that Ray's
+    cloudpickle ships it by value (its workers cannot import the tests)."""
+    def run(*args):
+        import errno
+        import os
+
+        with open(fault["marker"], "a") as f:
+            f.write(f"{os.getpid()}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        with open(fault["marker"]) as f:
+            attempt = sum(1 for _ in f)
+        if attempt <= fault.get("times", 1):
+            action = fault.get("action", "exit")
+            if action == "exit":
+                os._exit(1)
+            if action == "oserror":
+                raise OSError(errno.EIO, "injected I/O fault (test hook)")
+        return fn(*args)
+
+    run.__name__ = fn.__name__  # the engine's label for an unlabelled task; not __qualname__ (by value)
+    return run
+
+
 @pytest.fixture(autouse=True)
-def _no_leftover_faults():
-    ray_engine._FAULTS.clear()
+def _faults(monkeypatch):
+    """RayEngine.submit wrapping the first remote task of each function named in FAULTS."""
+    FAULTS.clear()
+    submit = ray_engine.RayEngine.submit
+
+    def submit_with_fault(self, fn, *args, here: bool = False, **kw):
+        fault = None if here else FAULTS.pop(getattr(fn, "__name__", ""), None)
+        return submit(self, _faulty(fn, fault) if fault else fn, *args, here=here, **kw)
+
+    monkeypatch.setattr(ray_engine.RayEngine, "submit", submit_with_fault)
     yield
-    ray_engine._FAULTS.clear()
+    FAULTS.clear()
 
 
 def convert(inputs, out, *flags):
@@ -260,8 +301,8 @@ def test_worker_crash_is_retried(local_ray, tmp_path):
     a, b = tmp_path / "local", tmp_path / "ray"
     assert convert([src], a, "--workers", "2").exit_code == 0
     parse_marker, finish_marker = tmp_path / "parse.attempts", tmp_path / "finish.attempts"
-    ray_engine._FAULTS["parse_part"] = {"marker": str(parse_marker), "action": "exit", "times": 1}
-    ray_engine._FAULTS["finish_unit"] = {"marker": str(finish_marker), "action": "exit", "times": 1}
+    FAULTS["parse_part"] = {"marker": str(parse_marker), "action": "exit", "times": 1}
+    FAULTS["finish_unit"] = {"marker": str(finish_marker), "action": "exit", "times": 1}
     r = convert([src], b, "--engine", "ray", "--workers", "2")
     assert r.exit_code == 0, r.output
     assert attempts(parse_marker) == 2 and attempts(finish_marker) == 2  # killed once, then done
@@ -273,7 +314,7 @@ def test_io_fault_is_retried(local_ray, tmp_path):
     a, b = tmp_path / "local", tmp_path / "ray"
     assert convert([src], a, "--workers", "2").exit_code == 0
     marker = tmp_path / "finish.attempts"
-    ray_engine._FAULTS["finish_unit"] = {"marker": str(marker), "action": "oserror", "times": 2}
+    FAULTS["finish_unit"] = {"marker": str(marker), "action": "oserror", "times": 2}
     r = convert([src], b, "--engine", "ray", "--workers", "2")
     assert r.exit_code == 0, r.output
     assert attempts(marker) == 3
@@ -285,7 +326,7 @@ def test_step_that_keeps_failing_is_named_and_nothing_committed(local_ray, tmp_p
     out = tmp_path / "ray"
     marker = tmp_path / "finish.attempts"
     monkeypatch.setenv(ray_engine.MAX_RETRIES_ENV, "1")
-    ray_engine._FAULTS["finish_unit"] = {"marker": str(marker), "action": "exit", "times": 99}
+    FAULTS["finish_unit"] = {"marker": str(marker), "action": "exit", "times": 99}
     r = convert([src], out, "--engine", "ray", "--workers", "2")
     assert r.exit_code == 1, r.output
     assert attempts(marker) == 2
@@ -299,7 +340,7 @@ def test_persistent_io_fault_is_named(local_ray, tmp_path, monkeypatch):
     out = tmp_path / "ray"
     marker = tmp_path / "parse.attempts"
     monkeypatch.setenv(ray_engine.MAX_RETRIES_ENV, "1")
-    ray_engine._FAULTS["parse_part"] = {"marker": str(marker), "action": "oserror", "times": 99}
+    FAULTS["parse_part"] = {"marker": str(marker), "action": "oserror", "times": 99}
     r = convert([src], out, "--engine", "ray", "--workers", "2", "--json")
     assert r.exit_code == 1, r.output
     assert attempts(marker) == 2
@@ -315,7 +356,7 @@ def test_persistent_io_fault_is_named(local_ray, tmp_path, monkeypatch):
 def _same_failure(tmp_path, src, *flags):
     a = convert([src], tmp_path / "local", "--workers", "2", *flags)
     marker = tmp_path / "finish.attempts"
-    ray_engine._FAULTS["finish_unit"] = {"marker": str(marker), "action": "count"}
+    FAULTS["finish_unit"] = {"marker": str(marker), "action": "count"}
     b = convert([src], tmp_path / "ray", "--engine", "ray", "--workers", "2", *flags)
     assert a.exit_code == b.exit_code == 3, (a.output, b.output)
     assert b.stderr == a.stderr
@@ -414,7 +455,7 @@ def test_tasks_take_the_storage_variables_of_the_engine_s_process(s3, local_ray,
     storage._filesystem.cache_clear()
     engine = ray_engine.RayEngine()
     try:
-        ray_engine._FAULTS["file_fingerprint"] = {"marker": str(marker), "action": "count"}
+        FAULTS["file_fingerprint"] = {"marker": str(marker), "action": "count"}
         with pytest.raises(InputUnavailableError) as e:
             engine.result(engine.submit(file_fingerprint, uri, label="fingerprint"))
         assert str(e.value).startswith(f"{uri}: cannot read this input from its storage (network, credentials or permission): ")

@@ -45,14 +45,6 @@ MAX_RETRIES_ENV = "ROLLOUT_CLI_RAY_MAX_RETRIES"
 # InvalidInputError, so a bad file is not re-read in vain.
 RETRY_EXCEPTIONS: tuple[type[BaseException], ...] = (OSError,)
 
-# Test-only fault injection: {function name: {"marker": path, "action": "exit" | "oserror"
-# | "count", "times": n}}. The first task submitted for that function gets the spec (and it is
-# removed here); every attempt of that task appends a line to `marker`, and the first `times`
-# attempts then kill their worker process (`exit`) or raise OSError(EIO) (`oserror`).
-# `count` only records attempts.
-_FAULTS: dict[str, dict] = {}
-
-
 class StepFailedError(RolloutCliError):
     """A stage of one step failed for a reason other than invalid input (a crash, an I/O fault
     that persisted through the retries, an unexpected exception)."""
@@ -60,30 +52,10 @@ class StepFailedError(RolloutCliError):
     exit_code = ExitCode.INTERNAL
 
 
-def _inject(fault: dict) -> None:
-    with open(fault["marker"], "a") as f:
-        f.write(f"{os.getpid()}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    with open(fault["marker"]) as f:
-        attempt = sum(1 for _ in f)
-    if attempt > fault.get("times", 1):
-        return
-    action = fault.get("action", "exit")
-    if action == "exit":
-        os._exit(1)
-    if action == "oserror":
-        import errno
-
-        raise OSError(errno.EIO, "injected I/O fault (test hook)")
-
-
-def _call(fn: Callable, fault: dict | None, env: tuple[dict[str, str], dict[str, bytes]], *args: Any) -> Any:
+def _call(fn: Callable, env: tuple[dict[str, str], dict[str, bytes]], *args: Any) -> Any:
     """What a Ray task runs: one stage function, unchanged, under the driver's storage
     variables and AWS shared files `env`."""
     storage.use_environment(*env)
-    if fault is not None:
-        _inject(fault)
     return fn(*args)
 
 
@@ -191,7 +163,7 @@ class RayEngine:
             # lands on the shared storage as usual
             ref = self._run_here(fn, args)
         else:
-            ref = self._task.remote(fn, _FAULTS.pop(name, None), self._env, *args)
+            ref = self._task.remote(fn, self._env, *args)
         self._labels[ref] = label or name
         return ref
 
