@@ -9,7 +9,7 @@ or unset, is the default below. Where a fast path lives, and what it was measure
   run/engines/fork_server.py). Claimed: 3% of the CPU of the 16-step JSONL run (4.44 against
   4.57 CPU-s, median of 5) and more of its wall time.
 - `ROLLOUT_CLI_DIRECT_IO` (default DIRECT_IO_DEFAULT): shards written with O_DIRECT
-  (core/storage.LocalWriter; the loader's huge-page advice, loader `_large_folios`, exists
+  (core/storage.LocalWriter; the loader's huge-page advice, loader `views.large_folios`, exists
   because of it). Claimed: 9% of convert + first load CPU on the 16-step JSONL run (8.15 against
   8.95 CPU-s, medians of 4). It stays the default only while convert + first load gain >= 5%.
 - `ROLLOUT_CLI_VALUE_ARENA` (default on): a step held in memory has its list values cast into

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pyarrow as pa
 
-from ..core import storage
+from ..core import storage, tuning
 from ..core.arrays import numpy_dtype
 from ..core.errors import IntegrityError
 from ..core.schema import COLUMNS_SINCE, SCHEDULE_COLUMNS, train_schema
@@ -38,8 +38,9 @@ READ_COLUMNS = (*_COLUMNS, *_LATER, *_SCHEDULE)
 def large_folios(mm: mmap.mmap) -> None:
     """Ask, before the first touch, that the file's pages be read in huge pages (Linux's
     MADV_HUGEPAGE; a no-op where transparent huge pages are off or the file system has no large
-    folios). A shard whose pages are not cached yet (the converter writes it straight to the
-    device, or it was copied in or evicted) is otherwise read into the page cache 4 KiB at a
+    folios). Asked where shards are written with O_DIRECT (core/tuning.py): a shard whose pages
+    are not cached yet (the converter writes it straight to the device, or it was copied in or
+    evicted) is otherwise read into the page cache 4 KiB at a
     time by the faults of the first load, and every later load of it maps those small pages
     one fault per 64 KiB: 478 faults for a 37 MB shard, against 20 for pages cached in large
     folios, and a load + staging copy at 0.5 instead of 0.7 of a memcpy."""
@@ -63,7 +64,8 @@ class Region:
         else:
             with open(path, "rb") as f:
                 self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-            large_folios(self.mm)
+            if tuning.direct_io():  # shards written past the page cache: see large_folios
+                large_folios(self.mm)
         self.buffer = pa.py_buffer(self.mm)
         self.address = self.buffer.address
         self.size = self.buffer.size
