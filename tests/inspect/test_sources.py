@@ -28,8 +28,8 @@ def test_an_output_folder_or_its_manifest(sample_out_clean):
     for given in (str(sample_out_clean), str(sample_out_clean / MANIFEST)):
         src = resolve([given], InspectOptions())
         assert src.kind == "converted" and not src.units
-        assert [o for o, _ in src.outputs] == [str(sample_out_clean)]
-        assert src.outputs[0][1]["steps"] and src.other_split == 1  # its one eval step
+        assert [o.root for o in src.outputs] == [str(sample_out_clean)]
+        assert src.outputs[0].steps_of("train") and src.other_split == 1  # its one eval step
 
 
 def test_outputs_and_dumps_together_are_refused(sample_out_clean):
