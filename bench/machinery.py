@@ -39,8 +39,6 @@ import run_whole  # noqa: E402
 SWITCHES = {
     "early-pool": "ROLLOUT_CLI_EARLY_POOL",
     "direct-io": "ROLLOUT_CLI_DIRECT_IO",
-    "value-arena": "ROLLOUT_CLI_VALUE_ARENA",
-    "arrow-by-hand": "ROLLOUT_CLI_ARROW_BY_HAND",
 }
 # switches judged on convert + the trainer's first load
 WITH_LOAD = {"direct-io"}

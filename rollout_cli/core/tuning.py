@@ -1,39 +1,38 @@
 """The switches of the fast paths: one place that reads them, so each can be measured on and off
-(`bench/machinery.py` runs the 16-step whole run with each one on and off). A fast path
-changes how fast the tool runs, never what it writes: the shards are the same bytes either way
-(tested). Each switch is an environment variable, `0` for off and `1` for on; anything else,
-or unset, is the default below. Where a fast path lives, and what it was measured to buy:
+(`bench/machinery.py` runs the 16-step whole run with each one on and off, in alternating
+runs). A fast path changes how fast the tool runs, never what it writes: the shards are the same
+bytes either way (tested). Each switch is an environment variable, `0` for off and `1` for on;
+anything else, or unset, is the default below. A fast path stays only while it buys >= 5% on the
+whole run. Measured 2026-12-04, 2 cores, medians of 5 alternating runs, whole process trees,
+16 steps (676 MiB of JSONL; the same samples as Parquet):
 
 - `ROLLOUT_CLI_EARLY_POOL` (default on): the executable's quick look at its command line and
   the early start of the pool's fork server (entry.py, run/preload.py,
-  run/engines/fork_server.py). Claimed: 3% of the CPU of the 16-step JSONL run (4.44 against
-  4.57 CPU-s, median of 5) and more of its wall time.
-- `ROLLOUT_CLI_DIRECT_IO` (default DIRECT_IO_DEFAULT): shards written with O_DIRECT
-  (core/storage.LocalWriter; the loader's huge-page advice, loader `views.large_folios`, exists
-  because of it). Claimed: 9% of convert + first load CPU on the 16-step JSONL run (8.15 against
-  8.95 CPU-s, medians of 4). It stays the default only while convert + first load gain >= 5%.
-- `ROLLOUT_CLI_VALUE_ARENA` (default on): a step held in memory has its list values cast into
-  one buffer per column (pipeline/arena.py), so the step combines without a copy; only a Parquet
-  input gives the bound it needs (its footer's value count). Claimed: 0.13 s of two cores at 1 GB.
-- `ROLLOUT_CLI_ARROW_BY_HAND` (default on): null masks and list lengths read from their Arrow
-  buffers by hand (core/arrays.py) instead of through pyarrow.compute, whose import once cost a
-  worker 50 ms at the start of every task; a worker now lives as long as the pool, so it would
-  pay that import once per run (off: pyarrow.compute's is_null and list_value_length).
+  run/engines/fork_server.py). Parquet: 3.34 -> 3.06 CPU-s (8.2%), 1.90 -> 1.71 s wall (10%);
+  JSONL: 4.25 -> 4.08 CPU-s (4.0%), 2.32 -> 2.23 s (3.9%). Kept: it buys over 5% on the
+  Parquet run, and 4% on JSONL.
+- `ROLLOUT_CLI_DIRECT_IO` (default off): shards written with O_DIRECT, past the page cache
+  (core/storage.LocalWriter; with it, the loader's huge-page advice, loader/views.large_folios).
+  The conversion alone costs 8-9% less CPU with it (JSONL 4.49 -> 4.13 CPU-s, Parquet 3.48 ->
+  3.20), but convert + the trainer's first load costs more (JSONL 6.25 -> 6.41 CPU-s, -2.6%;
+  Parquet 5.33 -> 5.51, -3.4%): the first load then reads every shard from the disk. Opt-in.
+
+Two earlier fast paths went under this budget: a step's list values cast into one buffer per
+column so a held step combined without a copy (Parquet +2.4%, JSONL -1.1%), and null masks and
+list lengths read from Arrow buffers by hand instead of through pyarrow.compute (+2.7-2.9%).
 """
 from __future__ import annotations
 
 import os
 
-# O_DIRECT for shards unless ROLLOUT_CLI_DIRECT_IO says otherwise: flip it here after measuring
-# (`bench/machinery.py --switches direct-io`: convert + first load)
-DIRECT_IO_DEFAULT = True
+# O_DIRECT for shards only when ROLLOUT_CLI_DIRECT_IO=1: convert + first load gain nothing from
+# it (above; `bench/machinery.py --switches direct-io` measures it again)
+DIRECT_IO_DEFAULT = False
 
 EARLY_POOL = "ROLLOUT_CLI_EARLY_POOL"
 DIRECT_IO = "ROLLOUT_CLI_DIRECT_IO"
-VALUE_ARENA = "ROLLOUT_CLI_VALUE_ARENA"
-ARROW_BY_HAND = "ROLLOUT_CLI_ARROW_BY_HAND"
 
-SWITCHES = {EARLY_POOL: True, DIRECT_IO: DIRECT_IO_DEFAULT, VALUE_ARENA: True, ARROW_BY_HAND: True}
+SWITCHES = {EARLY_POOL: True, DIRECT_IO: DIRECT_IO_DEFAULT}
 
 
 def enabled(name: str) -> bool:
@@ -53,11 +52,3 @@ def early_pool() -> bool:
 
 def direct_io() -> bool:
     return enabled(DIRECT_IO)
-
-
-def value_arena() -> bool:
-    return enabled(VALUE_ARENA)
-
-
-def arrow_by_hand() -> bool:
-    return enabled(ARROW_BY_HAND)

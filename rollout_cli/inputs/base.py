@@ -66,9 +66,6 @@ class ReadInfo:
     step: int | None = None  # a .pt dump's own step key
     train_dump: bool = False  # slime's train-side .pt dump: no rollout samples
     lines: int = 0  # lines consumed (JSONL)
-    # at least as many values as the part's longest list column holds (a Parquet footer's value
-    # count of `tokens`), known when its first chunk comes: what a step's buffers are sized for
-    values_bound: int | None = None
 
 
 @dataclass

@@ -9,11 +9,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..core import storage
-from ..core.arrays import concat_adjacent
 from ..core.cores import usable_cores
 from ..core.errors import Location, Problem
 from ..inputs.units import in_steps, record_step, train_dump_note, unit_step
-from ..pipeline import arena as step_arena
 from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
 from ..core.options import ConvertOptions
 from ..core import layout
@@ -74,16 +72,12 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
     start, end = task.start, task.end
     res.start = start
     sink = rows if rows is not None else _Staged(task.stage_path)
-    arena = None
     try:
         reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end,
                              keep_text=opts.keep_text, threads=task.threads)
         for raw in reading:
-            if rows is not None and arena is None and reading.info.values_bound is not None:
-                arena = step_arena.for_step(reading.info.values_bound)  # held rows combine without a copy
-            with step_arena.placing(arena):
-                nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
-                                     step=record_step(task.input))
+            nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
+                                 step=record_step(task.input))
             res.records += len(raw)
             res.kind = nc.kind
             res.numbers.extend(nc.numbers)
@@ -201,7 +195,7 @@ def _one_chunk(parts: list, schema: pa.Schema, threads: int | None = None) -> pa
     parts.clear()
 
     def combine(k: int) -> pa.Array:
-        col = concat_adjacent(pieces[k]) or pa.concat_arrays(pieces[k])
+        col = pa.concat_arrays(pieces[k])
         pieces[k] = None
         return col
 

@@ -188,7 +188,7 @@ def test_local_writer_goes_through_the_cache_where_direct_is_refused_at_open(tmp
     monkeypatch.setattr(storage.os, "open", no_direct)
     handed = []
     monkeypatch.setattr(storage, "start_writeback", lambda fd, a, n: handed.append((a, n)))
-    w = storage.LocalWriter(str(tmp_path / "f.bin"))
+    w = storage.LocalWriter(str(tmp_path / "f.bin"), direct=True)
     assert not w.direct
     data = bytes(range(256)) * (2 * _CHUNK // 256 + 3)
     w.write(data)
@@ -211,7 +211,7 @@ def test_local_writer_leaves_direct_io_when_a_direct_write_is_refused(tmp_path, 
         return real(fd, data)
 
     monkeypatch.setattr(storage.os, "write", picky)
-    w = storage.LocalWriter(str(tmp_path / "f.bin"))
+    w = storage.LocalWriter(str(tmp_path / "f.bin"), direct=True)
     assert w.direct
     data = b"abc" * (_CHUNK // 2)
     w.write(data)

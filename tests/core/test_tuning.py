@@ -28,8 +28,9 @@ def test_a_switch_is_its_default_unless_it_says_0_or_1(monkeypatch, name):
 def test_the_o_direct_default_is_one_constant(monkeypatch):
     assert tuning.SWITCHES[tuning.DIRECT_IO] is tuning.DIRECT_IO_DEFAULT
     monkeypatch.delenv(tuning.DIRECT_IO, raising=False)
-    monkeypatch.setitem(tuning.SWITCHES, tuning.DIRECT_IO, False)  # the constant flipped
-    assert tuning.direct_io() is False
+    assert tuning.direct_io() is False  # opt-in: convert + first load gain nothing from it
+    monkeypatch.setitem(tuning.SWITCHES, tuning.DIRECT_IO, True)  # the constant flipped
+    assert tuning.direct_io() is True
 
 
 def test_the_shard_writer_asks_the_switch(tmp_path, monkeypatch):

@@ -356,17 +356,19 @@ def _vm_flags(path: str) -> list[set[str]]:
     return out
 
 
-def test_the_mapped_file_is_read_in_huge_pages(sample_out):
-    # a shard not yet in the page cache (written with O_DIRECT) is read by the load's faults:
-    # asked before the first touch, they read it in large folios, which later loads map in few
-    # faults (bench/gpu_load.py)
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_the_mapped_file_is_read_in_huge_pages_where_shards_skip_the_cache(sample_out, monkeypatch, direct):
+    # a shard not yet in the page cache (written with O_DIRECT, ROLLOUT_CLI_DIRECT_IO=1) is read
+    # by the load's faults: asked before the first touch, they read it in large folios, which
+    # later loads map in few faults (bench/gpu_load.py); through the page cache, no advice
+    monkeypatch.setenv("ROLLOUT_CLI_DIRECT_IO", direct)
     ds = open_dataset(sample_out)
     step = ds.steps[0]
     _, ipc = ds.paths(step, 0)
     b = ds.load(step, 0)
     flags = _vm_flags(ipc)
     assert flags, "the IPC file is not memory-mapped"
-    assert all("hg" in f for f in flags), flags
+    assert all(("hg" in f) == (direct == "1") for f in flags), flags
     assert int(b.tokens.sum()) == int(ds.load(step, 0).tokens.sum())
 
 

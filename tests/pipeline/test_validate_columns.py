@@ -256,39 +256,6 @@ def test_batches_stay_within_the_list_limit(tmp_path, monkeypatch):
     assert _table(col.batches).column("_pos").to_pylist() == [i for i in range(12) if i != 6]
 
 
-def test_columnar_validation_does_not_import_pyarrow_compute(tmp_path):
-    """A pool worker's common path (null and present lists, an all-null column, routed
-    experts, a metadata struct) never imports pyarrow.compute: its import is 50 ms of each task."""
-    import subprocess
-    import sys
-
-    rows = [
-        {"tokens": [1, 2, 3], "response_length": 2, "loss_mask": [1, 1], "reward": 1.0,
-         "rollout_log_probs": [-0.1, -0.3], "teacher_log_probs": None,
-         REXP: [[[1, 2]], [[3, 4]]], "index": 0, "group_index": 0, "status": "completed",
-         "metadata": {"source": "math", "raw_reward": 0.5}},
-        {"tokens": [4, 5], "response_length": 1, "loss_mask": None, "reward": 0.0,
-         "rollout_log_probs": [-0.2], "teacher_log_probs": None, REXP: None, "index": 1, "group_index": 0,
-         "status": "completed", "metadata": None},
-    ]
-    path = tmp_path / "step_000001.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    code = (
-        "import sys\n"
-        "from rollout_cli.core.no_pandas import refuse_pandas\n"
-        "refuse_pandas()\n"  # as in a pool worker (pandas imports it too)
-        "from rollout_cli.inputs.parquet.reader import read_parquet\n"
-        "from rollout_cli.pipeline.validate import normalize_chunk\n"
-        f"chunks = list(read_parquet({str(path)!r}))\n"
-        "out = [normalize_chunk(c, 0, reward_key=None, keep_text=False) for c in chunks]\n"
-        "print(sum(len(b) for o in out for b in o.batches), sum(len(o.problems) for o in out),"
-        " 'pyarrow.compute' in sys.modules)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["2", "0", "False"]
-
-
 # --- the per-row fields on columns (validate_columns._scalars_on_columns) -------------------
 
 _CLEAN_KINDS = {"rollout_id": ["absent", "int64", "int32", "nulls"], "index": ["absent", "int64", "uint8", "nulls"],

@@ -202,9 +202,7 @@ def read_parquet(path: str, display: str | None = None, chunk_rows: int = CHUNK_
     if not len(groups):
         return
     row = sum(pf.metadata.row_group(g).num_rows for g in range(groups.start))  # the first batch's
-    chunks = _column_chunks(pf, groups) if info is not None or threads > 1 else {}
-    if info is not None and "tokens" in names:  # the groups' count covers a part of their rows too
-        info.values_bound = _tokens_bound(chunks, groups)
+    chunks = _column_chunks(pf, groups) if threads > 1 else {}
     # with no sample field at all, read one column for the row count: every row then lacks tokens
     read_cols = names or schema.names[:1]
     try:
@@ -247,16 +245,6 @@ def read(inp, request, info) -> Iterator[RawChunk]:
     part, parts = (request.start, request.end) if request.end else (0, 1)
     yield from read_parquet(inp.path, inp.display, request.chunk_records or CHUNK_ROWS, part=part, parts=parts,
                             keep_text=request.keep_text, threads=request.threads, info=info)
-
-
-def _tokens_bound(chunks: dict[str, list], groups) -> int | None:
-    """The footer's count of `tokens` values in `groups` (each empty or null list counts one
-    too): at least as many as the rows' token lists hold. None unless `tokens` is one leaf."""
-    leaves = chunks.get("tokens", [])
-    if len(leaves) != len(groups):  # absent, or not a plain list of numbers
-        return None
-    total = sum(cc.num_values for cc in leaves)
-    return total if total >= 0 else None
 
 
 def peek_step_value(path: str) -> object | None:

@@ -24,8 +24,7 @@ __all__ = [
 def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool,
                     step: int | None = None) -> NormChunk:
     """Validate one chunk; `base_pos` is the position of its first record in the unit. With
-    `step`, a record's own `step` field must be that step. Inside pipeline/arena.placing, the
-    valid rows' long lists are cast into their place in the step's buffers."""
+    `step`, a record's own `step` field must be that step."""
     from ...inputs.columns import columnar
     from .columns import normalize_columns
 

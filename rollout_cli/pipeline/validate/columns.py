@@ -17,7 +17,6 @@ import pyarrow as pa
 from ...core.arrays import null_mask
 from ...core.errors import Problem
 from ...inputs.base import RawChunk
-from .. import arena
 from . import batch
 from .batch import ID_EXPLICIT, ID_MISSING, NormChunk, empty_norm, pre_schema, row_sums
 from .lists import (EXPERTS, ROW_LISTS, VECTOR_LISTS, Lists, experts_ok, filled, float32, gather, in_range, int_ok,
@@ -292,7 +291,7 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
         for k in ("rollout_log_probs", "teacher_log_probs"):
             lst = lists.get(k)
             if lst is not None:
-                finite, f32[k] = float32(lst, arena.take(k, len(lst.values)))
+                finite, f32[k] = float32(lst)
                 ok &= ~lst.present | ((lst.lengths == rls) & finite)
         tp_ok, tp = top_p_ok(cols, n, rls)
         ok &= tp_ok
@@ -371,16 +370,6 @@ def _in_record_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     return [batches[src[a]].slice(int(at[a]), int(b - a)) for a, b in zip(firsts.tolist(), ends.tolist())]
 
 
-def _placed(name: str, values: np.ndarray) -> np.ndarray:
-    """`values` cast to the column's type in its place in the step's buffer (pipeline/arena.py),
-    or as they are when there is no arena or no room."""
-    out = arena.take(name, len(values))
-    if out is None:
-        return values
-    np.copyto(out, values, casting="unsafe")  # in range: checked before
-    return out
-
-
 def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f32, shape) -> pa.RecordBatch:
     rows = np.flatnonzero(fast)
     every = len(rows) == len(fast)
@@ -388,7 +377,6 @@ def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f3
     m = len(rows)
     tok = lists["tokens"]
     t_off, t_val = gather(tok.offsets, tok.values, sel)
-    t_val = _placed("tokens", t_val)
     if t_val.dtype != np.int32:
         t_val = t_val.astype(np.int32)
     rl = rls[rows]
@@ -399,7 +387,7 @@ def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f3
     own = (mask.present[rows] if mask is not None else np.zeros(m, bool)) & ~removed[rows]
     if own.all():
         src = gather(mask.offsets, mask.values, sel)[1]
-        m_val = _placed("loss_mask", src).astype(np.uint8, copy=False)
+        m_val = src.astype(np.uint8, copy=False)
         m_sum = src  # summed as they came (0 or 1): reduceat would widen the bytes again
     else:
         m_val = np.repeat((~own & ~removed[rows]).astype(np.uint8), rl)
@@ -410,7 +398,6 @@ def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f3
             idx = np.repeat(dst_off - np.concatenate([[0], np.cumsum(rl[src])[:-1]]), rl[src]) + np.arange(len(vals))
             m_val[idx] = vals
         m_sum = m_val
-        m_val = _placed("loss_mask", m_val)
     mask_total = row_sums(m_sum, m_off)
     cols = [
         pa.array(rows + base_pos, pa.int64()),

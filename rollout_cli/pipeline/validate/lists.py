@@ -125,18 +125,13 @@ def in_range(values: np.ndarray, lo: int, hi: int) -> bool:
     return int(values.min()) >= lo and int(values.max()) <= hi
 
 
-def float32(lst: Lists, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(per row: all values finite as float32, the values as float32), as the row rule (rows._float_array) casts;
-    into `out` when given (their place in the step: pipeline/arena.py)."""
+def float32(lst: Lists) -> tuple[np.ndarray, np.ndarray]:
+    """(per row: all values finite as float32, the values as float32), as the row rule (rows._float_array) casts."""
     vals = lst.values
     if vals.dtype.kind in "iub":
         vals = vals.astype(np.float64)
     with np.errstate(over="ignore"):
-        if out is None:
-            f32 = vals.astype(np.float32)
-        else:
-            np.copyto(out, vals, casting="unsafe")
-            f32 = out
+        f32 = vals.astype(np.float32)
     ok = lst.clean.copy()
     finite = np.isfinite(f32)
     if not finite.all():
