@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rollout_cli.inputs.base import RawChunk
 from rollout_cli.inputs.parquet.reader import read_parquet
 from rollout_cli.pipeline.validate import batch, columns, normalize_chunk, pre_schema
+from rollout_cli.pipeline.validate import rows as row_rules
 
 TP_IDS, TP_OFF, REXP = "rollout_top_p_token_ids", "rollout_top_p_token_offsets", "rollout_routed_experts"
 BIG = 2**31  # one past int32
@@ -186,8 +187,8 @@ def test_valid_top_p_and_experts_skip_the_row_checks(tmp_path, monkeypatch, json
     _write(path, recs, json_text)
     _, want = _both(path, recs)
     calls = []
-    real = columns.validate_record
-    monkeypatch.setattr(columns, "validate_record", lambda rec, *a, **kw: calls.append(rec) or real(rec, *a, **kw))
+    real = row_rules.validate_record
+    monkeypatch.setattr(row_rules, "validate_record", lambda rec, *a, **kw: calls.append(rec) or real(rec, *a, **kw))
     chunk = next(read_parquet(str(path), "1.parquet"))
     assert all(isinstance(chunk.columns[k], pa.Array) for k in (TP_IDS, TP_OFF, REXP))
     got = normalize_chunk(chunk, 0, reward_key=None, keep_text=False)
@@ -205,8 +206,8 @@ def test_only_the_failing_row_is_checked_by_itself(tmp_path, monkeypatch):
     path = tmp_path / "1.parquet"
     _write(path, recs, False)
     calls = []
-    real = columns.validate_record
-    monkeypatch.setattr(columns, "validate_record", lambda rec, *a, **kw: calls.append(rec["index"]) or real(rec, *a, **kw))
+    real = row_rules.validate_record
+    monkeypatch.setattr(row_rules, "validate_record", lambda rec, *a, **kw: calls.append(rec["index"]) or real(rec, *a, **kw))
     nc = normalize_chunk(next(read_parquet(str(path), "1.parquet")), 0, reward_key=None, keep_text=False)
     assert calls == [3, 5]
     assert [(i, p.field) for i, p in nc.problems] == [(3, TP_OFF), (5, REXP)]

@@ -15,7 +15,6 @@ import numpy as np
 import pyarrow as pa
 
 from ...core.arrays import null_mask
-from ...core.errors import Problem
 from ...inputs.base import RawChunk
 from . import batch
 from .batch import ID_EXPLICIT, ID_MISSING, NormChunk, empty_norm, pre_schema, row_sums
@@ -23,7 +22,7 @@ from .lists import (EXPERTS, ROW_LISTS, VECTOR_LISTS, Lists, experts_ok, filled,
                     list_array, null_lists, numpy_of, read_lists, top_p_ok)
 from .rows import (INT64_MIN, MASK_RANGE, STATUS_SET, TOKEN_RANGE, UNKNOWN_SOURCE, Bad, build_batches,
                    check_ids, check_json_fields, check_prelude, check_remove_sample, check_response_length,
-                   check_rewards, check_status, normalize_rows, validate_record)
+                   check_rewards, check_status, normalize_rows, validate_into)
 
 
 def _row_record(chunk: RawChunk, i: int, py: dict) -> dict:
@@ -312,15 +311,10 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
     if slow.any():
         rows, pos = [], []
         for i in np.flatnonzero(slow).tolist():
-            rec = _row_record(chunk, i, py())
-            try:
-                row = validate_record(rec, reward_key, keep_text)
-            except Bad as e:
-                out.problems.append((i, Problem(chunk.location(i), e.field, e.message, e.rule)))
-                continue
-            out.valid[i] = True
-            rows.append(row)
-            pos.append(base_pos + i)
+            row = validate_into(out, chunk, i, _row_record(chunk, i, py()), reward_key, keep_text)
+            if row is not None:
+                rows.append(row)
+                pos.append(base_pos + i)
         out.problems.sort(key=lambda t: t[0])
         batches.extend(build_batches(rows, pos, keep_text))
     if len(batches) > 1:

@@ -478,6 +478,18 @@ def check_prelude(out: NormChunk, chunk: RawChunk, i: int, rec: dict | None, ste
     return True
 
 
+def validate_into(out: NormChunk, chunk: RawChunk, i: int, rec: dict, reward_key: str | None,
+                  keep_text: bool) -> Row | None:
+    """Record `i` validated: its row (and `out` marks it valid), or None with its problem in `out`."""
+    try:
+        row = validate_record(rec, reward_key, keep_text)
+    except Bad as e:
+        out.problems.append((i, Problem(chunk.location(i), e.field, e.message, e.rule)))
+        return None
+    out.valid[i] = True
+    return row
+
+
 def normalize_rows(chunk: RawChunk, base_pos: int, reward_key: str | None, keep_text: bool,
                    step: int | None) -> NormChunk:
     """Validate a row-form chunk record by record (the columnar path's fallback)."""
@@ -487,14 +499,10 @@ def normalize_rows(chunk: RawChunk, base_pos: int, reward_key: str | None, keep_
     for i, rec in enumerate(chunk.records):
         if not check_prelude(out, chunk, i, rec, step):
             continue
-        try:
-            row = validate_record(rec, reward_key, keep_text)
-        except Bad as e:
-            out.problems.append((i, Problem(chunk.location(i), e.field, e.message, e.rule)))
-            continue
-        out.valid[i] = True
-        rows.append(row)
-        pos.append(base_pos + i)
+        row = validate_into(out, chunk, i, rec, reward_key, keep_text)
+        if row is not None:
+            rows.append(row)
+            pos.append(base_pos + i)
     out.batches.extend(build_batches(rows, pos, keep_text))
     return out
 
