@@ -51,14 +51,14 @@ def _run(unpickler: RestrictedUnpickler, what: str) -> Any:
         raise PickleFormatError(f"corrupt pickle stream in {what}: {type(e).__name__}: {str(e)[:200]}") from e
 
 
-def _torch_from(fh: Any, display: str) -> Any:
+def _torch_from(fh: Any, display: str, memory: bytes | None = None) -> Any:
     try:
         zf = zipfile.ZipFile(fh)
     except _ZIP_ERRORS as e:
         raise PickleFormatError(_diagnose_not_zip(fh, e), display) from None
     with zf:
         try:
-            archive = _Archive(fh, zf, display)
+            archive = _Archive(fh, zf, display, memory)
             pkl_name = archive.prefix + "data.pkl"
             # Streamed, not read whole: the pickle's bytes (most of a dump without tensors)
             # are then never held next to the objects they make. The buffer's peek lets the
@@ -102,9 +102,10 @@ def load_torch(path: str | os.PathLike[str]) -> Any:
 
 
 def load_torch_bytes(data: bytes, display: str) -> Any:
-    """``load_torch`` of torch.save bytes held in memory; `display` names them in errors."""
+    """``load_torch`` of torch.save bytes held in memory; `display` names them in errors. Its
+    tensors are read-only views of `data` (no copy), bfloat16 ones (widened) excepted."""
     with loading(display, _embedded_torch):
-        return _torch_from(io.BytesIO(data), display)
+        return _torch_from(io.BytesIO(data), display, data)
 
 
 def _bare_from(fh: Any, display: str) -> Any:
