@@ -26,12 +26,13 @@ class _Check(threading.Thread):
 
 
 class Loading:
-    __slots__ = ("path", "torch_bytes", "checks")
+    __slots__ = ("path", "torch_bytes", "checks", "trusted")
 
-    def __init__(self, path: str, torch_bytes: Callable[[bytes, str], Any], checks: list):
+    def __init__(self, path: str, torch_bytes: Callable[[bytes, str], Any], checks: list, trusted: bool):
         self.path = path
         self.torch_bytes = torch_bytes  # (data, what) -> the object torch.save wrote
         self.checks = checks  # shared with the outermost load
+        self.trusted = trusted  # --trust-pickle: globals off the list are imported and run
 
     def check_crc(self, buf: Any, crc: int, message: str) -> None:
         """Check that `buf`'s CRC-32 is `crc` before the outermost load returns, else raise
@@ -52,10 +53,10 @@ def _join(checks: list) -> None:
 
 
 @contextmanager
-def loading(path: str, torch_bytes: Callable[[bytes, str], Any]) -> Iterator[Loading]:
+def loading(path: str, torch_bytes: Callable[[bytes, str], Any], trusted: bool = False) -> Iterator[Loading]:
     outer = getattr(_local, "current", None)
     checks = outer.checks if outer is not None else []
-    _local.current = Loading(path, torch_bytes, checks)
+    _local.current = Loading(path, torch_bytes, checks, trusted)
     try:
         yield _local.current
     except BaseException:
