@@ -4,7 +4,7 @@ slime's train_data. The names load on first use, so that loader/views.py (no tor
 without torch."""
 from __future__ import annotations
 
-__all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "SPLITS"]
+__all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "BatchDataset", "SPLITS"]
 
 
 def __getattr__(name: str):
@@ -12,7 +12,7 @@ def __getattr__(name: str):
         from .batch import PackedBatch
 
         return PackedBatch
-    if name in ("open_dataset", "Dataset", "RankDataset", "SPLITS", "SOURCES"):
+    if name in ("open_dataset", "Dataset", "RankDataset", "BatchDataset", "SPLITS", "SOURCES"):
         from . import dataset
 
         return getattr(dataset, name)

@@ -2,7 +2,16 @@
 PackedBatch holds, each a view of the mapped file where it can be (no copy), checked on the way
 (columns and types, list lengths, nulls, one step, one value per step of the denominators).
 Also the mapping itself: a private copy-on-write map of the IPC copy, asked to be read in huge
-pages. No torch here: loader/batch.py wraps the arrays as tensors."""
+pages. No torch here: loader/batch.py wraps the arrays as tensors, output/batches.py hands them
+out as numpy batches.
+
+Every column of the row schema reaches the batch: the ones the loader knows by name (tokens,
+loss_mask, rewards, ...) as PackedBatch's fields, every other one generically by its Arrow
+type into `extras` (name -> value, the column's own name), so that a column added to the
+schema appears without a change here: integers as int64 arrays (-1 where null), floats as
+arrays (NaN where null), booleans as bool arrays (false where null), strings and lists of
+strings as Python lists (None where null, None for a column null on every row), numeric lists
+as `Ragged` (flat values and offsets)."""
 from __future__ import annotations
 
 import mmap
@@ -17,13 +26,13 @@ from ..core.errors import IntegrityError
 from ..core.schema import COLUMNS_SINCE, SCHEDULE_COLUMNS, train_schema
 from ..pipeline.fields import STEP_FIELDS
 
-__all__ = ["Region", "Reader", "large_folios", "check_schema", "unpack", "one_batch", "READ_COLUMNS"]
+__all__ = ["Region", "Reader", "Ragged", "large_folios", "check_schema", "unpack", "one_batch", "READ_COLUMNS"]
 
 # The columns the loader reads; their Arrow types come from the train-row schema.
 _NEEDED = ("step", "rollout_id", "sample_index", "group_index", "tokens", "response_length", "total_length",
            "loss_mask", "reward", "raw_reward", "truncated", "rollout_mask_sum", "group_mask_sum", "group_rollouts",
            "step_mask_sum", "step_rollouts", "step_samples", "step_groups", "rollout_log_probs",
-           "teacher_log_probs", "round_number", "source_name")
+           "teacher_log_probs", "round_number", "source_name", "rollout_position")
 _COLUMNS: dict[str, pa.DataType] = {f.name: f.type for f in train_schema() if f.name in _NEEDED}
 assert len(_COLUMNS) == len(_NEEDED), "the train-row schema lost a column the loader reads"
 # Read where present (outputs written before they existed lack them); set under --schedule slime.
@@ -33,6 +42,38 @@ _SCHEDULE = tuple(f.name for f in SCHEDULE_COLUMNS)
 _LATER: dict[str, pa.DataType] = {f.name: f.type for f in train_schema() if f.name in COLUMNS_SINCE}
 # every column the loader reads where present, in the order a Parquet read asks for them
 READ_COLUMNS = (*_COLUMNS, *_LATER, *_SCHEDULE)
+# the columns unpack() gives their own PackedBatch field (the rest go to `extras`)
+NAMED = frozenset({*_COLUMNS, "remove_sample", "rollout_position", *_SCHEDULE})
+
+
+class Ragged:
+    """A numeric list column of n rows: `values` (flat) and `offsets` [n+1] from 0; row i is
+    values[offsets[i]:offsets[i+1]]. numpy arrays, or torch tensors in a PackedBatch."""
+
+    __slots__ = ("values", "offsets")
+
+    def __init__(self, values, offsets):
+        self.values = values
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int):
+        return self.values[int(self.offsets[i]):int(self.offsets[i + 1])]
+
+    def __repr__(self) -> str:
+        return f"Ragged(rows={len(self)}, values={len(self.values)})"
+
+    def slice(self, start: int, end: int) -> "Ragged":
+        lo, hi = int(self.offsets[start]), int(self.offsets[end])
+        return Ragged(self.values[lo:hi], self.offsets[start:end + 1] - lo)
+
+    def map(self, fn) -> "Ragged":
+        return Ragged(fn(self.values), fn(self.offsets))
+
+    def tolist(self) -> list:
+        return [self[i].tolist() for i in range(len(self))]
 
 
 def large_folios(mm: mmap.mmap) -> None:
@@ -240,17 +281,17 @@ def unpack(batch: pa.RecordBatch, region: Region | None, path: str, *, step: int
     tlp = r.optional_flat("teacher_log_probs", resp_len, resp_cu)
     rn = r.col("round_number")
     sn = r.col("source_name")
-    sched: dict[str, np.ndarray | None] = dict.fromkeys(("rollout_position", *_SCHEDULE))
+    sched: dict[str, np.ndarray | None] = dict.fromkeys(_SCHEDULE)
     if all(c in batch.schema.names for c in _SCHEDULE) and len(batch) and not batch.column("micro_batch").null_count:
-        sched = {c: r.fixed(c).astype(np.int64) for c in ("rollout_position", *_SCHEDULE)}
+        sched = {c: r.fixed(c).astype(np.int64) for c in _SCHEDULE}
     return {
         "tokens": tokens,
         "cu_seqlens": cu,
         "loss_mask": loss_mask,
         "response_lengths": resp_len,
         "total_lengths": total_len,
-        "rewards": r.fixed("reward"),
-        "raw_rewards": r.fixed("raw_reward"),
+        "rewards": r.fixed("reward", np.nan),
+        "raw_rewards": r.fixed("raw_reward", np.nan),
         "rollout_ids": r.fixed("rollout_id"),
         "sample_indices": r.fixed("sample_index", -1),
         "group_indices": r.fixed("group_index", -1),
@@ -265,10 +306,34 @@ def unpack(batch: pa.RecordBatch, region: Region | None, path: str, *, step: int
         "round_numbers": None if (len(rn) == 0 or rn.null_count == len(rn)) else r.fixed("round_number", -1),
         "source_names": None if (len(sn) == 0 or sn.null_count == len(sn)) else sn.to_pylist(),
         **step_values(r),
-        "rollout_positions": sched["rollout_position"],
+        "rollout_positions": r.fixed("rollout_position"),
         "optimizer_steps": sched["optimizer_step"],
         "micro_batch_ids": sched["micro_batch"],
+        "extras": {name: extra(r, name) for name in batch.schema.names if name not in NAMED},
     }
+
+
+def extra(r: "Reader", name: str):
+    """A column the loader has no field for, by its Arrow type (the module's docstring)."""
+    arr = r.col(name)
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_boolean(t):
+        return r.bools(name) if arr.null_count == 0 else np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), bool)
+    if pa.types.is_integer(t):
+        return r.fixed(name, -1)
+    if pa.types.is_floating(t):
+        return r.fixed(name, np.nan)
+    if len(arr) and arr.null_count == len(arr) and not pa.types.is_primitive(t):
+        return None
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        vt = t.value_type
+        if pa.types.is_integer(vt) or pa.types.is_floating(vt):
+            offsets, values, _ = r.list_parts(name)
+            lo = int(offsets[0]) if len(offsets) else 0
+            return Ragged(values[lo:int(offsets[-1])], (offsets - lo).astype(np.int64))
+    return arr.to_pylist()
 
 
 def step_values(r: "Reader") -> dict[str, int]:
