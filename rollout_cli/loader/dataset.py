@@ -13,7 +13,7 @@ unless `--no-mmap`) is memory-mapped and every tensor is a view of the mapped fi
 shard costs microseconds, whatever its size, and the bytes are read from the page cache on first
 touch (the pinned staging copy in `.to("cuda")`, or whatever the trainer does with them).  The
 mapping is private copy-on-write (`mmap.ACCESS_COPY`), so the tensors are writable and writing
-into them never reaches the file (loader/views.py).
+into them never reaches the file (output/views.py; output/batches.read_shard reads a shard).
 
 Fallback: when the IPC copy is absent, the Parquet shard is read with
 `pq.read_table(memory_map=True)`: every column is decoded (and decompressed) into fresh memory,
@@ -45,8 +45,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..core import layout
 from ..core.errors import IntegrityError, UsageError
-from ..output.batches import BACKENDS, Batch, BatchIterator
-from ..output.model import SOURCES, Output, check_digest, check_rows, check_size, open_output, ranges, read_parquet
+from ..output.batches import BACKENDS, Batch, BatchIterator, read_shard
+from ..output.model import SOURCES, Output, open_output, ranges
 from ..pipeline.fields import STEP_FIELDS
 from ..output import views
 
@@ -103,17 +103,14 @@ class Dataset:
         """
         if source not in SOURCES:
             raise UsageError(f"source: expected one of {', '.join(SOURCES)}, got {source!r}")
-        sh = self.output.shard(step, shard, self.split)
-        kind, path, entry = self.output.source(sh, source)
+        rows, region, path = read_shard(self.output, step, shard, self.split, source, verify)
         try:
-            if kind == "arrow":
-                batch = self._read_ipc(path, entry, verify, step, shard)
-            else:
-                batch = self._read_parquet(path, entry, verify, step, shard)
+            arrays = views.unpack(rows, region, path, step=step, schema_version=self.output.schema_version)
         except IntegrityError:
-            self.output.check_current(path)  # a file gone or changed with its output: say that
+            self.output.check_current(path)
             raise
-        check_rows(self.output.full_path(sh.path), sh, batch.num_samples)
+        batch = PackedBatch.from_arrays(arrays, step=step, shard=shard, split=self.split)
+        sh = self.output.shard(step, shard, self.split)
         batch = self._with_step_values(batch, self.output.full_path(sh.path))
         sched = self.output.step(step, self.split).schedule
         if sched is not None:
@@ -163,31 +160,6 @@ class Dataset:
                                  "once across shards and dropped rollouts")
         self._whole[step] = (t.column("raw_reward").to_pylist(), t.column("total_length").to_pylist())
         return self._whole[step]
-
-    def _read_ipc(self, path: str, entry, verify: bool, step: int, shard: int) -> PackedBatch:
-        try:
-            region = views.Region(path)
-        except (OSError, ValueError) as e:
-            raise IntegrityError(f"{path}: cannot map: {e}") from None
-        check_size(path, entry, region.size)
-        if verify:
-            check_digest(path, entry, region.mm)
-        try:
-            reader = pa.ipc.open_file(pa.BufferReader(region.buffer))
-            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-            batch = views.one_batch(batches, reader.schema)
-        except pa.ArrowInvalid as e:
-            raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
-        self.output.check_current(path)
-        arrays = views.unpack(batch, region, path, step=step, schema_version=self.output.schema_version)
-        return PackedBatch.from_arrays(arrays, step=step, shard=shard, split=self.split)
-
-    def _read_parquet(self, path: str, entry, verify: bool, step: int, shard: int) -> PackedBatch:
-        table = read_parquet(path, entry, verify).combine_chunks()
-        self.output.check_current(path)
-        batch = views.one_batch(table.to_batches(), table.schema)
-        arrays = views.unpack(batch, None, path, step=step, schema_version=self.output.schema_version)
-        return PackedBatch.from_arrays(arrays, step=step, shard=shard, split=self.split)
 
     def iter_rank(self, rank: int, device: str | torch.device = "cpu", pin_memory: bool = False, verify: bool = False,
                   steps: list[int] | None = None, source: str = "auto") -> Iterator[PackedBatch]:

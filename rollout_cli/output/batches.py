@@ -40,7 +40,7 @@ from ..pipeline.fields import STEP_FIELDS
 from . import partition, views
 from .files import check_digest, check_rows, check_size, ranges, read_parquet
 
-__all__ = ["Batch", "BatchIterator", "identity", "BACKENDS", "STATE_FORMAT"]
+__all__ = ["Batch", "BatchIterator", "read_shard", "identity", "BACKENDS", "STATE_FORMAT"]
 
 BACKENDS = ("numpy", "torch")
 STATE_FORMAT = "rollout_cli.batches/1"
@@ -138,6 +138,41 @@ class _Piece:
     batch: pa.RecordBatch
     region: views.Region | None
     path: str
+
+
+def read_shard(output, step: int, shard: int, split: str = "train", source: str = "auto",
+               verify: bool = False) -> tuple[pa.RecordBatch, views.Region | None, str]:
+    """One shard of `output` (output/model.py's Output) as (its rows as one record batch, the
+    private mapping its buffers lie in or None, the path read): the Arrow IPC copy mapped
+    where the manifest lists one (output/views.Region), else the Parquet file decoded. Its
+    size and row count are checked against the manifest, its digest with verify=True; a
+    shard gone or changed with its output says so (Output.check_current)."""
+    sh = output.shard(step, shard, split)
+    kind, path, entry = output.source(sh, source)
+    region = None
+    try:
+        if kind == "arrow":
+            try:
+                region = views.Region(path)
+            except (OSError, ValueError) as e:
+                raise IntegrityError(f"{path}: cannot map: {e}") from None
+            check_size(path, entry, region.size)
+            if verify:
+                check_digest(path, entry, region.mm)
+            try:
+                reader = pa.ipc.open_file(pa.BufferReader(region.buffer))
+                batch = views.one_batch([reader.get_batch(j) for j in range(reader.num_record_batches)], reader.schema)
+            except (pa.ArrowInvalid, OSError) as e:
+                raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
+        else:
+            table = read_parquet(path, entry, verify).combine_chunks()
+            batch = views.one_batch(table.to_batches(), table.schema)
+    except IntegrityError:
+        output.check_current(path)  # a file gone or changed with its output: say that
+        raise
+    output.check_current(path)
+    check_rows(path, sh, batch.num_rows)
+    return batch, region, path
 
 
 def _positive(name: str, v, allow_none: bool = True) -> None:
@@ -312,38 +347,11 @@ class BatchIterator:
 
     # -- reading ------------------------------------------------------------------------------
     def _piece(self, step: int, r: int) -> _Piece:
-        if r in self._pieces:
-            return self._pieces[r]
-        out = self.output
-        sh = out.shard(step, r, self.split)
-        kind, path, entry = out.source(sh, self.source)
-        verify = self.verify and path not in self._verified
-        try:
-            if kind == "arrow":
-                try:
-                    region = views.Region(path)
-                except (OSError, ValueError) as e:
-                    raise IntegrityError(f"{path}: cannot map: {e}") from None
-                check_size(path, entry, region.size)
-                if verify:
-                    check_digest(path, entry, region.mm)
-                try:
-                    reader = pa.ipc.open_file(pa.BufferReader(region.buffer))
-                    batch = views.one_batch([reader.get_batch(j) for j in range(reader.num_record_batches)], reader.schema)
-                except (pa.ArrowInvalid, OSError) as e:
-                    raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
-            else:
-                region = None
-                table = read_parquet(path, entry, verify).combine_chunks()
-                batch = views.one_batch(table.to_batches(), table.schema)
-        except IntegrityError:
-            out.check_current(path)  # a file gone or changed with its output: say that
-            raise
-        out.check_current(path)
-        check_rows(path, sh, batch.num_rows)
-        if verify:
-            self._verified.add(path)
-        self._pieces[r] = _Piece(batch, region, path)
+        if r not in self._pieces:
+            verify = self.verify and (step, r) not in self._verified
+            self._pieces[r] = _Piece(*read_shard(self.output, step, r, self.split, self.source, verify))
+            if verify:
+                self._verified.add((step, r))
         return self._pieces[r]
 
     def _gather(self, step: int, rows: np.ndarray, starts: np.ndarray) -> tuple[pa.RecordBatch, views.Region | None, str]:
