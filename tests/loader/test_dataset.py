@@ -177,3 +177,11 @@ def test_stateful_dataloader_resumes_exactly(out4, workers):
     dl.load_state_dict(state)
     got += [_key(b) for b in dl]
     assert got == ref
+
+
+def test_the_numpy_batch_has_packed_batchs_fields():
+    import dataclasses
+
+    torch_only = {"schedule", "_whole_batch", "_staging"}
+    assert [f.name for f in dataclasses.fields(Batch)] == [f.name for f in dataclasses.fields(PackedBatch)
+                                                            if f.name not in torch_only]
