@@ -16,8 +16,8 @@ is none): a rank reads the planning columns of the step's shards (rollout_positi
 rollout_id, group_index, total_length, the schedule columns) when it has to plan over the
 whole step (another world size, or a budget), and only its own rows of every other column.
 A micro-batch that is a run of one shard's rows is a set of views of the mapped file (no
-copy); one gathered from several places is copied once per shard (Arrow's take) and once
-into one contiguous record batch, then unpacked (output/views.py).
+copy); one gathered from several places is copied once, each field's selected spans into one
+array (output/views.take_rows), from the shards unpacked as views.
 
 Each batch carries the whole step's denominators (step_mask_sum, step_rollouts,
 step_samples, step_groups, from the manifest, checked against the rows) and each sample its
@@ -138,6 +138,7 @@ class _Piece:
     batch: pa.RecordBatch
     region: views.Region | None
     path: str
+    arrays: dict | None = None  # unpacked, when rows of it are handed out
 
 
 def read_shard(output, step: int, shard: int, split: str = "train", source: str = "auto",
@@ -354,41 +355,35 @@ class BatchIterator:
                 self._verified.add((step, r))
         return self._pieces[r]
 
-    def _gather(self, step: int, rows: np.ndarray, starts: np.ndarray) -> tuple[pa.RecordBatch, views.Region | None, str]:
-        """The rows (indices into the step's rows) as one record batch, views of the mapped
-        shard where they are one run of one shard."""
+    def _arrays(self, step: int, r: int) -> dict:
+        """Shard r of the step unpacked (output/views.unpack: views of the mapped file), once."""
+        p = self._piece(step, r)
+        if p.arrays is None:
+            p.arrays = views.unpack(p.batch, p.region, p.path, step=step, schema_version=self.output.schema_version)
+        return p.arrays
+
+    def _gather(self, step: int, rows: np.ndarray, starts: np.ndarray) -> tuple[dict, str]:
+        """The rows (indices into the step's rows) unpacked as one batch's arrays, and the path
+        of the first shard they come from (for messages): views of the mapped shard where they
+        are one run of one shard, else one copy of each field (output/views.take_rows)."""
         if not len(rows):
-            p = self._piece(step, self.rank if self.rank < self.num_shards else 0)
-            return p.batch.slice(0, 0), p.region, p.path
+            r = self.rank if self.rank < self.num_shards else 0
+            return views.take_rows([(self._arrays(step, r), rows)]), self._piece(step, r).path
         shard_of = np.searchsorted(starts, rows, side="right") - 1
         cuts = [0, *(np.flatnonzero(shard_of[1:] != shard_of[:-1]) + 1).tolist(), len(rows)]
-        parts, first = [], None
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            r = int(shard_of[a])
-            p = self._piece(step, r)
-            local = rows[a:b] - starts[r]
-            first = first or p
-            if int(local[-1]) - int(local[0]) + 1 == len(local):  # a run: a slice, views of the map
-                parts.append((p, p.batch.slice(int(local[0]), len(local)), True))
-            else:
-                parts.append((p, p.batch.take(pa.array(local)), False))
-        if len(parts) == 1 and parts[0][2]:
-            p, b, _ = parts[0]
-            return b, p.region, p.path
-        t = pa.Table.from_batches([b for _, b, _ in parts]).unify_dictionaries().combine_chunks()
-        return views.one_batch(t.to_batches(), t.schema), None, first.path
+        parts = [(int(shard_of[a]), rows[a:b] - starts[int(shard_of[a])]) for a, b in zip(cuts[:-1], cuts[1:])]
+        return views.take_rows([(self._arrays(step, r), local) for r, local in parts]), self._piece(step, parts[0][0]).path
 
     def _batch(self, i: int, k: int):
         step = self.steps[i]
         mbs, starts = self._plan(i)
-        batch, region, path = self._gather(step, mbs[k], starts)
-        arrays = views.unpack(batch, region, path, step=step, schema_version=self.output.schema_version)
+        arrays, path = self._gather(step, mbs[k], starts)
         want = self.output.step(step, self.split).denominators
         for name in STEP_FIELDS:
             v = want.get(name)
             if not isinstance(v, int):
                 continue
-            if batch.num_rows and arrays[name] != v:
+            if len(mbs[k]) and arrays[name] != v:
                 raise IntegrityError(f"{path}: {name} {arrays[name]} in its rows, the manifest says {v}")
             arrays[name] = v
         if not (self.native and self.max_tokens is None):  # not the converted schedule: no slime micro-batch ids

@@ -356,3 +356,121 @@ def one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatc
     t = pa.Table.from_batches(batches, schema=schema).combine_chunks()
     return t.to_batches()[0] if t.num_rows else one_batch([], schema)
 
+
+
+# the fields laid out per token (tokens) or per response token (the rest), and the step's values
+_TOKEN_FIELDS = ("tokens",)
+_RESPONSE_FIELDS = ("loss_mask", "rollout_log_probs", "teacher_log_probs")
+_NULL_FILL = {"round_numbers": -1}
+
+
+def take_rows(parts: list[tuple[dict, np.ndarray]]) -> dict:
+    """Rows of unpacked shards (unpack()'s dicts) as one unpacked dict: `parts` is (arrays,
+    ascending row indices) per shard, taken in that order. One run of one shard's rows is a set
+    of views (no copy); else each field is one copy of the selected spans (np.concatenate of
+    views of the sources). A field one shard lacks (None) and another has is filled as unpack
+    fills a null: NaN over the spans of the log-probs, -1 for round numbers, None in lists."""
+    live = [(a, np.asarray(r, dtype=np.int64)) for a, r in parts if len(r)]
+    if not live:
+        return slice_rows(parts[0][0], 0, 0)
+    if len(live) == 1:
+        a, rows = live[0]
+        if int(rows[-1]) - int(rows[0]) + 1 == len(rows):
+            return slice_rows(a, int(rows[0]), int(rows[-1]) + 1)
+    first = live[0][0]
+    out: dict = {k: v for k, v in first.items() if isinstance(v, int)}  # the step's values
+    resp = [a["response_lengths"][rows] for a, rows in live]
+    tot = [a["total_lengths"][rows] for a, rows in live]
+    out["response_lengths"], out["total_lengths"] = np.concatenate(resp), np.concatenate(tot)
+    out["cu_seqlens"] = _offsets(out["total_lengths"], np.int32)
+    out["tokens"] = _spans([(a["tokens"], a["cu_seqlens"], rows) for a, rows in live], np.int32)
+    rcus = [_offsets(a["response_lengths"], np.int64) for a, _ in live]
+    for name in _RESPONSE_FIELDS:
+        have = [a[name] for a, _ in live]
+        if all(v is None for v in have):
+            out[name] = None
+            continue
+        dtype = next(v.dtype for v in have if v is not None)
+        out[name] = _spans([(v if v is not None else np.full(int(rcu[-1]), np.nan, dtype), rcu, rows)
+                            for v, rcu, (_, rows) in zip(have, rcus, live)], dtype)
+    for name, v in first.items():
+        if name in out or name == "extras":
+            continue
+        have = [a[name] for a, _ in live]
+        if isinstance(v, (np.ndarray, type(None))) and any(isinstance(h, np.ndarray) for h in have):
+            fill = _NULL_FILL.get(name)
+            if fill is None and any(h is None for h in have):
+                out[name] = None  # (the --schedule slime ids: set on every shard of a step or none)
+                continue
+            out[name] = np.concatenate([h[rows] if h is not None else np.full(len(rows), fill, np.int64)
+                                        for h, (_, rows) in zip(have, live)])
+        elif all(h is None for h in have):
+            out[name] = None
+        else:  # a list (source_names)
+            out[name] = [h[i] if h is not None else None for h, (_, rows) in zip(have, live) for i in rows.tolist()]
+    out["extras"] = {name: _take_extra([(a["extras"].get(name), rows) for a, rows in live])
+                     for name in first["extras"]}
+    return out
+
+
+def slice_rows(a: dict, lo: int, hi: int) -> dict:
+    """Rows [lo, hi) of an unpacked shard: views (the offsets rebased, a small copy)."""
+    cu = a["cu_seqlens"]
+    rcu = _offsets(a["response_lengths"], np.int64)
+    out = {}
+    for name, v in a.items():
+        if name == "cu_seqlens":
+            out[name] = cu[lo:hi + 1] if lo == 0 else (cu[lo:hi + 1] - cu[lo]).astype(cu.dtype)
+        elif name in _TOKEN_FIELDS:
+            out[name] = v[int(cu[lo]):int(cu[hi])]
+        elif name in _RESPONSE_FIELDS:
+            out[name] = None if v is None else v[int(rcu[lo]):int(rcu[hi])]
+        elif name == "extras":
+            out[name] = {k: None if e is None else e.slice(lo, hi) if isinstance(e, Ragged) else e[lo:hi]
+                         for k, e in v.items()}
+        elif isinstance(v, (np.ndarray, list)):
+            out[name] = v[lo:hi]
+        else:
+            out[name] = v
+    return out
+
+
+def _offsets(lengths: np.ndarray, dtype) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, dtype=dtype)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _spans(sources: list[tuple[np.ndarray, np.ndarray, np.ndarray]], dtype) -> np.ndarray:
+    """The spans [offsets[i], offsets[i+1]) of `values` for the rows i, of each source in turn,
+    concatenated (adjacent spans merged): one copy."""
+    views = []
+    for values, offsets, rows in sources:
+        starts, ends = offsets[rows].tolist(), offsets[rows + 1].tolist()
+        a, b = starts[0], ends[0]
+        for s, e in zip(starts[1:], ends[1:]):
+            if s == b:
+                b = e
+            else:
+                views.append(values[a:b])
+                a, b = s, e
+        views.append(values[a:b])
+    return np.concatenate(views) if views else np.empty(0, dtype)
+
+
+def _take_extra(have: list[tuple[object, np.ndarray]]):
+    """An extra column's rows of each shard (None where the shard has it null throughout)."""
+    present = [v for v, _ in have if v is not None]
+    if not present:
+        return None
+    kind = present[0]
+    if isinstance(kind, Ragged):
+        values = _spans([(v.values, v.offsets, rows) if v is not None else (kind.values[:0], np.zeros(len(rows) + 1, np.int64), np.zeros(len(rows), np.int64))
+                         for v, rows in have], kind.values.dtype)
+        lengths = np.concatenate([np.diff(v.offsets)[rows] if v is not None else np.zeros(len(rows), np.int64)
+                                  for v, rows in have])
+        return Ragged(values, _offsets(lengths, np.int64))
+    if isinstance(kind, np.ndarray):
+        fill = np.nan if kind.dtype.kind == "f" else (False if kind.dtype.kind == "b" else -1)
+        return np.concatenate([v[rows] if v is not None else np.full(len(rows), fill, kind.dtype) for v, rows in have])
+    return [v[i] if v is not None else None for v, rows in have for i in rows.tolist()]

@@ -276,3 +276,31 @@ def test_the_numpy_backend_works_without_torch(out4):
     positions, state = json.loads(p.stdout)
     it = open_output(out4).iter_batches(1, world_size=3, max_tokens=BUDGET)
     assert next(it).rollout_positions.tolist() == positions and it.state_dict() == state  # same in every process
+
+
+def test_take_rows_fills_what_one_shard_lacks_and_copies_once(out4):
+    o = open_output(out4)
+    t0, t1 = o.table(1, 0), o.table(1, 1)
+    assert t0.num_rows >= 3 and t1.num_rows >= 2
+    t0 = t0.set_column(t0.schema.get_field_index("rollout_log_probs"), "rollout_log_probs",
+                       pa.nulls(t0.num_rows, pa.list_(pa.float32())))
+    t0 = t0.set_column(t0.schema.get_field_index("source_name"), "source_name", pa.nulls(t0.num_rows, pa.string()))
+    names = [f"s{i}" for i in range(t1.num_rows)]
+    t1 = t1.set_column(t1.schema.get_field_index("source_name"), "source_name", pa.array(names, pa.string()))
+    a0, a1 = (views.unpack(t.combine_chunks().to_batches()[0], None, "x", step=1, schema_version=o.schema_version)
+              for t in (t0, t1))
+    assert a0["rollout_log_probs"] is None and a0["source_names"] is None
+    out = views.take_rows([(a0, np.array([0, 2])), (a1, np.array([1]))])
+    b = Batch.from_arrays(out)
+    rcu = b.response_cu_seqlens
+    assert np.isnan(b.rollout_log_probs[:rcu[2]]).all() and rcu[2] == a0["response_lengths"][[0, 2]].sum()
+    r1 = views.slice_rows(a1, 1, 2)
+    assert b.rollout_log_probs[rcu[2]:].tolist() == r1["rollout_log_probs"].tolist()
+    assert b.source_names == [None, None, "s1"]
+    assert b.tokens.tolist() == (views.slice_rows(a0, 0, 1)["tokens"].tolist() + views.slice_rows(a0, 2, 3)["tokens"].tolist()
+                                 + r1["tokens"].tolist())
+    assert b.cu_seqlens[-1] == len(b.tokens) and b.status == [a0["extras"]["status"][0], a0["extras"]["status"][2],
+                                                             a1["extras"]["status"][1]]
+    # one run of one shard: views, no copy
+    run = views.take_rows([(a1, np.array([0, 1]))])
+    assert np.shares_memory(run["tokens"], a1["tokens"]) and not np.shares_memory(out["tokens"], a1["tokens"])
