@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..pipeline.plan import group_units, plan_shards
-from ..pipeline.schedule import first_fit, split_to
+from ..pipeline.schedule import split_to
 
 __all__ = ["StepColumns", "rank_rows", "pack", "equalise", "runs", "plan_step"]
 
@@ -72,10 +72,24 @@ def rank_rows(cols: StepColumns, world_size: int, num_shards: int, keep_groups: 
 
 def pack(lengths: np.ndarray, max_tokens: int) -> list[list[int]]:
     """First-fit decreasing: local indices per micro-batch, each ascending; micro-batches in
-    the order they were opened (the first holds the longest sample)."""
-    order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
-    bins = first_fit([int(lengths[i]) for i in order], max_tokens)
-    return [sorted(order[j] for j in b) for b in bins]
+    the order they were opened (the first holds the longest sample). The same bins as
+    pipeline/schedule.first_fit over the lengths sorted longest first (ties in row order);
+    the first micro-batch with room is found in numpy, not by a Python scan of the bins."""
+    order = np.lexsort((np.arange(len(lengths)), -np.asarray(lengths, dtype=np.int64)))
+    room = np.empty(len(lengths), dtype=np.int64)  # tokens left per micro-batch (at most one per sample)
+    bins: list[list[int]] = []
+    for i in order.tolist():
+        n = int(lengths[i])
+        if bins:
+            fits = room[:len(bins)] >= n
+            j = int(fits.argmax())
+            if fits[j]:
+                bins[j].append(i)
+                room[j] -= n
+                continue
+        room[len(bins)] = max_tokens - n
+        bins.append([i])
+    return [sorted(b) for b in bins]
 
 
 def equalise(bins: list[list[int]], count: int, lengths: np.ndarray) -> list[list[int]]:

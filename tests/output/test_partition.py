@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rollout_cli.pipeline.schedule import first_fit
 from rollout_cli.output.partition import StepColumns, equalise, pack, plan_step, rank_rows, runs
 
 
@@ -25,6 +26,15 @@ def test_pack_is_first_fit_decreasing():
     assert pack(lengths, 10) == [[1, 4], [0, 3], [2]]
     # in sample order (first fit, not decreasing) it would take 4 micro-batches: 3+2+1 | 9 | 7
     assert all(sum(lengths[b]) <= 10 for b in pack(lengths, 10))
+
+
+def test_pack_gives_first_fits_bins_over_the_lengths_sorted_longest_first():
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        lengths = rng.integers(1, 900, int(rng.integers(1, 300)))
+        order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
+        want = [sorted(order[j] for j in b) for b in first_fit([int(lengths[i]) for i in order], 1000)]
+        assert pack(lengths, 1000) == want
 
 
 def test_a_sample_over_the_budget_sits_alone():
