@@ -12,7 +12,7 @@ whole run. Measured 2026-12-04, 2 cores, medians of 5 alternating runs, whole pr
   JSONL: 4.25 -> 4.08 CPU-s (4.0%), 2.32 -> 2.23 s (3.9%). Kept: it buys over 5% on the
   Parquet run, and 4% on JSONL.
 - `ROLLOUT_CLI_DIRECT_IO` (default off): shards written with O_DIRECT, past the page cache
-  (core/storage.LocalWriter; with it, the loader's huge-page advice, loader/views.large_folios).
+  (core/storage.LocalWriter; with it, the loader's huge-page advice, output/views.large_folios).
   The conversion alone costs 8-9% less CPU with it (JSONL 4.49 -> 4.13 CPU-s, Parquet 3.48 ->
   3.20), but convert + the trainer's first load costs more (JSONL 6.25 -> 6.41 CPU-s, -2.6%;
   Parquet 5.33 -> 5.51, -3.4%): the first load then reads every shard from the disk. Opt-in.

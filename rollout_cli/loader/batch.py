@@ -19,6 +19,7 @@ except ModuleNotFoundError as e:  # torch is an extra: say which
                               "torch: pip install 'rollout-cli[torch]'", name="torch") from None
 
 from ..core.errors import UsageError
+from ..output.views import Ragged
 from . import slime
 
 __all__ = ["PackedBatch"]
@@ -48,6 +49,12 @@ class PackedBatch:
       step_mask_sum, step_rollouts, step_samples, step_groups   int: the whole step's loss-mask
                         total, rollouts, samples and prompt groups (over all shards; README
                         "Loss denominators")
+      rollout_positions int64 [n]                    each sample's place in its step (the key
+                        back to the dump: slime's partition entry)
+      extras            every other column of the row schema, by its column name, also read as
+                        an attribute (`batch.status`): output/views.py says each type's form
+      micro_batch_index, num_micro_batches   int: this batch's place among its rank's
+                        micro-batches of the step (iter_batches; 0 and 1 for `load()`)
 
     On CPU after `load()` the tensors are views of the memory-mapped shard (no copy).
     """
@@ -83,11 +90,22 @@ class PackedBatch:
     rollout_positions: torch.Tensor | None = None
     optimizer_steps: torch.Tensor | None = None
     micro_batch_ids: torch.Tensor | None = None
+    extras: dict = field(default_factory=dict, repr=False)
+    micro_batch_index: int = 0
+    num_micro_batches: int = 1
     # the step's schedule record from the manifest, and a reader of its whole-batch lists
     schedule: dict | None = field(default=None, repr=False)
     _whole_batch: Any = field(default=None, repr=False)
     # the single pinned buffer every tensor is a view of, after pin_memory() (not public)
     _staging: torch.Tensor | None = field(default=None, repr=False)
+
+    def __getattr__(self, name: str):
+        # the columns without a field of their own (extras), read as attributes
+        if not name.startswith("_") and name != "extras":
+            extras = self.__dict__.get("extras")
+            if extras is not None and name in extras:
+                return extras[name]
+        raise AttributeError(f"{type(self).__name__} has no field or column {name!r}")
 
     def __repr__(self) -> str:
         opt = [k for k in ("rollout_log_probs", "teacher_log_probs", "round_numbers") if getattr(self, k) is not None]
@@ -98,8 +116,10 @@ class PackedBatch:
     # -- making ------------------------------------------------------------------------------
     @classmethod
     def from_arrays(cls, arrays: dict[str, Any], **meta) -> "PackedBatch":
-        """A batch whose tensors are views of the numpy arrays `arrays` (loader/views.unpack's
+        """A batch whose tensors are views of the numpy arrays `arrays` (output/views.unpack's
         form: field name -> array, None, or a list for source_names); `meta`: step, shard, split."""
+        arrays = dict(arrays)
+        arrays["extras"] = {k: _map_value(v, torch.from_numpy) for k, v in (arrays.get("extras") or {}).items()}
         return cls(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}, **meta)
 
     # -- shape ------------------------------------------------------------------------------
@@ -192,11 +212,16 @@ class PackedBatch:
         if self.device == device:
             return replace(self)
         if device.type == "cpu":
-            return self._map(lambda t: t.to(device))
-        src = self.pin_memory() if (self.device.type == "cpu" and device.type == "cuda") else self
-        if src._staging is not None:
-            return src._views_of(src._staging.to(device, non_blocking=non_blocking))
-        return src._map(lambda t: t.to(device, non_blocking=non_blocking))
+            out = self._map(lambda t: t.to(device))
+        else:
+            src = self.pin_memory() if (self.device.type == "cpu" and device.type == "cuda") else self
+            if src._staging is not None:
+                out = src._views_of(src._staging.to(device, non_blocking=non_blocking))
+            else:
+                out = src._map(lambda t: t.to(device, non_blocking=non_blocking))
+        # the extra columns' tensors are moved one by one (outside the staging buffer)
+        move = lambda t: t.to(device, non_blocking=non_blocking and device.type != "cpu")  # noqa: E731
+        return replace(out, extras={k: _map_value(v, move) for k, v in self.extras.items()})
 
     def cpu(self) -> "PackedBatch":
         return self.to("cpu")
@@ -245,10 +270,8 @@ class PackedBatch:
             loss_mask=resp(self.loss_mask), rollout_log_probs=resp(self.rollout_log_probs),
             teacher_log_probs=resp(self.teacher_log_probs),
             source_names=None if self.source_names is None else self.source_names[start:end],
-            **{k: per(getattr(self, k)) for k in ("response_lengths", "total_lengths", "rewards", "raw_rewards",
-                                                  "rollout_ids", "sample_indices", "group_indices",
-                                                  "rollout_mask_sums", "truncated", "remove_samples", "round_numbers",
-                                                  "rollout_positions", "optimizer_steps", "micro_batch_ids")},
+            extras={k: _slice_value(v, start, end) for k, v in self.extras.items()},
+            **{k: per(getattr(self, k)) for k in PER_SAMPLE},
         )
 
     def micro_batches(self) -> Iterator["PackedBatch"]:
@@ -264,6 +287,29 @@ class PackedBatch:
         return slime.train_data(self)
 
 
+
+
+# the per-sample fields ([n], one value per sample), besides source_names and the extras
+PER_SAMPLE = ("response_lengths", "total_lengths", "rewards", "raw_rewards", "rollout_ids", "sample_indices",
+              "group_indices", "rollout_mask_sums", "group_mask_sums", "group_rollouts", "truncated",
+              "remove_samples", "round_numbers", "rollout_positions", "optimizer_steps", "micro_batch_ids")
+
+
+def _map_value(v, fn):
+    """An extra column's value with `fn` applied to its arrays (a list or None stays)."""
+    if isinstance(v, Ragged):
+        return v.map(fn)
+    if isinstance(v, (np.ndarray, torch.Tensor)):
+        return fn(v)
+    return v
+
+
+def _slice_value(v, start: int, end: int):
+    if v is None:
+        return None
+    if isinstance(v, Ragged):
+        return v.slice(start, end)
+    return v[start:end]
 
 
 def _staging_layout(items: dict[str, torch.Tensor]) -> tuple[dict[str, tuple[int, int]], int]:

@@ -5,12 +5,15 @@
     batch = batch.to("cuda")                    # one pinned staging copy, one async H2D copy
     train_data = batch.to_slime_train_data()    # slime's tensorize_rollout_data_for_training form
 
+    it = ds.iter_batches(rank, world_size=8, max_tokens=16384)   # one PackedBatch per micro-batch,
+    it.state_dict(); it.load_state_dict(state)  # any world size, exact resume (output/batches.py)
+
 Fast path: each shard's uncompressed Arrow IPC copy (`OUT/mmap/...arrow`, written by `convert`
 unless `--no-mmap`) is memory-mapped and every tensor is a view of the mapped file: opening a
 shard costs microseconds, whatever its size, and the bytes are read from the page cache on first
 touch (the pinned staging copy in `.to("cuda")`, or whatever the trainer does with them).  The
 mapping is private copy-on-write (`mmap.ACCESS_COPY`), so the tensors are writable and writing
-into them never reaches the file (loader/views.py).
+into them never reaches the file (output/views.py; output/batches.read_shard reads a shard).
 
 Fallback: when the IPC copy is absent, the Parquet shard is read with
 `pq.read_table(memory_map=True)`: every column is decoded (and decompressed) into fresh memory,
@@ -42,11 +45,12 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..core import layout
 from ..core.errors import IntegrityError, UsageError
-from ..output.model import SOURCES, Output, check_digest, check_rows, check_size, open_output, ranges, read_parquet
+from ..output.batches import BACKENDS, Batch, BatchIterator, read_shard
+from ..output.model import SOURCES, Output, open_output, ranges
 from ..pipeline.fields import STEP_FIELDS
-from . import views
+from ..output import views
 
-__all__ = ["open_dataset", "Dataset", "RankDataset", "SPLITS", "SOURCES"]
+__all__ = ["open_dataset", "Dataset", "RankDataset", "BatchDataset", "SPLITS", "SOURCES"]
 
 SPLITS = layout.SPLIT_TREES  # split -> the folder its shards live in
 
@@ -99,17 +103,14 @@ class Dataset:
         """
         if source not in SOURCES:
             raise UsageError(f"source: expected one of {', '.join(SOURCES)}, got {source!r}")
-        sh = self.output.shard(step, shard, self.split)
-        kind, path, entry = self.output.source(sh, source)
+        rows, region, path = read_shard(self.output, step, shard, self.split, source, verify)
         try:
-            if kind == "arrow":
-                batch = self._read_ipc(path, entry, verify, step, shard)
-            else:
-                batch = self._read_parquet(path, entry, verify, step, shard)
+            arrays = views.unpack(rows, region, path, step=step, schema_version=self.output.schema_version)
         except IntegrityError:
             self.output.check_current(path)  # a file gone or changed with its output: say that
             raise
-        check_rows(self.output.full_path(sh.path), sh, batch.num_samples)
+        batch = PackedBatch.from_arrays(arrays, step=step, shard=shard, split=self.split)
+        sh = self.output.shard(step, shard, self.split)
         batch = self._with_step_values(batch, self.output.full_path(sh.path))
         sched = self.output.step(step, self.split).schedule
         if sched is not None:
@@ -160,31 +161,6 @@ class Dataset:
         self._whole[step] = (t.column("raw_reward").to_pylist(), t.column("total_length").to_pylist())
         return self._whole[step]
 
-    def _read_ipc(self, path: str, entry, verify: bool, step: int, shard: int) -> PackedBatch:
-        try:
-            region = views.Region(path)
-        except (OSError, ValueError) as e:
-            raise IntegrityError(f"{path}: cannot map: {e}") from None
-        check_size(path, entry, region.size)
-        if verify:
-            check_digest(path, entry, region.mm)
-        try:
-            reader = pa.ipc.open_file(pa.BufferReader(region.buffer))
-            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-            batch = views.one_batch(batches, reader.schema)
-        except pa.ArrowInvalid as e:
-            raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
-        self.output.check_current(path)
-        arrays = views.unpack(batch, region, path, step=step, schema_version=self.output.schema_version)
-        return PackedBatch.from_arrays(arrays, step=step, shard=shard, split=self.split)
-
-    def _read_parquet(self, path: str, entry, verify: bool, step: int, shard: int) -> PackedBatch:
-        table = read_parquet(path, entry, verify, list(views.READ_COLUMNS)).combine_chunks()
-        self.output.check_current(path)
-        batch = views.one_batch(table.to_batches(), table.schema)
-        arrays = views.unpack(batch, None, path, step=step, schema_version=self.output.schema_version)
-        return PackedBatch.from_arrays(arrays, step=step, shard=shard, split=self.split)
-
     def iter_rank(self, rank: int, device: str | torch.device = "cpu", pin_memory: bool = False, verify: bool = False,
                   steps: list[int] | None = None, source: str = "auto") -> Iterator[PackedBatch]:
         """One PackedBatch per step (in step order, or the given `steps`) for trainer rank `rank`,
@@ -197,6 +173,46 @@ class Dataset:
                 yield self.load(s, rank, device=device, pin_memory=pin_memory, verify=verify, source=source)
 
         return gen()
+
+    def iter_batches(self, rank: int, world_size: int | None = None, max_tokens: int | None = None,
+                     steps: list[int] | None = None, device: str | torch.device = "cpu", pin_memory: bool = False,
+                     verify: bool = False, backend: str = "torch", *, source: str = "auto",
+                     workers: tuple[int, int] = (0, 1)) -> BatchIterator:
+        """Rank `rank`'s batches, one per micro-batch, in step order: a BatchIterator
+        (output/batches.py: the ranks, micro-batches and state; output/partition.py: the plan).
+
+        world_size: None is the output's shard count (rank r reads shard r; a --schedule slime
+        output is then served as converted); any other repartitions each step's rollouts by
+        tokens. max_tokens: micro-batches of at most that many tokens (a longer sample alone),
+        the same count on every rank of a step. backend: "torch" hands PackedBatch (on `device`,
+        pinned with pin_memory), "numpy" output/batches.Batch (then device must be the CPU).
+        workers: (worker, count): this iterator hands only the batches whose index in the
+        stream is worker modulo count (BatchDataset's DataLoader workers)."""
+        if backend not in BACKENDS:
+            raise UsageError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+        device = torch.device(device)
+        if backend == "numpy":
+            if device.type != "cpu" or pin_memory:
+                raise UsageError("backend='numpy' hands out host arrays: device must be 'cpu' and pin_memory False")
+            make = Batch.from_arrays
+        else:
+            make = self._maker(device, pin_memory, attach_whole=workers[1] == 1)
+        return BatchIterator(self.output, rank, split=self.split, world_size=world_size, max_tokens=max_tokens,
+                             steps=steps, verify=verify, source=source, make=make, workers=workers)
+
+    def _maker(self, device: torch.device, pin_memory: bool, attach_whole: bool):
+        def make(arrays: dict, **meta) -> PackedBatch:
+            batch = PackedBatch.from_arrays(arrays, **meta)
+            if batch.scheduled:  # served as converted: slime's whole-step keys for to_slime_train_data
+                step = meta["step"]
+                batch.schedule = self.schedule(step)
+                if attach_whole:  # (not in a DataLoader worker: the batch is pickled back, a closure is not)
+                    batch._whole_batch = lambda: self.whole_batch(step)
+            if device.type != "cpu":
+                return batch.to(device, non_blocking=True)
+            return batch.pin_memory() if pin_memory else batch
+
+        return make
 
     def _check_rank(self, rank: int) -> None:
         if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.num_shards:
@@ -250,3 +266,30 @@ class RankDataset(IterableDataset):
             steps = steps[wi.id::wi.num_workers]
         return self.dataset.iter_rank(self.rank, device=self.device, pin_memory=self.pin_memory, verify=self.verify,
                                       steps=steps, source=self.source)
+
+
+class BatchDataset(IterableDataset):
+    """torch IterableDataset over `Dataset.iter_batches`: one PackedBatch per micro-batch.
+
+    Use with `DataLoader(ds, batch_size=None)` (each item is already a batch) or torchdata's
+    `StatefulDataLoader`, whose state_dict() saves the iterators' positions (each
+    BatchIterator is stateful) and resumes with exactly the next batch. With num_workers = W
+    > 0, worker w hands the batches whose index in the rank's stream is w modulo W; DataLoader
+    takes one batch from each worker in turn, so the batches come in the stream's order, each
+    once. Keep device="cpu" with workers and let `DataLoader(pin_memory=True)` pin.
+    """
+
+    def __init__(self, out: str | os.PathLike | Output, rank: int, split: str = "train", world_size: int | None = None,
+                 max_tokens: int | None = None, steps: list[int] | None = None, device: str | torch.device = "cpu",
+                 pin_memory: bool = False, verify: bool = False, backend: str = "torch", source: str = "auto"):
+        super().__init__()
+        self.dataset = open_dataset(out, split)
+        self.kwargs = dict(world_size=world_size, max_tokens=max_tokens, steps=steps, device=device,
+                           pin_memory=pin_memory, verify=verify, backend=backend, source=source)
+        self.rank = rank
+        self.dataset.iter_batches(rank, **self.kwargs)  # the arguments checked here, not in a worker
+
+    def __iter__(self) -> BatchIterator:
+        wi = get_worker_info()
+        workers = (wi.id, wi.num_workers) if wi is not None else (0, 1)
+        return self.dataset.iter_batches(self.rank, workers=workers, **self.kwargs)

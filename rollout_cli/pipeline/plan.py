@@ -48,6 +48,25 @@ def karmarkar_karp(weights: list[int], k: int) -> list[list[int]]:
     return sorted((sorted(p[1]) for p in parts), key=lambda m: (not m, m[0] if m else 0))
 
 
+def group_units(group_index: list, ids: np.ndarray) -> np.ndarray:
+    """Labels of the units that keep both prompt groups and rollouts whole (union-find):
+    `group_index` per row (None where null), `ids` its rollout ids."""
+    parent: dict = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for g, r in zip(group_index, ids.tolist()):
+        a, b = find(("r", r)), find(("g", g) if g is not None else ("r", r))
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    labels: dict = {}
+    return np.fromiter((labels.setdefault(find(("r", r)), len(labels)) for r in ids.tolist()), dtype=np.int64, count=len(ids))
+
+
 def plan_shards(unit_of_row: np.ndarray, tokens_per_row: np.ndarray, num_shards: int) -> ShardPlan:
     """Assign whole units (rollouts or groups) to shards; `unit_of_row` labels each row."""
     if num_shards == 1 or not len(unit_of_row):

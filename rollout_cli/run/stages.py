@@ -16,7 +16,7 @@ from ..pipeline.validate import NormChunk, normalize_chunk, pre_schema
 from ..core.options import ConvertOptions
 from ..core import layout
 from ..output.commit import staged_path as _staged
-from ..pipeline.plan import ShardPlan, plan_shards
+from ..pipeline.plan import ShardPlan, group_units, plan_shards
 from ..inputs.registry import read_input
 from ..core.schema import SCHEDULE_COLUMNS, train_schema
 from ..pipeline.fields import STEP_FIELDS, group_fields, step_fields
@@ -150,24 +150,6 @@ def _denominators_of_written(sf: StepFields, ids: np.ndarray, mask_totals: np.nd
     sf.step_totals = step_fields(ids[w], mask_totals[w], sf.group_labels[w])
 
 
-def _group_units(group_index: list, ids: np.ndarray) -> np.ndarray:
-    """Labels of the units that keep both prompt groups and rollouts whole (union-find)."""
-    parent: dict = {}
-
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for g, r in zip(group_index, ids.tolist()):
-        a, b = find(("r", r)), find(("g", g) if g is not None else ("r", r))
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    labels: dict = {}
-    return np.fromiter((labels.setdefault(find(("r", r)), len(labels)) for r in ids.tolist()), dtype=np.int64, count=len(ids))
-
-
 def _read_staged(parts: list[PartResult], bases: list[int], schema: pa.Schema) -> pa.Table:
     """The parts' staged rows as one table in memory, one chunk per column: the bytes written
     must not depend on how the parse was cut into chunks and parts (that varies with --workers).
@@ -273,7 +255,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         if schedule_info["dropped"]:
             warnings.append(trailing_warning(step, schedule_info))
     else:
-        unit_key = _group_units(gi, ids) if opts.keep_groups else ids
+        unit_key = group_units(gi, ids) if opts.keep_groups else ids
         plan = plan_shards(unit_key, tokens_per_row, opts.shards)
     if placed is not None:
         _denominators_of_written(sf, ids, pre.column("_mask_total").to_numpy(), plan.rows)

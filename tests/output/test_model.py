@@ -238,7 +238,7 @@ def test_works_without_torch(sample_out):
             f"o = rollout_cli.open_output({sample_out!r})\n"
             "t = o.table(o.steps[0].step, 0, verify=True)\n"
             "assert t.num_rows == o.steps[0].shards[0].rows > 0\n"
-            "import rollout_cli.loader.views\n"
+            "import rollout_cli.output.views\n"
             "assert sys.modules['torch'] is None\n"
             "print(t.num_rows)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,

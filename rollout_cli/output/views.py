@@ -2,7 +2,16 @@
 PackedBatch holds, each a view of the mapped file where it can be (no copy), checked on the way
 (columns and types, list lengths, nulls, one step, one value per step of the denominators).
 Also the mapping itself: a private copy-on-write map of the IPC copy, asked to be read in huge
-pages. No torch here: loader/batch.py wraps the arrays as tensors."""
+pages. No torch here: loader/batch.py wraps the arrays as tensors, output/batches.py hands them
+out as numpy batches.
+
+Every column of the row schema reaches the batch: the ones the loader knows by name (tokens,
+loss_mask, rewards, ...) as PackedBatch's fields, every other one generically by its Arrow
+type into `extras` (name -> value, the column's own name), so that a column added to the
+schema appears without a change here: integers as int64 arrays (-1 where null), floats as
+arrays (NaN where null), booleans as bool arrays (false where null), strings and lists of
+strings as Python lists (None where null, None for a column null on every row), numeric lists
+as `Ragged` (flat values and offsets)."""
 from __future__ import annotations
 
 import mmap
@@ -17,13 +26,13 @@ from ..core.errors import IntegrityError
 from ..core.schema import COLUMNS_SINCE, SCHEDULE_COLUMNS, train_schema
 from ..pipeline.fields import STEP_FIELDS
 
-__all__ = ["Region", "Reader", "large_folios", "check_schema", "unpack", "one_batch", "READ_COLUMNS"]
+__all__ = ["Region", "Reader", "Ragged", "large_folios", "check_schema", "unpack", "one_batch", "READ_COLUMNS"]
 
 # The columns the loader reads; their Arrow types come from the train-row schema.
 _NEEDED = ("step", "rollout_id", "sample_index", "group_index", "tokens", "response_length", "total_length",
            "loss_mask", "reward", "raw_reward", "truncated", "rollout_mask_sum", "group_mask_sum", "group_rollouts",
            "step_mask_sum", "step_rollouts", "step_samples", "step_groups", "rollout_log_probs",
-           "teacher_log_probs", "round_number", "source_name")
+           "teacher_log_probs", "round_number", "source_name", "rollout_position")
 _COLUMNS: dict[str, pa.DataType] = {f.name: f.type for f in train_schema() if f.name in _NEEDED}
 assert len(_COLUMNS) == len(_NEEDED), "the train-row schema lost a column the loader reads"
 # Read where present (outputs written before they existed lack them); set under --schedule slime.
@@ -33,6 +42,38 @@ _SCHEDULE = tuple(f.name for f in SCHEDULE_COLUMNS)
 _LATER: dict[str, pa.DataType] = {f.name: f.type for f in train_schema() if f.name in COLUMNS_SINCE}
 # every column the loader reads where present, in the order a Parquet read asks for them
 READ_COLUMNS = (*_COLUMNS, *_LATER, *_SCHEDULE)
+# the columns unpack() gives their own PackedBatch field (the rest go to `extras`)
+NAMED = frozenset({*_COLUMNS, "remove_sample", "rollout_position", *_SCHEDULE})
+
+
+class Ragged:
+    """A numeric list column of n rows: `values` (flat) and `offsets` [n+1] from 0; row i is
+    values[offsets[i]:offsets[i+1]]. numpy arrays, or torch tensors in a PackedBatch."""
+
+    __slots__ = ("values", "offsets")
+
+    def __init__(self, values, offsets):
+        self.values = values
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int):
+        return self.values[int(self.offsets[i]):int(self.offsets[i + 1])]
+
+    def __repr__(self) -> str:
+        return f"Ragged(rows={len(self)}, values={len(self.values)})"
+
+    def slice(self, start: int, end: int) -> "Ragged":
+        lo, hi = int(self.offsets[start]), int(self.offsets[end])
+        return Ragged(self.values[lo:hi], self.offsets[start:end + 1] - lo)
+
+    def map(self, fn) -> "Ragged":
+        return Ragged(fn(self.values), fn(self.offsets))
+
+    def tolist(self) -> list:
+        return [self[i].tolist() for i in range(len(self))]
 
 
 def large_folios(mm: mmap.mmap) -> None:
@@ -240,17 +281,17 @@ def unpack(batch: pa.RecordBatch, region: Region | None, path: str, *, step: int
     tlp = r.optional_flat("teacher_log_probs", resp_len, resp_cu)
     rn = r.col("round_number")
     sn = r.col("source_name")
-    sched: dict[str, np.ndarray | None] = dict.fromkeys(("rollout_position", *_SCHEDULE))
+    sched: dict[str, np.ndarray | None] = dict.fromkeys(_SCHEDULE)
     if all(c in batch.schema.names for c in _SCHEDULE) and len(batch) and not batch.column("micro_batch").null_count:
-        sched = {c: r.fixed(c).astype(np.int64) for c in ("rollout_position", *_SCHEDULE)}
+        sched = {c: r.fixed(c).astype(np.int64) for c in _SCHEDULE}
     return {
         "tokens": tokens,
         "cu_seqlens": cu,
         "loss_mask": loss_mask,
         "response_lengths": resp_len,
         "total_lengths": total_len,
-        "rewards": r.fixed("reward"),
-        "raw_rewards": r.fixed("raw_reward"),
+        "rewards": r.fixed("reward", np.nan),
+        "raw_rewards": r.fixed("raw_reward", np.nan),
         "rollout_ids": r.fixed("rollout_id"),
         "sample_indices": r.fixed("sample_index", -1),
         "group_indices": r.fixed("group_index", -1),
@@ -265,10 +306,34 @@ def unpack(batch: pa.RecordBatch, region: Region | None, path: str, *, step: int
         "round_numbers": None if (len(rn) == 0 or rn.null_count == len(rn)) else r.fixed("round_number", -1),
         "source_names": None if (len(sn) == 0 or sn.null_count == len(sn)) else sn.to_pylist(),
         **step_values(r),
-        "rollout_positions": sched["rollout_position"],
+        "rollout_positions": r.fixed("rollout_position"),
         "optimizer_steps": sched["optimizer_step"],
         "micro_batch_ids": sched["micro_batch"],
+        "extras": {name: extra(r, name) for name in batch.schema.names if name not in NAMED},
     }
+
+
+def extra(r: "Reader", name: str):
+    """A column the loader has no field for, by its Arrow type (the module's docstring)."""
+    arr = r.col(name)
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_boolean(t):
+        return r.bools(name) if arr.null_count == 0 else np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), bool)
+    if pa.types.is_integer(t):
+        return r.fixed(name, -1)
+    if pa.types.is_floating(t):
+        return r.fixed(name, np.nan)
+    if len(arr) and arr.null_count == len(arr) and not pa.types.is_primitive(t):
+        return None
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        vt = t.value_type
+        if pa.types.is_integer(vt) or pa.types.is_floating(vt):
+            offsets, values, _ = r.list_parts(name)
+            lo = int(offsets[0]) if len(offsets) else 0
+            return Ragged(values[lo:int(offsets[-1])], (offsets - lo).astype(np.int64))
+    return arr.to_pylist()
 
 
 def step_values(r: "Reader") -> dict[str, int]:
@@ -291,3 +356,121 @@ def one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatc
     t = pa.Table.from_batches(batches, schema=schema).combine_chunks()
     return t.to_batches()[0] if t.num_rows else one_batch([], schema)
 
+
+
+# the fields laid out per token (tokens) or per response token (the rest), and the step's values
+_TOKEN_FIELDS = ("tokens",)
+_RESPONSE_FIELDS = ("loss_mask", "rollout_log_probs", "teacher_log_probs")
+_NULL_FILL = {"round_numbers": -1}
+
+
+def take_rows(parts: list[tuple[dict, np.ndarray]]) -> dict:
+    """Rows of unpacked shards (unpack()'s dicts) as one unpacked dict: `parts` is (arrays,
+    ascending row indices) per shard, taken in that order. One run of one shard's rows is a set
+    of views (no copy); else each field is one copy of the selected spans (np.concatenate of
+    views of the sources). A field one shard lacks (None) and another has is filled as unpack
+    fills a null: NaN over the spans of the log-probs, -1 for round numbers, None in lists."""
+    live = [(a, np.asarray(r, dtype=np.int64)) for a, r in parts if len(r)]
+    if not live:
+        return slice_rows(parts[0][0], 0, 0)
+    if len(live) == 1:
+        a, rows = live[0]
+        if int(rows[-1]) - int(rows[0]) + 1 == len(rows):
+            return slice_rows(a, int(rows[0]), int(rows[-1]) + 1)
+    first = live[0][0]
+    out: dict = {k: v for k, v in first.items() if isinstance(v, int)}  # the step's values
+    resp = [a["response_lengths"][rows] for a, rows in live]
+    tot = [a["total_lengths"][rows] for a, rows in live]
+    out["response_lengths"], out["total_lengths"] = np.concatenate(resp), np.concatenate(tot)
+    out["cu_seqlens"] = _offsets(out["total_lengths"], np.int32)
+    out["tokens"] = _spans([(a["tokens"], a["cu_seqlens"], rows) for a, rows in live], np.int32)
+    rcus = [_offsets(a["response_lengths"], np.int64) for a, _ in live]
+    for name in _RESPONSE_FIELDS:
+        have = [a[name] for a, _ in live]
+        if all(v is None for v in have):
+            out[name] = None
+            continue
+        dtype = next(v.dtype for v in have if v is not None)
+        out[name] = _spans([(v if v is not None else np.full(int(rcu[-1]), np.nan, dtype), rcu, rows)
+                            for v, rcu, (_, rows) in zip(have, rcus, live)], dtype)
+    for name, v in first.items():
+        if name in out or name == "extras":
+            continue
+        have = [a[name] for a, _ in live]
+        if isinstance(v, (np.ndarray, type(None))) and any(isinstance(h, np.ndarray) for h in have):
+            fill = _NULL_FILL.get(name)
+            if fill is None and any(h is None for h in have):
+                out[name] = None  # (the --schedule slime ids: set on every shard of a step or none)
+                continue
+            out[name] = np.concatenate([h[rows] if h is not None else np.full(len(rows), fill, np.int64)
+                                        for h, (_, rows) in zip(have, live)])
+        elif all(h is None for h in have):
+            out[name] = None
+        else:  # a list (source_names)
+            out[name] = [h[i] if h is not None else None for h, (_, rows) in zip(have, live) for i in rows.tolist()]
+    out["extras"] = {name: _take_extra([(a["extras"].get(name), rows) for a, rows in live])
+                     for name in first["extras"]}
+    return out
+
+
+def slice_rows(a: dict, lo: int, hi: int) -> dict:
+    """Rows [lo, hi) of an unpacked shard: views (the offsets rebased, a small copy)."""
+    cu = a["cu_seqlens"]
+    rcu = _offsets(a["response_lengths"], np.int64)
+    out = {}
+    for name, v in a.items():
+        if name == "cu_seqlens":
+            out[name] = cu[lo:hi + 1] if lo == 0 else (cu[lo:hi + 1] - cu[lo]).astype(cu.dtype)
+        elif name in _TOKEN_FIELDS:
+            out[name] = v[int(cu[lo]):int(cu[hi])]
+        elif name in _RESPONSE_FIELDS:
+            out[name] = None if v is None else v[int(rcu[lo]):int(rcu[hi])]
+        elif name == "extras":
+            out[name] = {k: None if e is None else e.slice(lo, hi) if isinstance(e, Ragged) else e[lo:hi]
+                         for k, e in v.items()}
+        elif isinstance(v, (np.ndarray, list)):
+            out[name] = v[lo:hi]
+        else:
+            out[name] = v
+    return out
+
+
+def _offsets(lengths: np.ndarray, dtype) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, dtype=dtype)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _spans(sources: list[tuple[np.ndarray, np.ndarray, np.ndarray]], dtype) -> np.ndarray:
+    """The spans [offsets[i], offsets[i+1]) of `values` for the rows i, of each source in turn,
+    concatenated (adjacent spans merged): one copy."""
+    views = []
+    for values, offsets, rows in sources:
+        starts, ends = offsets[rows].tolist(), offsets[rows + 1].tolist()
+        a, b = starts[0], ends[0]
+        for s, e in zip(starts[1:], ends[1:]):
+            if s == b:
+                b = e
+            else:
+                views.append(values[a:b])
+                a, b = s, e
+        views.append(values[a:b])
+    return np.concatenate(views) if views else np.empty(0, dtype)
+
+
+def _take_extra(have: list[tuple[object, np.ndarray]]):
+    """An extra column's rows of each shard (None where the shard has it null throughout)."""
+    present = [v for v, _ in have if v is not None]
+    if not present:
+        return None
+    kind = present[0]
+    if isinstance(kind, Ragged):
+        values = _spans([(v.values, v.offsets, rows) if v is not None else (kind.values[:0], np.zeros(len(rows) + 1, np.int64), np.zeros(len(rows), np.int64))
+                         for v, rows in have], kind.values.dtype)
+        lengths = np.concatenate([np.diff(v.offsets)[rows] if v is not None else np.zeros(len(rows), np.int64)
+                                  for v, rows in have])
+        return Ragged(values, _offsets(lengths, np.int64))
+    if isinstance(kind, np.ndarray):
+        fill = np.nan if kind.dtype.kind == "f" else (False if kind.dtype.kind == "b" else -1)
+        return np.concatenate([v[rows] if v is not None else np.full(len(rows), fill, kind.dtype) for v, rows in have])
+    return [v[i] if v is not None else None for v, rows in have for i in rows.tolist()]

@@ -1,0 +1,396 @@
+"""The trainer's data path without torch: `open_output(OUT).iter_batches(rank, ...)` hands one
+batch per micro-batch, in step order, for any data-parallel world size and token budget, and
+resumes exactly from its `state_dict()`. The torch face is loader/dataset.py's
+`open_dataset(OUT).iter_batches`, the same iterator making PackedBatch.
+
+    it = open_output(OUT).iter_batches(rank, world_size=8, max_tokens=16384)
+    for batch in it:                 # a Batch of numpy arrays, PackedBatch's field names
+        ...
+        ckpt = it.state_dict()       # JSON: the next batch's step and micro-batch, ...
+    it = open_output(OUT).iter_batches(rank, world_size=8, max_tokens=16384)
+    it.load_state_dict(ckpt)         # continues with exactly the next batch
+
+Which rows each rank gets and how they split into micro-batches is output/partition.py's
+plan. Rows are read from the memory-mapped Arrow IPC copies (the Parquet shard where there
+is none): a rank reads the planning columns of the step's shards (rollout_position,
+rollout_id, group_index, total_length, the schedule columns) when it has to plan over the
+whole step (another world size, or a budget), and only its own rows of every other column.
+A micro-batch that is a run of one shard's rows is a set of views of the mapped file (no
+copy); one gathered from several places is copied once, each field's selected spans into one
+array (output/views.take_rows), from the shards unpacked as views.
+
+Each batch carries the whole step's denominators (step_mask_sum, step_rollouts,
+step_samples, step_groups, from the manifest, checked against the rows) and each sample its
+rollout's and group's (rollout_mask_sums, group_mask_sums, group_rollouts), whichever rank
+and micro-batch it lands on; `rollout_positions` names each sample's row in the step.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+from ..core.errors import IntegrityError, UsageError
+from ..pipeline.fields import STEP_FIELDS
+from . import partition, views
+from .files import check_digest, check_rows, check_size, ranges, read_parquet
+
+__all__ = ["Batch", "BatchIterator", "read_shard", "identity", "BACKENDS", "STATE_FORMAT"]
+
+BACKENDS = ("numpy", "torch")
+STATE_FORMAT = "rollout_cli.batches/1"
+
+
+@dataclass(eq=False, repr=False)
+class Batch:
+    """One micro-batch as numpy arrays: PackedBatch's fields and layout (loader/batch.py),
+    without torch. Arrays are views of the mapped shard where the micro-batch is one run of
+    one shard's rows, else of one gathered copy."""
+
+    tokens: np.ndarray
+    cu_seqlens: np.ndarray
+    loss_mask: np.ndarray
+    response_lengths: np.ndarray
+    total_lengths: np.ndarray
+    rewards: np.ndarray
+    raw_rewards: np.ndarray
+    rollout_ids: np.ndarray
+    sample_indices: np.ndarray
+    group_indices: np.ndarray
+    rollout_mask_sums: np.ndarray
+    group_mask_sums: np.ndarray
+    group_rollouts: np.ndarray
+    truncated: np.ndarray
+    remove_samples: np.ndarray
+    rollout_log_probs: np.ndarray | None
+    teacher_log_probs: np.ndarray | None
+    round_numbers: np.ndarray | None = None
+    source_names: list[str] | None = None
+    step: int = 0
+    shard: int = 0
+    split: str = "train"
+    step_mask_sum: int = 0
+    step_rollouts: int = 0
+    step_samples: int = 0
+    step_groups: int = 0
+    rollout_positions: np.ndarray | None = None
+    optimizer_steps: np.ndarray | None = None
+    micro_batch_ids: np.ndarray | None = None
+    extras: dict = field(default_factory=dict)
+    micro_batch_index: int = 0
+    num_micro_batches: int = 1
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, Any], **meta) -> "Batch":
+        return cls(**arrays, **meta)
+
+    def __getattr__(self, name: str):
+        if not name.startswith("_") and name != "extras":
+            extras = self.__dict__.get("extras")
+            if extras is not None and name in extras:
+                return extras[name]
+        raise AttributeError(f"{type(self).__name__} has no field or column {name!r}")
+
+    def __repr__(self) -> str:
+        return (f"Batch(split={self.split!r}, step={self.step}, rank={self.shard}, micro_batch={self.micro_batch_index}"
+                f"/{self.num_micro_batches}, samples={self.num_samples}, tokens={self.num_tokens})")
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.response_lengths)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def response_cu_seqlens(self) -> np.ndarray:
+        out = np.zeros(self.num_samples + 1, dtype=np.int32)
+        np.cumsum(self.response_lengths, out=out[1:])
+        return out
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every numpy array of the batch by field name (None fields and extras left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray)}
+
+
+def identity(output, split: str) -> str:
+    """The output's identity in a state_dict: a digest of the split's steps and every shard's
+    path, size and digest as the manifest records them (another conversion gives another)."""
+    rec = [output.schema_version, split]
+    for s in output.steps:
+        if s.split == split:
+            rec.append([s.step, [[sh.path, sh.bytes, list(sh.digest) if sh.digest else None, sh.rows]
+                                 for sh in s.shards]])
+    return hashlib.sha256(json.dumps(rec, separators=(",", ":")).encode()).hexdigest()[:32]
+
+
+@dataclass
+class _Piece:
+    """One shard of the step as read: its single record batch, the mapping its buffers lie in
+    (None for Parquet) and the path read."""
+
+    batch: pa.RecordBatch
+    region: views.Region | None
+    path: str
+    arrays: dict | None = None  # unpacked, when rows of it are handed out
+
+
+def read_shard(output, step: int, shard: int, split: str = "train", source: str = "auto",
+               verify: bool = False) -> tuple[pa.RecordBatch, views.Region | None, str]:
+    """One shard of `output` (output/model.py's Output) as (its rows as one record batch, the
+    private mapping its buffers lie in or None, the path read): the Arrow IPC copy mapped
+    where the manifest lists one (output/views.Region), else the Parquet file decoded. Its
+    size and row count are checked against the manifest, its digest with verify=True; a
+    shard gone or changed with its output says so (Output.check_current)."""
+    sh = output.shard(step, shard, split)
+    kind, path, entry = output.source(sh, source)
+    region = None
+    try:
+        if kind == "arrow":
+            try:
+                region = views.Region(path)
+            except (OSError, ValueError) as e:
+                raise IntegrityError(f"{path}: cannot map: {e}") from None
+            check_size(path, entry, region.size)
+            if verify:
+                check_digest(path, entry, region.mm)
+            try:
+                reader = pa.ipc.open_file(pa.BufferReader(region.buffer))
+                batch = views.one_batch([reader.get_batch(j) for j in range(reader.num_record_batches)], reader.schema)
+            except (pa.ArrowInvalid, OSError) as e:
+                raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
+        else:
+            table = read_parquet(path, entry, verify).combine_chunks()
+            batch = views.one_batch(table.to_batches(), table.schema)
+    except IntegrityError:
+        output.check_current(path)  # a file gone or changed with its output: say that
+        raise
+    output.check_current(path)
+    check_rows(path, sh, batch.num_rows)
+    return batch, region, path
+
+
+def _positive(name: str, v, allow_none: bool = True) -> None:
+    if v is None and allow_none:
+        return
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise UsageError(f"{name}: expected a positive integer{' or None' if allow_none else ''}, got {v!r}")
+
+
+class BatchIterator:
+    """The batches of one rank of `output` (output/model.py's Output), one per micro-batch, in
+    step order (this module's docstring). Iterable once; `state_dict()` / `load_state_dict()`
+    save and restore where it is. `make(arrays, **meta)` makes a batch of unpacked arrays
+    (Batch.from_arrays; the loader's makes PackedBatch); `workers` = (w, W): hand only the
+    batches whose index in the rank's stream is w modulo W (one DataLoader worker's share)."""
+
+    def __init__(self, output, rank: int, *, split: str = "train", world_size: int | None = None,
+                 max_tokens: int | None = None, steps: list[int] | None = None, verify: bool = False,
+                 source: str = "auto", make: Callable[..., Any] | None = None, workers: tuple[int, int] = (0, 1)):
+        self.output = output
+        self.split = split
+        self.num_shards = output.num_shards(split)
+        _positive("world_size", world_size)
+        _positive("max_tokens", max_tokens)
+        self.world_size = world_size if world_size is not None else self.num_shards
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.world_size:
+            raise UsageError(f"{output.root}: rank {rank!r}: expected 0..{self.world_size - 1} (world size {self.world_size}"
+                             + (", the output's shard count)" if world_size is None else ")"))
+        self.rank = rank
+        self.max_tokens = max_tokens
+        self.verify = verify
+        self.source = source
+        self.make = make or Batch.from_arrays
+        self.worker, self.num_workers = workers
+        if not (isinstance(self.num_workers, int) and self.num_workers >= 1 and 0 <= self.worker < self.num_workers):
+            raise UsageError(f"workers: expected (worker, count) with 0 <= worker < count, got {workers!r}")
+        self.keep_groups = bool(output.options.get("keep_groups", False))
+        all_steps = output.step_numbers(split)
+        if steps is None:
+            self.steps = list(all_steps)
+        else:
+            missing = [s for s in steps if not output.has_step(s, split)]
+            if missing:
+                raise UsageError(f"{output.root}: no {split} step(s) {missing[:10]} (steps: {ranges(all_steps)})")
+            self.steps = list(steps)
+        self.identity = identity(output, split)
+        # where the next batch is: step index, micro-batch within the step, index in the stream
+        self._i, self._k, self._g = 0, 0, 0
+        self._plan_of: tuple[int, list[np.ndarray], np.ndarray] | None = None  # (step index, mbs, shard starts)
+        self._pieces: dict[int, _Piece] = {}
+        self._verified: set[str] = set()
+
+    def __repr__(self) -> str:
+        return (f"BatchIterator({self.output.root!r}, split={self.split!r}, rank={self.rank}, world_size={self.world_size}, "
+                f"max_tokens={self.max_tokens}, steps={ranges(self.steps)})")
+
+    def __iter__(self) -> "BatchIterator":
+        return self
+
+    @property
+    def native(self) -> bool:
+        """The output's own layout: rank r reads shard r."""
+        return self.world_size == self.num_shards
+
+    # -- the stream ---------------------------------------------------------------------------
+    def __next__(self):
+        while True:
+            if self._i >= len(self.steps):
+                raise StopIteration
+            mbs = self._plan(self._i)[0]
+            if self._k >= len(mbs):
+                self._i, self._k = self._i + 1, 0
+                continue
+            i, k, g = self._i, self._k, self._g
+            self._k, self._g = k + 1, g + 1
+            if self._k == len(mbs):  # the step's last: the next batch is the next step's first
+                self._i, self._k = i + 1, 0
+            if g % self.num_workers == self.worker:
+                return self._batch(i, k)
+
+    # -- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Where the iterator is, as plain JSON values: the next batch's step (None once every
+        step was handed out) and micro-batch, its index in the rank's stream, and what the
+        stream was made of (output identity, split, rank, world size, budget)."""
+        done = self._i >= len(self.steps)
+        return {"format": STATE_FORMAT, "output": self.identity, "split": self.split, "rank": self.rank,
+                "world_size": self.world_size, "max_tokens": self.max_tokens,
+                "step": None if done else self.steps[self._i], "micro_batch": 0 if done else self._k,
+                "index": self._g}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state` (another iterator's state_dict()): with the same world size and
+        budget, exactly with the batch it would have handed next; under another, at the next
+        step boundary (a warning says so when that skips the rest of a step). UsageError when
+        the state is of another output or split, or not a state_dict() at all."""
+        keys = ("format", "output", "split", "world_size", "max_tokens", "step", "micro_batch", "index")
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT or any(k not in state for k in keys):
+            raise UsageError(f"load_state_dict: not a batch iterator state ({STATE_FORMAT}): {str(state)[:200]}")
+        if state["output"] != self.identity:
+            raise UsageError(f"load_state_dict: the state is of another output (identity {state['output']}), "
+                             f"not {self.output.root} ({self.identity})")
+        if state["split"] != self.split:
+            raise UsageError(f"load_state_dict: the state is of the {state['split']} split, this iterator reads {self.split}")
+        step, k, g = state["step"], state["micro_batch"], state["index"]
+        if step is None:
+            self._i, self._k, self._g = len(self.steps), 0, g
+            return
+        if step not in self.steps:
+            raise UsageError(f"load_state_dict: the state's next step {step} is not among this iterator's steps "
+                             f"({ranges(self.steps)})")
+        i = self.steps.index(step)
+        same = state["world_size"] == self.world_size and state["max_tokens"] == self.max_tokens
+        if not same and k:
+            warnings.warn(f"load_state_dict: the state was saved at world size {state['world_size']}, max_tokens "
+                          f"{state['max_tokens']}; this iterator has world size {self.world_size}, max_tokens "
+                          f"{self.max_tokens}: the rest of step {step} (from micro-batch {k}) is skipped, it resumes "
+                          f"at the next step boundary"
+                          + (f" (step {self.steps[i + 1]})" if i + 1 < len(self.steps) else " (the end: no step left)"),
+                          RuntimeWarning, stacklevel=2)
+            i, k = i + 1, 0
+        self._i, self._k, self._g = i, k, g
+
+    # -- planning -----------------------------------------------------------------------------
+    def _plan(self, i: int) -> tuple[list[np.ndarray], np.ndarray]:
+        """This rank's micro-batches of step index i (row indices into the step's rows, shard
+        after shard) and the shards' first rows; cached for the current step."""
+        if self._plan_of is not None and self._plan_of[0] == i:
+            return self._plan_of[1], self._plan_of[2]
+        self._pieces = {}
+        step = self.steps[i]
+        shards = self.output.step(step, self.split).shards
+        if self.native and self.max_tokens is None:
+            rows = [sh.rows if sh.rows is not None else self._piece(step, sh.index).batch.num_rows for sh in shards]
+            starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+            piece = self._piece(step, self.rank)
+            n = piece.batch.num_rows
+            sched = self._schedule_columns(piece)
+            local = partition.runs(*sched) if sched is not None and n else [list(range(n))]
+            mbs = [starts[self.rank] + np.asarray(b, dtype=np.int64) for b in local] or [np.zeros(0, np.int64)]
+        else:
+            pieces = [self._piece(step, r) for r in range(len(shards))]
+            starts = np.concatenate([[0], np.cumsum([p.batch.num_rows for p in pieces])]).astype(np.int64)
+            cols = self._columns(pieces)
+            mbs = partition.plan_step(cols, self.world_size, self.num_shards, self.max_tokens, self.keep_groups)[self.rank]
+        self._plan_of = (i, mbs, starts)
+        return mbs, starts
+
+    @staticmethod
+    def _schedule_columns(piece: _Piece) -> tuple[np.ndarray, np.ndarray] | None:
+        b = piece.batch
+        names = b.schema.names
+        if "micro_batch" not in names or "optimizer_step" not in names or not b.num_rows:
+            return None
+        if b.column("micro_batch").null_count or b.column("optimizer_step").null_count:
+            return None
+        return (b.column("optimizer_step").to_numpy(), b.column("micro_batch").to_numpy())
+
+    def _columns(self, pieces: list[_Piece]) -> partition.StepColumns:
+        def col(name, fill=None):
+            parts = []
+            for p in pieces:
+                a = p.batch.column(name)
+                parts.append((a.fill_null(fill) if fill is not None and a.null_count else a).to_numpy(zero_copy_only=False))
+            return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+        sched = [self._schedule_columns(p) for p in pieces]
+        scheduled = any(s is not None for s in sched) and all(s is not None or not p.batch.num_rows
+                                                               for s, p in zip(sched, pieces))
+        return partition.StepColumns(
+            shard=np.concatenate([np.full(p.batch.num_rows, r, np.int64) for r, p in enumerate(pieces)]),
+            position=col("rollout_position"), rollout_id=col("rollout_id"), group_index=col("group_index", -1),
+            tokens=col("total_length"),
+            optimizer_step=np.concatenate([s[0] for s in sched if s is not None]).astype(np.int64) if scheduled else None,
+            micro_batch=np.concatenate([s[1] for s in sched if s is not None]).astype(np.int64) if scheduled else None)
+
+    # -- reading ------------------------------------------------------------------------------
+    def _piece(self, step: int, r: int) -> _Piece:
+        if r not in self._pieces:
+            verify = self.verify and (step, r) not in self._verified
+            self._pieces[r] = _Piece(*read_shard(self.output, step, r, self.split, self.source, verify))
+            if verify:
+                self._verified.add((step, r))
+        return self._pieces[r]
+
+    def _arrays(self, step: int, r: int) -> dict:
+        """Shard r of the step unpacked (output/views.unpack: views of the mapped file), once."""
+        p = self._piece(step, r)
+        if p.arrays is None:
+            p.arrays = views.unpack(p.batch, p.region, p.path, step=step, schema_version=self.output.schema_version)
+        return p.arrays
+
+    def _gather(self, step: int, rows: np.ndarray, starts: np.ndarray) -> tuple[dict, str]:
+        """The rows (indices into the step's rows) unpacked as one batch's arrays, and the path
+        of the first shard they come from (for messages): views of the mapped shard where they
+        are one run of one shard, else one copy of each field (output/views.take_rows)."""
+        if not len(rows):
+            r = self.rank if self.rank < self.num_shards else 0
+            return views.take_rows([(self._arrays(step, r), rows)]), self._piece(step, r).path
+        shard_of = np.searchsorted(starts, rows, side="right") - 1
+        cuts = [0, *(np.flatnonzero(shard_of[1:] != shard_of[:-1]) + 1).tolist(), len(rows)]
+        parts = [(int(shard_of[a]), rows[a:b] - starts[int(shard_of[a])]) for a, b in zip(cuts[:-1], cuts[1:])]
+        return views.take_rows([(self._arrays(step, r), local) for r, local in parts]), self._piece(step, parts[0][0]).path
+
+    def _batch(self, i: int, k: int):
+        step = self.steps[i]
+        mbs, starts = self._plan(i)
+        arrays, path = self._gather(step, mbs[k], starts)
+        want = self.output.step(step, self.split).denominators
+        for name in STEP_FIELDS:
+            v = want.get(name)
+            if not isinstance(v, int):
+                continue
+            if len(mbs[k]) and arrays[name] != v:
+                raise IntegrityError(f"{path}: {name} {arrays[name]} in its rows, the manifest says {v}")
+            arrays[name] = v
+        if not (self.native and self.max_tokens is None):  # not the converted schedule: no slime micro-batch ids
+            arrays["optimizer_steps"] = arrays["micro_batch_ids"] = None
+        return self.make(arrays, step=step, shard=self.rank, split=self.split, micro_batch_index=k,
+                         num_micro_batches=len(mbs))
