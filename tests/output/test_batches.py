@@ -151,17 +151,17 @@ def test_every_column_reaches_the_batch(out4):
 
 
 def test_a_new_column_appears_without_a_loader_change(out4):
-    """A list<string> column (like weight_versions) becomes Python lists, a nullable float
+    """A list<string> column (as weight_versions is) becomes Python lists, a nullable float
     NaN where null, a numeric list a Ragged of flat values and offsets."""
     o = open_output(out4)
     t = o.table(1, 0)
     n = t.num_rows
-    t = t.append_column("weight_versions", pa.array([["v1", "v2"] if i % 2 else None for i in range(n)], pa.list_(pa.string())))
+    t = t.append_column("policy_tags", pa.array([["v1", "v2"] if i % 2 else None for i in range(n)], pa.list_(pa.string())))
     t = t.append_column("score", pa.array([None if i % 3 == 0 else float(i) for i in range(n)], pa.float64()))
     t = t.append_column("ids", pa.array([list(range(i % 4)) for i in range(n)], pa.list_(pa.int32())))
     arrays = views.unpack(t.combine_chunks().to_batches()[0], None, "x", step=1, schema_version=o.schema_version)
     b = Batch.from_arrays(arrays)
-    assert b.weight_versions == [["v1", "v2"] if i % 2 else None for i in range(n)]
+    assert b.policy_tags == [["v1", "v2"] if i % 2 else None for i in range(n)]
     assert np.isnan(b.score[0]) and b.score[1] == 1.0
     assert isinstance(b.ids, views.Ragged) and b.ids.tolist() == [list(range(i % 4)) for i in range(n)]
     assert b.ids.slice(1, 3).tolist() == [[0], [0, 1]]
