@@ -25,12 +25,13 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import batch_streams
@@ -311,7 +312,65 @@ def test_resume_at_every_position_is_the_uninterrupted_stream(outputs, cfg, rank
         assert rest == whole[k:], f"resumed after {k} of {len(whole)} micro-batches"
 
 
-@settings(max_examples=3, **SETTINGS)
+def _from(micros: list, step: int, skip: int) -> list:
+    """The micro-batches of `micros` from the one after the first `skip` of `step` on."""
+    out, seen = [], 0
+    for m in micros:
+        if m.step == step:
+            seen += 1
+            if seen <= skip:
+                continue
+        if m.step >= step:
+            out.append(m)
+    return out
+
+
+@st.composite
+def resumes(draw):
+    """A stream and another one of the same output and steps (world size, budget, rank, backend
+    drawn again), and where the first is interrupted (a fraction of its length)."""
+    a = draw(configs())
+    b = {**a, "world_size": draw(WORLD), "max_tokens": draw(BUDGET), "backend": draw(BACKEND)}
+    return a, b, draw(st.integers(0, 15)), draw(st.integers(0, 15)), draw(st.floats(0, 1))
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(case=resumes())
+def test_resume_under_another_world_size_or_budget_at_the_next_step_boundary(outputs, case):
+    a, b, rank_a, rank_b, at = case
+    out = outputs[a["name"]]
+    args_a = (rank_a % _ranks(a), a["world_size"], a["max_tokens"], a["steps"], a["backend"])
+    args_b = (rank_b % _ranks(b), b["world_size"], b["max_tokens"], b["steps"], b["backend"])
+    first, second = stream(out, *args_a), stream(out, *args_b)
+    k = round(at * len(first))
+    it = batch_streams.open_stream(out, *args_a)
+    for _ in range(k):
+        next(it)
+    state = json.loads(json.dumps(it.state_dict()))
+    fresh = batch_streams.open_stream(out, *args_b)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fresh.load_state_dict(state)
+    rest = [batch_streams.Micro.of(m).digest() for m in fresh]
+    same = (_ranks(a), a["max_tokens"]) == (_ranks(b), b["max_tokens"])
+    if k == len(first):
+        want, skipped = [], False
+    else:
+        step = first[k].step
+        done = sum(m.step == step for m in first[:k])  # micro-batches of that step already handed out
+        if same:  # the same micro-batch of the same step (as the other rank counts them)
+            want, skipped = _from(second, step, done), False
+        elif done:  # another plan of a step begun: the next step boundary
+            want, skipped = [m for m in second if m.step > step], True
+        else:
+            want, skipped = _from(second, step, 0), False
+    event("the end" if k == len(first) else "same plan" if same else "mid-step" if skipped else "step boundary")
+    assert rest == [m.digest() for m in want], f"resumed after {k} of {len(first)} micro-batches"
+    said = [w for w in caught if issubclass(w.category, RuntimeWarning) and "next step boundary" in str(w.message)]
+    assert bool(said) == skipped
+
+
+@settings(max_examples=2, **SETTINGS)
 @given(cfgs=st.lists(configs(backend=st.just("numpy")), min_size=3, max_size=3),
        ranks=st.lists(st.integers(0, 15), min_size=3, max_size=3))
 def test_the_same_stream_in_another_process(outputs, cfgs, ranks):
@@ -321,9 +380,9 @@ def test_the_same_stream_in_another_process(outputs, cfgs, ranks):
     here = [batch_streams.config_digest(outputs[name], c) for c in todo]
     root = Path(__file__).resolve().parents[2]
     paths = [str(root), str(root / "tests" / "helpers"), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p),
-           "PYTHONHASHSEED": "12345"}  # another string hash order than this process's
-    res = subprocess.run([sys.executable, str(root / "tests" / "helpers" / "batch_streams.py"), outputs[name],
-                          json.dumps(todo)], capture_output=True, text=True, env=env, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout) == here
+    for seed in ("0", "1"):  # string hashes in another order than this process's, and each other's
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), "PYTHONHASHSEED": seed}
+        res = subprocess.run([sys.executable, str(root / "tests" / "helpers" / "batch_streams.py"), outputs[name],
+                              json.dumps(todo)], capture_output=True, text=True, env=env, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout) == here, f"PYTHONHASHSEED={seed}"
