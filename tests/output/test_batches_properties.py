@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import batch_streams
@@ -187,6 +187,23 @@ def configs(draw, backend=BACKEND):
             "backend": draw(backend)}
 
 
+# Always among the examples (derandomized generation draws the same ones for a given test
+# source, which need not reach every path): a 4-shard output repartitioned at 2, 3, 8 and 16
+# ranks, under budgets and without.
+KEY_CONFIGS = [
+    {"name": "plain", "world_size": 3, "max_tokens": 300, "steps": None, "backend": "numpy"},
+    {"name": "grouped", "world_size": 2, "max_tokens": 120, "steps": None, "backend": "torch"},
+    {"name": "plain", "world_size": 8, "max_tokens": None, "steps": [1, 3], "backend": "torch"},
+    {"name": "grouped", "world_size": 16, "max_tokens": 900, "steps": None, "backend": "numpy"},
+]
+
+
+def key_configs(test):
+    for cfg in reversed(KEY_CONFIGS):
+        test = example(cfg=cfg)(test)
+    return test
+
+
 def _ranks(cfg) -> int:
     return cfg["world_size"] or SHARDS
 
@@ -206,6 +223,7 @@ def _by_step(micros) -> dict[int, list]:
 
 @settings(max_examples=30, **SETTINGS)
 @given(cfg=configs())
+@key_configs
 def test_every_sample_once_intact(outputs, truths, cfg):
     truth = truths[cfg["name"]]
     ranks = _all_ranks(outputs, cfg)
@@ -232,6 +250,7 @@ def test_every_sample_once_intact(outputs, truths, cfg):
 
 @settings(max_examples=30, **SETTINGS)
 @given(cfg=configs())
+@key_configs
 def test_rollouts_and_kept_groups_whole(outputs, truths, cfg):
     truth = truths[cfg["name"]]
     rank_of_rollout: dict = defaultdict(set)
@@ -253,6 +272,7 @@ def test_rollouts_and_kept_groups_whole(outputs, truths, cfg):
 
 @settings(max_examples=30, **SETTINGS)
 @given(cfg=configs())
+@key_configs
 def test_budget_held(outputs, cfg):
     for micros in _all_ranks(outputs, cfg):
         for m in micros:
@@ -265,6 +285,7 @@ def test_budget_held(outputs, cfg):
 
 @settings(max_examples=30, **SETTINGS)
 @given(cfg=configs())
+@key_configs
 def test_denominators_are_the_whole_rollouts_groups_and_steps(outputs, truths, cfg):
     truth = truths[cfg["name"]]
     for micros in _all_ranks(outputs, cfg):
@@ -278,6 +299,7 @@ def test_denominators_are_the_whole_rollouts_groups_and_steps(outputs, truths, c
 
 @settings(max_examples=30, **SETTINGS)
 @given(cfg=configs())
+@key_configs
 def test_equal_micro_batch_counts_per_rank(outputs, truths, cfg):
     truth = truths[cfg["name"]]
     ranks = [_by_step(micros) for micros in _all_ranks(outputs, cfg)]
@@ -296,6 +318,8 @@ def test_equal_micro_batch_counts_per_rank(outputs, truths, cfg):
 
 @settings(max_examples=12, **SETTINGS)
 @given(cfg=configs(), rank=st.integers(0, 15))
+@example(cfg=KEY_CONFIGS[0], rank=1)
+@example(cfg=KEY_CONFIGS[1], rank=0)
 def test_resume_at_every_position_is_the_uninterrupted_stream(outputs, cfg, rank):
     out = outputs[cfg["name"]]
     rank %= _ranks(cfg)
@@ -336,6 +360,8 @@ def resumes(draw):
 
 @settings(max_examples=20, **SETTINGS)
 @given(case=resumes())
+@example(case=(KEY_CONFIGS[0], {**KEY_CONFIGS[0], "world_size": 5, "max_tokens": 200}, 1, 4, 0.3))
+@example(case=(KEY_CONFIGS[1], {**KEY_CONFIGS[1], "world_size": None}, 0, 2, 0.5))
 def test_resume_under_another_world_size_or_budget_at_the_next_step_boundary(outputs, case):
     a, b, rank_a, rank_b, at = case
     out = outputs[a["name"]]
