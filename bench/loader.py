@@ -414,10 +414,18 @@ def main(argv=None) -> int:
     }
     t = res["throughput"]
     res["ratio_iter_torch"], res["ratio_iter_numpy"] = t["iter-torch"]["ratio_to_load"], t["iter-numpy"]["ratio_to_load"]
+    g = res["gpu"]
+    res["meets"] = {  # each figure against its target
+        "throughput_torch": res["ratio_iter_torch"] is not None and res["ratio_iter_torch"] >= TARGET_RATIO,
+        "throughput_numpy": res["ratio_iter_numpy"] is not None and res["ratio_iter_numpy"] >= TARGET_RATIO,
+        "balance": res["balance"]["steps_ok"] == res["balance"]["steps_total"],
+        "gpu": None if g is None else g["ratio"]["batch_to_cuda"] >= TARGET_RATIO,
+    }
     path = Path(a.results or HERE / "results" / f"loader-{a.steps}{'-quick' if a.quick else ''}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res, indent=1) + "\n")
     print_table(res)
+    print("\ntargets: " + ", ".join(f"{k} {'-' if v is None else 'met' if v else 'MISSED'}" for k, v in res["meets"].items()))
     if a.quick:
         print("\n(--quick: tiny sizes, 1 rep: not figures to quote)")
     print(f"\nwrote {path}")
