@@ -1,7 +1,8 @@
 """The trainer side, in torch: open a converted output through its model (output/model.py),
-memory-map a shard's Arrow IPC copy and hand out packed batches (flat tokens and cu_seqlens) or
-slime's train_data. The names load on first use, so that loader/views.py (no torch) imports
-without torch."""
+memory-map a shard's Arrow IPC copy and hand out packed batches (flat tokens and cu_seqlens),
+one per shard or one per micro-batch at any world size (iter_batches, over output/batches.py),
+or slime's train_data. The names load on first use, so that importing the package needs no
+torch."""
 from __future__ import annotations
 
 __all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "BatchDataset", "SPLITS"]

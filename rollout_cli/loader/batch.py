@@ -116,7 +116,7 @@ class PackedBatch:
     # -- making ------------------------------------------------------------------------------
     @classmethod
     def from_arrays(cls, arrays: dict[str, Any], **meta) -> "PackedBatch":
-        """A batch whose tensors are views of the numpy arrays `arrays` (loader/views.unpack's
+        """A batch whose tensors are views of the numpy arrays `arrays` (output/views.unpack's
         form: field name -> array, None, or a list for source_names); `meta`: step, shard, split."""
         arrays = dict(arrays)
         arrays["extras"] = {k: _map_value(v, torch.from_numpy) for k, v in (arrays.get("extras") or {}).items()}

@@ -107,7 +107,7 @@ class Dataset:
         try:
             arrays = views.unpack(rows, region, path, step=step, schema_version=self.output.schema_version)
         except IntegrityError:
-            self.output.check_current(path)
+            self.output.check_current(path)  # a file gone or changed with its output: say that
             raise
         batch = PackedBatch.from_arrays(arrays, step=step, shard=shard, split=self.split)
         sh = self.output.shard(step, shard, self.split)

@@ -1,6 +1,6 @@
 """The loader's public names where they were first importable (`rollout_cli.loader.load`):
 the loader is loader/dataset.py (open_dataset, Dataset, RankDataset), loader/batch.py
-(PackedBatch), loader/slime.py (slime's train_data form) and loader/views.py (Arrow buffers
+(PackedBatch), loader/slime.py (slime's train_data form) and output/views.py (Arrow buffers
 as numpy views)."""
 from __future__ import annotations
 

@@ -185,8 +185,10 @@ def _positive(name: str, v, allow_none: bool = True) -> None:
 
 class BatchIterator:
     """The batches of one rank of `output` (output/model.py's Output), one per micro-batch, in
-    step order (output/batches.py). Also
-    iterable once; `state_dict()` / `load_state_dict()` save and restore where it is."""
+    step order (this module's docstring). Iterable once; `state_dict()` / `load_state_dict()`
+    save and restore where it is. `make(arrays, **meta)` makes a batch of unpacked arrays
+    (Batch.from_arrays; the loader's makes PackedBatch); `workers` = (w, W): hand only the
+    batches whose index in the rank's stream is w modulo W (one DataLoader worker's share)."""
 
     def __init__(self, output, rank: int, *, split: str = "train", world_size: int | None = None,
                  max_tokens: int | None = None, steps: list[int] | None = None, verify: bool = False,
@@ -206,6 +208,8 @@ class BatchIterator:
         self.source = source
         self.make = make or Batch.from_arrays
         self.worker, self.num_workers = workers
+        if not (isinstance(self.num_workers, int) and self.num_workers >= 1 and 0 <= self.worker < self.num_workers):
+            raise UsageError(f"workers: expected (worker, count) with 0 <= worker < count, got {workers!r}")
         self.keep_groups = bool(output.options.get("keep_groups", False))
         all_steps = output.step_numbers(split)
         if steps is None:

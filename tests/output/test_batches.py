@@ -304,3 +304,11 @@ def test_take_rows_fills_what_one_shard_lacks_and_copies_once(out4):
     # one run of one shard: views, no copy
     run = views.take_rows([(a1, np.array([0, 1]))])
     assert np.shares_memory(run["tokens"], a1["tokens"]) and not np.shares_memory(out["tokens"], a1["tokens"])
+
+
+def test_the_parquet_shards_give_the_same_batches(out4):
+    o = open_output(out4)
+    for kw in (dict(world_size=3, max_tokens=BUDGET), dict()):
+        arrow = [key(b) for b in o.iter_batches(1, **kw)]
+        parquet = [key(b) for b in o.iter_batches(1, source="parquet", **kw)]
+        assert arrow == parquet and arrow

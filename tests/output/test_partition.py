@@ -126,3 +126,21 @@ def test_without_a_budget_a_rank_has_one_micro_batch_and_a_slime_schedule_is_kep
     # at another world size the schedule does not apply
     assert [[m.tolist() for m in r] for r in plan_step(sched, 1, 2)] == [[[0, 1, 2, 3]]]
     assert runs(np.array([0, 0, 1, 1, 1]), np.array([0, 1, 0, 0, 1])) == [[0], [1], [2, 3], [4]]
+
+
+@pytest.mark.parametrize("ws", [2, 3, 8, 16])
+def test_ranks_are_balanced_about_as_well_as_slimes_partitioner(ws):
+    """max/mean tokens per rank against slime's seqlen balancing (pipeline/schedule.py's
+    balanced_equal_parts, its equal-count Karmarkar-Karp) on the same step's samples: within
+    5% of its figure, or the bound the largest rollout sets."""
+    from rollout_cli.pipeline.schedule import balanced_equal_parts
+
+    rng = np.random.default_rng(ws)
+    rid = np.arange(320 - 320 % ws)  # one sample per rollout, a multiple of ws (slime needs equal counts)
+    tokens = rng.integers(100, 4000, len(rid))
+    cols = _cols(rid, tokens, shard=np.arange(len(rid)) % 4)
+    per = np.array([tokens[rows].sum() for rows in rank_rows(cols, ws, 4)])
+    slime = np.array([tokens[p].sum() for p in balanced_equal_parts(tokens.tolist(), ws)])
+    ours, theirs = per.max() / per.mean(), slime.max() / slime.mean()
+    assert ours <= max(1.05 * theirs, tokens.max() / per.mean()), (ours, theirs)
+    assert ours < 1.01
