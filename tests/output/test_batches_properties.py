@@ -10,7 +10,9 @@
 - within a step every rank has the same number of micro-batches, an empty one (no tokens) only
   where the rank has fewer samples than that count;
 - a fresh iterator given the state_dict() saved at any position continues with exactly the
-  batches the uninterrupted stream has from there;
+  batches the uninterrupted stream has from there; under another world size or budget, with
+  that stream's batches from the next step boundary (and a warning when that skips the rest
+  of a step);
 - a fresh process gives the same stream (digests compared).
 
 The outputs are built once per module: slime JSONL dumps of three steps (prompt groups of 1-6
