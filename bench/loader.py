@@ -145,8 +145,7 @@ def batch_arrays(batch) -> list[np.ndarray]:
     backend's arrays), by field name order."""
     if hasattr(batch, "tensors"):
         return [t.numpy() for _, t in sorted(batch.tensors().items())]
-    items = batch.items() if isinstance(batch, dict) else vars(batch).items()
-    return [v for _, v in sorted(items, key=lambda kv: kv[0]) if isinstance(v, np.ndarray)]
+    return [v for _, v in sorted(batch.arrays().items())]
 
 
 def consume(batches) -> dict:
