@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from conftest import SAMPLE_DATA, copts, make_sample, read_rows, write_jsonl, write_pt
 from framework_dumps import miles_types, plain
 from rollout_cli.cli.app import app
-from rollout_cli.inputs.slime_pt import pt_pickle
+from rollout_cli.inputs.pickled import allow
 from rollout_cli.inputs.slime_pt.pt_pickle import PlainData, PtFormatError, UnsafePickleError, load_pt
 from rollout_cli.run.convert import convert
 
@@ -68,7 +68,7 @@ def test_everything_else_is_still_refused(tmp_path):
     for name, (pkl, err) in cases.items():
         with pytest.raises(err):
             load_pt(_zip(tmp_path / "x.pt", pkl))
-    assert not hasattr(pt_pickle._PLAIN_TYPES["miles.utils.types.AdapterRef"], "a"), "the class was changed"
+    assert not hasattr(allow._PLAIN_TYPES["miles.utils.types.AdapterRef"], "a"), "the class was changed"
 
 
 def test_a_hand_written_pickle_reads(tmp_path):
