@@ -446,6 +446,17 @@ def test_atropos_run_identical_to_local(local_ray, tmp_path):
     assert_same_output(a, b)
 
 
+def test_roll_dumps_identical_to_local(local_ray, tmp_path):
+    """ROLL's pickled batches read on Ray tasks by the restricted unpickler, as by the local pool."""
+    flags = ["--workers", "2"]
+    a, b = tmp_path / "local", tmp_path / "ray"
+    r = convert([SAMPLE_DATA / "roll"], a, "--engine", "local", *flags)
+    assert r.exit_code == 0, r.output
+    r = convert([SAMPLE_DATA / "roll"], b, "--engine", "ray", *flags)
+    assert r.exit_code == 0, r.output
+    assert_same_output(a, b)
+
+
 # ---------------------------------------------------------------- storage seen by the tasks
 
 
