@@ -198,3 +198,28 @@ def test_sample_data_is_reproducible(tmp_path):
     made = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert shipped == made
     assert sum(len(b) for b in shipped.values()) < 100_000
+
+
+def test_numpy_2_paths_read_as_numpy_1(tmp_path):
+    """A dump pickled under numpy 2 (numpy._core) gives the rows a numpy 1 one does."""
+    batch, nt = _one_step(tmp_path)
+    w = gen._writers()
+    w.write_roll(tmp_path / "one", 1, batch, nt, numpy1=True)
+    w.write_roll(tmp_path / "two", 1, batch, nt, numpy1=False)
+    assert b"numpy.core" in (tmp_path / "one" / "train" / "step_000001.pkl").read_bytes()
+    assert b"numpy._core" in (tmp_path / "two" / "train" / "step_000001.pkl").read_bytes()
+    convert([str(tmp_path / "one")], str(tmp_path / "a"), copts())
+    convert([str(tmp_path / "two")], str(tmp_path / "b"), copts())
+    assert read_rows(tmp_path / "a") == read_rows(tmp_path / "b") and len(read_rows(tmp_path / "a")) == 3
+
+
+def test_a_bad_row_is_rejected_under_skip_and_the_rest_converts(tmp_path):
+    batch, nt = _one_step(tmp_path)
+    batch["response_mask"][2, 7] = True
+    batch["attention_mask"][2, 7] = 0
+    gen._writers().write_roll(tmp_path / "mock", 1, batch, nt)
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["convert", str(tmp_path / "mock"), str(out), "--workers", "1", "-q", "--on-error", "skip"])
+    assert r.exit_code == 0, r.output
+    assert len(read_rows(out)) == 2
+    assert "response_mask" in (out / "rejects.jsonl").read_text()
