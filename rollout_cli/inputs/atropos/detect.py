@@ -21,7 +21,8 @@ import re
 _SUFFIX = re.compile(r"_(\d+)$")
 # a scored group's first line: an object whose `tokens` (or `masks`) is a list of lists
 _NESTED = re.compile(rb'"(tokens|masks)"\s*:\s*\[\s*\[')
-_HEAD_BYTES = 1 << 20
+_OPENS = re.compile(rb'\{\s*"(tokens|masks)"\s*:\s*\[\s*\[')
+_HEAD_BYTES = 64 << 10  # every local JSONL file is asked: a small read
 _ENDINGS = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 
 
@@ -47,8 +48,8 @@ def _is_groups_file(path: str) -> bool:
     if not first.startswith(b"{"):
         return False
     keys = {m.group(1) for m in _NESTED.finditer(first)}
-    # both keys, or a first line longer than the head that opens with its token lists
-    return keys == {b"tokens", b"masks"} or (b"\n" not in head and re.match(rb'\{\s*"tokens"\s*:\s*\[\s*\[', first) is not None)
+    # both keys, or a first line longer than the head that opens with its token (or mask) lists
+    return keys == {b"tokens", b"masks"} or (b"\n" not in head and _OPENS.match(first) is not None)
 
 
 def _stem_and_ending(name: str) -> tuple[str, str]:

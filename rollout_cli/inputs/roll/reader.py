@@ -1,6 +1,7 @@
 """Reading ROLL's rollout mock dumps: the pickled `DataProto` loaded as plain data by the
 restricted unpickler (inputs/pickled: no pickle code runs, ROLL, torch and tensordict need not
-be installed), its rows mapped onto samples by mapping.py. One file is one step, read whole.
+be installed; only `--trust-pickle` runs a global off its list), its rows mapped onto samples by
+mapping.py. One file is one step, read whole.
 """
 from __future__ import annotations
 
@@ -9,26 +10,12 @@ from typing import Iterator
 CHUNK_ROWS = 128
 
 
-def load(path: str, display: str):
-    """The DataProto of a dump as plain data; bad input raises InvalidInputError naming it."""
-    from ...core import storage
-    from ...core.errors import InvalidInputError
-    from ..pickled import PickleFormatError, UnsafePickleError, load_pickle
+def load(path: str, display: str, trust_pickle: bool = False):
+    """The DataProto of a dump as plain data (inputs/pickled's read_pickled: bad input raises
+    InvalidInputError naming the file)."""
+    from ..pickled import read_pickled
 
-    if storage.is_uri(path):
-        with storage.reading(display), storage.LocalCopy(path) as local:
-            return load(local, display)
-    try:
-        return load_pickle(path)
-    except UnsafePickleError as e:
-        raise InvalidInputError(
-            f"{display}: not a ROLL rollout dump rollout-cli reads: it references {e.global_name}, which ROLL's "
-            "DataProto does not hold (ROLL dumps are read without running pickle code; --trust-pickle does not apply)"
-        ) from None
-    except PickleFormatError as e:
-        raise InvalidInputError(f"{display}: not a readable ROLL rollout dump: {e}") from None
-    except OSError as e:
-        raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
+    return read_pickled(path, display, trust_pickle)
 
 
 def read(inp, request, info) -> Iterator:
@@ -41,7 +28,7 @@ def read(inp, request, info) -> Iterator:
     from .mapping import Bad, batch_samples
 
     display = inp.display
-    proto = load(inp.path, display)
+    proto = load(inp.path, display, request.trust_pickle)
     try:
         samples = batch_samples(np, proto)
     except Bad as e:

@@ -117,7 +117,7 @@ def test_a_cut_off_dump_exits_3(tmp_path):
     path = gen._writers().write_roll(tmp_path / "mock", 1, batch, nt)
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     out = _convert_bad(tmp_path, path)
-    assert f"{path}: not a readable ROLL rollout dump" in out
+    assert f"{path}: not a readable pickle" in out
 
 
 def test_no_code_of_the_file_runs(tmp_path):
@@ -134,7 +134,7 @@ def test_no_code_of_the_file_runs(tmp_path):
     path.write_bytes(pickle.dumps({"roll.distributed.scheduler.protocol": Evil()}, protocol=5))
     r = runner.invoke(app, ["convert", str(path), str(tmp_path / "out"), "--workers", "1"])
     assert r.exit_code == 3, r.output
-    assert "not a ROLL rollout dump rollout-cli reads" in r.output and "open" in r.output
+    assert f"{path}: needs full unpickling (it references" in r.output and "open" in r.output
     assert not marker.exists()
 
 
