@@ -435,6 +435,28 @@ def test_prime_rl_run_identical_to_local(local_ray, tmp_path, split_small, submi
     assert submitted.count("parse_part") >= 3  # read as byte ranges in parallel
 
 
+def test_atropos_run_identical_to_local(local_ray, tmp_path):
+    """Atropos' groups files, a step each, converted on Ray tasks as by the local pool."""
+    flags = ["--workers", "2"]
+    a, b = tmp_path / "local", tmp_path / "ray"
+    r = convert([SAMPLE_DATA / "atropos"], a, "--engine", "local", *flags)
+    assert r.exit_code == 0, r.output
+    r = convert([SAMPLE_DATA / "atropos"], b, "--engine", "ray", *flags)
+    assert r.exit_code == 0, r.output
+    assert_same_output(a, b)
+
+
+def test_roll_dumps_identical_to_local(local_ray, tmp_path):
+    """ROLL's pickled batches read on Ray tasks by the restricted unpickler, as by the local pool."""
+    flags = ["--workers", "2"]
+    a, b = tmp_path / "local", tmp_path / "ray"
+    r = convert([SAMPLE_DATA / "roll"], a, "--engine", "local", *flags)
+    assert r.exit_code == 0, r.output
+    r = convert([SAMPLE_DATA / "roll"], b, "--engine", "ray", *flags)
+    assert r.exit_code == 0, r.output
+    assert_same_output(a, b)
+
+
 # ---------------------------------------------------------------- storage seen by the tasks
 
 

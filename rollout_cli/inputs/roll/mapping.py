@@ -1,0 +1,170 @@
+"""ROLL's agentic `DataProto` (read as plain data) onto slime's sample fields, one sample per
+row. The meaning is the agentic pipeline's (alibaba/ROLL@8eb27cc2dc34):
+
+- Each row is built by an env manager's `formulate_rollouts`
+  (roll/pipeline/agentic/env_manager/traj_env_manager.py:307-392; step_env_manager.py:67-148
+  makes one row per turn): `input_ids` right-padded with the pad id to `sequence_length`,
+  `attention_mask` 1 on the real tokens, `response_mask` 1 on generated tokens (0 on every
+  prompt and environment segment), `scores` 0 but at the last real token (the episode's
+  score, or the turn's), `infer_logprobs` the tokens' sampling log-probs shifted by one
+  (`[0] * prompt + logprobs`, padded, then `[:, 1:]`: `infer_logprobs[j-1]` is token j's).
+- The trainer's loss mask is `response_mask[:, 1:]` against the shifted log-probs
+  (roll/pipeline/agentic/agentic_actor_worker.py:20-28): a token is trained where its
+  `response_mask` is 1. Its reward, with the default advantage estimators, is the row's
+  `scores` summed (roll/pipeline/agentic/utils.py:216-221), normalised within the groups of
+  `reward_normalization.grouping` (utils.py:100-153; `traj_group_id` groups one prompt's
+  rollouts, agentic_pipeline.py:481).
+- `traj_group_id` (`{tag}_{group_id}_{episode_id}_{group_seed}`) is the prompt group and
+  `traj_id` (`{traj_group_id}_{env_id}`) the rollout (traj_env_manager.py:133-136; the rows of
+  one step-wise rollout share it, agentic_pipeline.py:578).
+
+So: tokens = `input_ids[:n]` (n real tokens); the response starts at the first
+`response_mask` 1; loss_mask = `response_mask` over it; rollout_log_probs = token j's
+`infer_logprobs[j-1]` over it; reward = `scores` summed; group_index and rollout_id number the
+step's `traj_group_id`s and `traj_id`s in order of first appearance; source = the env's `tag`.
+No numpy at import.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+_INT32_MAX = 2**31 - 1
+REQUIRED = ("input_ids", "attention_mask", "response_mask", "scores")
+IDS = ("traj_group_id", "traj_id")
+# non_tensor_batch key -> metadata key, where present (traj_env_manager.py:380-386)
+METADATA = (("tags", "tag"), ("env_ids", "env_id"), ("group_ids", "group_id"), ("traj_group_id", "traj_group_id"),
+            ("traj_id", "traj_id"), ("episode_scores", "episode_score"), ("step_scores", "step_scores"),
+            ("step", "env_step"))
+
+
+class Bad(Exception):
+    """A batch (row None) or one row of it that cannot be mapped: the field and why."""
+
+    def __init__(self, field: str | None, message: str, row: int | None = None):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message, self.row = field, message, row
+
+
+def _plain(np, v: Any) -> Any:
+    """A non-tensor value as JSON-able plain data (numpy scalars and arrays, object arrays of
+    object arrays, as lists), or None where it holds something else."""
+    if isinstance(v, np.ndarray):
+        return [_plain(np, x) for x in v.tolist()] if v.dtype.kind == "O" else v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (list, tuple)):
+        return [_plain(np, x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(np, x) for k, x in v.items()}
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return None
+
+
+def _tensors(np, batch) -> tuple[dict, int, int]:
+    """The row tensors, checked: (name -> 2-D array, rows, columns)."""
+    if batch is None or not hasattr(batch, "get"):
+        raise Bad("batch", "missing: the DataProto holds no tensors")
+    out = {}
+    for key in REQUIRED:
+        a = batch.get(key)
+        if a is None:
+            raise Bad(key, "missing (not the agentic pipeline's layout)")
+        if not isinstance(a, np.ndarray) or a.ndim != 2:
+            raise Bad(key, f"expected a 2-D tensor, got {getattr(a, 'shape', type(a).__name__)}")
+        out[key] = a
+    rows, cols = out["input_ids"].shape
+    for key, a in out.items():
+        if a.shape != (rows, cols):
+            raise Bad(key, f"expected shape {(rows, cols)} (input_ids), got {tuple(a.shape)}")
+    if out["input_ids"].dtype.kind not in "iu":
+        raise Bad("input_ids", f"expected integer token ids, got {out['input_ids'].dtype}")
+    lp = batch.get("infer_logprobs")
+    if lp is not None:
+        if not isinstance(lp, np.ndarray) or lp.shape != (rows, max(cols - 1, 0)):
+            raise Bad("infer_logprobs", f"expected shape {(rows, max(cols - 1, 0))} (input_ids shifted by one), "
+                      f"got {tuple(getattr(lp, 'shape', ()))}")
+        if lp.dtype.kind != "f":
+            raise Bad("infer_logprobs", f"expected floats, got {lp.dtype}")
+        out["infer_logprobs"] = lp
+    return out, rows, cols
+
+
+def _ids(np, non_tensor: dict, rows: int) -> dict[str, list[str]]:
+    out = {}
+    for key in IDS:
+        v = non_tensor.get(key)
+        if v is None:
+            raise Bad(key, "missing from non_tensor_batch (not the agentic pipeline's layout)")
+        vals = v.tolist() if isinstance(v, np.ndarray) else v
+        if not isinstance(vals, list) or len(vals) != rows:
+            raise Bad(key, f"expected {rows} values (one per row), got {len(vals) if isinstance(vals, list) else type(v).__name__}")
+        for i, x in enumerate(vals):
+            if not isinstance(x, str):
+                raise Bad(key, f"expected a string, got {type(x).__name__}", i)
+        out[key] = vals
+    return out
+
+
+def batch_samples(np, proto: Any) -> list[dict | Bad]:
+    """The samples of one DataProto's rows, in row order: a row that cannot be mapped is its Bad
+    (with `.row`); a batch that cannot be read at all raises Bad."""
+    if not hasattr(proto, "get"):
+        raise Bad(None, f"expected ROLL's DataProto, got {type(proto).__name__}")
+    t, rows, cols = _tensors(np, proto.get("batch"))
+    non_tensor = proto.get("non_tensor_batch") or {}
+    ids = _ids(np, non_tensor, rows)
+    meta_cols = []
+    for key, name in METADATA:
+        v = non_tensor.get(key)
+        if isinstance(v, np.ndarray) and v.ndim >= 1 and len(v) == rows:
+            meta_cols.append((name, v))
+    groups: dict[str, int] = {}
+    rollouts: dict[str, int] = {}
+    ids_, am_, rm_, sc_ = t["input_ids"], t["attention_mask"], t["response_mask"], t["scores"]
+    lp_ = t.get("infer_logprobs")
+    out: list = []
+    for b in range(rows):
+        gid = groups.setdefault(ids["traj_group_id"][b], len(groups))
+        rid = rollouts.setdefault(ids["traj_id"][b], len(rollouts))
+        try:
+            out.append(_row(np, b, ids_[b], am_[b], rm_[b], sc_[b], None if lp_ is None else lp_[b], gid, rid, meta_cols))
+        except Bad as e:
+            e.row = b
+            out.append(e)
+    return out
+
+
+def _row(np, b, ids, am, rm, sc, lp, gid, rid, meta_cols) -> dict:
+    real = am != 0
+    n = int(real.sum())
+    if not real[:n].all():
+        raise Bad("attention_mask", "expected 1 on the real tokens then 0 (right padding)")
+    if (rm[n:] != 0).any():
+        raise Bad("response_mask", f"expected 0 past the {n} real tokens (attention_mask)")
+    if not np.isin(rm, (0, 1)).all():
+        raise Bad("response_mask", "expected 0/1 values")
+    tokens = ids[:n].astype(np.int64)
+    if n and (int(tokens.min()) < 0 or int(tokens.max()) > _INT32_MAX):
+        raise Bad("input_ids", f"expected token ids in [0, {_INT32_MAX}]")
+    mask = rm[:n].astype(np.int64)
+    hits = np.flatnonzero(mask)
+    p0 = int(hits[0]) if len(hits) else n
+    reward = float(np.sum(sc, dtype=np.float64))
+    if not np.isfinite(reward):
+        raise Bad("scores", f"expected finite scores, got a sum of {reward}")
+    s = {"group_index": gid, "rollout_id": rid, "tokens": tokens, "response_length": n - p0,
+         "loss_mask": mask[p0:], "reward": reward, "status": "completed"}
+    if lp is not None:
+        # infer_logprobs[j-1] is token j's: token 0 has none (0.0, as ROLL pads the prompt)
+        s["rollout_log_probs"] = np.concatenate([np.zeros(1), lp.astype(np.float64)])[p0:n] if n else np.zeros(0)
+    md = {}
+    for name, col in meta_cols:
+        v = _plain(np, col[b])
+        if v is not None:
+            md[name] = v
+    if md:
+        s["metadata"] = md
+    if isinstance(md.get("tag"), str) and md["tag"]:
+        s["source"] = md["tag"]  # the env's tag (its type): the sample's source
+    return s
