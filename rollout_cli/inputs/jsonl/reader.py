@@ -129,9 +129,9 @@ def read_jsonl(
     except OSError as e:
         raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
     from ..columns import columnar  # numpy: not for the converting process, which only splits files
+    from .lenient import loads  # orjson's, with NaN/Infinity read where orjson refuses a line for them
     from .simd import SampleParser
 
-    loads = orjson.loads
     fast = (parser or SampleParser()).parse
     finish = shape or columnar
     fast_tries = fast_misses = 0
@@ -199,8 +199,10 @@ def peek_first_record(path: str) -> dict | None:
         return None
     for line in head.split(b"\n")[:-1] or [head]:
         if line.strip():
+            from .lenient import loads
+
             try:
-                rec = orjson.loads(line)
+                rec = loads(line)
             except orjson.JSONDecodeError:
                 return None
             return rec if isinstance(rec, dict) else None
