@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from . import jsonl, miles, nemo_rl, parquet, pipelinerl, prime_rl, slime_pt
+from . import jsonl, miles, nemo_rl, open_instruct, parquet, pipelinerl, prime_rl, slime_pt
 from .base import RawChunk, ReadInfo, ReadRequest
 from .format import Format
 
@@ -25,6 +25,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     miles.FORMAT,
     prime_rl.FORMAT,
     pipelinerl.FORMAT,
+    open_instruct.FORMAT,
 )}
 STDIN_FORMAT = "jsonl"  # what `-` (stdin) is read as
 
