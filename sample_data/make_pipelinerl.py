@@ -4,7 +4,7 @@ The lines follow PipelineRL's writer (ServiceNow/PipelineRL@58d39345): the actor
 finished prompt group to `streams/actor/0/0/0.jsonl` (`streams/actor_test/...` in its eval loop)
 as one `orjson.dumps` line, the list of its rollouts' `TrainingText.model_dump()`s
 (pipelinerl/actor.py:647-652, streams.py:238-277): fields in declaration order
-(pipelinerl/rollouts.py:40-52), `labels` -100 on the prompt and the sampled ids on the completion,
+(pipelinerl/rollouts.py:35-47), `labels` -100 on the prompt and the sampled ids on the completion,
 one log-prob per completion token (async_llm.py:317-345), `ref_logprobs` empty, and the actor's
 `metadata` keys `model_version`, `rollout_index`, `step_index` (actor.py:214-219). A rollout
 of a multi-call agent is several texts (one per LLM call). Group ids are `{scheduler}_{n}`

@@ -3,7 +3,7 @@
 `FileStreamWriter.write` (ServiceNow/PipelineRL@58d39345: pipelinerl/streams.py:238-277) appends
 one `orjson.dumps` line per write to the only file of a stream, `0.jsonl`; the actor writes each
 finished prompt group to the `actor` stream (the `actor_test` stream in its eval loop) as one line,
-a JSON list of `TrainingText.model_dump()`s (pipelinerl/actor.py:647-652, 798-801). The other
+a JSON list of `TrainingText.model_dump()`s (pipelinerl/actor.py:643-652, 798-801). The other
 topics (`stats`, `stats_test`, the preprocessor's and trainer's streams) are not samples: claimed
 here so that they are left out with a note.
 
@@ -24,7 +24,7 @@ from ...core.errors import InvalidInputError
 
 SAMPLE_TOPICS = {"actor": "train", "actor_test": "eval"}
 _PATH = re.compile(r"(?:^|/)streams/([^/]+)/\d+/\d+/\d+\.jsonl(?:\.gz|\.zst)?$")
-# TrainingText's first fields, in declaration order (pipelinerl/rollouts.py:40-44), as orjson writes them
+# TrainingText's first fields, in declaration order (pipelinerl/rollouts.py:35-47), as orjson writes them
 _HEAD = re.compile(rb'\s*\[\s*\{"text":"(?:[^"\\]|\\.)*","n_predicted":')
 _VERSION = re.compile(rb'"model_version":(-?\d+)')
 

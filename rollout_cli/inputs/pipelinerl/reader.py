@@ -14,7 +14,7 @@ The mapping is the trainer's (ServiceNow/PipelineRL@58d39345):
   rl/__init__.py:589), zero before: the response span of that row is `rollout_log_probs`.
   orjson writes a NaN log-prob as `null`: such a value is refused, named by its position.
 - `reward` is the text's reward (the rollout's, plus any length-penalty change made per text,
-  actor.py:612-628); `finished` false is a truncated sample.
+  actor.py:604-640); `finished` false is a truncated sample.
 - the prompt group is `group_id` (`{scheduler}_{n}`, actor.py:212); the rollout is (`group_id`,
   `metadata.rollout_index`) (actor.py:214-219): several texts of a multi-call rollout share its
   rollout id. Both are the first 8 bytes of the BLAKE2b digest of the string (prime_rl's
