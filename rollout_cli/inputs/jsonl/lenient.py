@@ -50,17 +50,23 @@ def _parse(data: bytes) -> object:
     return value
 
 
+def fallback(data) -> object:
+    """The value of a line orjson refused: parsed by the standard library when it holds one of
+    the constant words and that parse is one orjson would give but for them; otherwise
+    orjson's own error is raised (orjson.JSONDecodeError)."""
+    raw = bytes(data)
+    if any(w in raw for w in _WORDS):
+        try:
+            return _parse(raw)
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+            pass
+    return orjson.loads(raw)
+
+
 def loads(data) -> object:
     """The JSON value of `data` (bytes, bytearray or memoryview), NaN/Infinity/-Infinity read
     as floats; raises orjson.JSONDecodeError as orjson.loads does otherwise."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        raw = bytes(data)
-        if not any(w in raw for w in _WORDS):
-            raise
-        try:
-            return _parse(raw)
-        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
-            pass
-        raise
+        return fallback(data)
