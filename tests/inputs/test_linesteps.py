@@ -52,3 +52,18 @@ def test_lines_reads_the_ranges_back_in_order_with_their_numbers(tmp_path, monke
     assert got == [(a, 1, b"s1 x"), (a, 5, b"s1 z"), (b, 1, b"s1 w"), (b, 2, b"s1 v")]
     whole = SimpleNamespace(path=b, ranges=())
     assert [n for _, n, _, _, _ in linesteps.lines(whole)] == [1, 2]
+
+
+def test_a_cut_off_last_line_is_left_for_the_live_rules_and_any_other_bad_line_is_an_error(tmp_path):
+    def key(line):
+        if not line.startswith(b"s"):
+            raise InvalidInputError("step: missing")
+        return 1
+
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"s1 a\ns1 b\n{\"par")  # a writer still writing its last line
+    assert [n for n, _, _, _ in linesteps.scan(str(cut), "cut.jsonl", key)] == [1, 2]
+    whole = tmp_path / "whole.jsonl"
+    whole.write_bytes(b"s1 a\ns1 b\n{\"par\n")  # the same line, ended: bad input
+    with pytest.raises(InvalidInputError, match="whole.jsonl:line 3: step: missing"):
+        list(linesteps.scan(str(whole), "whole.jsonl", key))

@@ -301,3 +301,13 @@ def test_same_rows_as_slime_jsonl(tmp_path, facts):
     a, b = read_rows(root / "a"), read_rows(root / "b")
     assert len(a) == sum(len(calls) for _, rs in facts for _, calls, _, _ in rs)
     assert [{k: r[k] for k in _CARRIED} for r in a] == [{k: r[k] for k in _CARRIED} for r in b]
+
+
+def test_a_stream_whose_last_group_is_being_written_converts_nothing_until_skipped(tmp_path):
+    rng = random.Random(8)
+    path = write_stream(tmp_path / "run", [[_text(rng, group_id=f"g{i}", model_version=i)] for i in range(2)])
+    path.write_bytes(path.read_bytes() + gen.group_line([_text(rng, group_id="g9")])[:50])
+    r = runner.invoke(app, ["convert", str(tmp_path / "run"), str(tmp_path / "out"), "--workers", "1"])
+    assert r.exit_code == 3 and "still being written? it ends inside line 3" in r.output, r.output
+    r = runner.invoke(app, ["convert", str(tmp_path / "run"), str(tmp_path / "out"), "--workers", "1", "--skip-incomplete"])
+    assert r.exit_code == 0 and "train step 0 is pending" in r.output, r.output
