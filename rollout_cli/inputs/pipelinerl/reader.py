@@ -19,7 +19,11 @@ The mapping is the trainer's (ServiceNow/PipelineRL@58d39345):
   `metadata.rollout_index`) (actor.py:214-219): several texts of a multi-call rollout share its
   rollout id. Both are the first 8 bytes of the BLAKE2b digest of the string (prime_rl's
   `string_id`), so any part of a stream read on any worker gives the same ids.
-- `metadata.model_version` is the sample's `weight_versions` entry; the step is detect.py's.
+- `metadata.model_version` is the sample's `weight_versions` entry (one text is one generation
+  call, so one entry, as a string as slime's); the step is detect.py's. The format has no
+  `version_lag`: its step is the oldest version of the group, so no sample is ever behind it, and
+  the lag that matters (the trainer's version when it consumed the sample) is not recorded;
+  `convert --max-staleness` says so rather than keep every sample.
 - `ref_logprobs` (empty in the actor stream; the preprocessor fills it later) and
   `visual_features` are not carried.
 """
@@ -104,7 +108,7 @@ def text_sample(np, t, where: str, keep_text: bool) -> dict:
         "rollout_id": string_id(f"{group}/{rollout}"), "group_index": string_id(group), "tokens": tokens,
         "response_length": n - p0, "loss_mask": trained[p0:], "rollout_log_probs": aligned[p0:],
         "reward": float(reward), "status": "completed" if finished else "truncated",
-        "metadata": dict(md, group_id=group), "_version": version,
+        "metadata": dict(md, group_id=group), "weight_versions": [str(version)], "_version": version,
     }
     if keep_text:
         text, cut = t.get("text"), t.get("n_predicted")

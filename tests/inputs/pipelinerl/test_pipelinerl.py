@@ -129,6 +129,7 @@ def test_a_text_is_a_sample_as_the_trainer_reads_it():
     assert s["reward"] == 0.75 and s["status"] == "truncated"
     assert s["group_index"] == string_id("train_7") and s["rollout_id"] == string_id("train_7/2")
     assert s["metadata"]["model_version"] == 12 and s["metadata"]["group_id"] == "train_7"
+    assert s["weight_versions"] == ["12"]
     assert s["prompt"] + s["response"] == t["text"] and s["response"].startswith("w")
 
 
@@ -181,9 +182,11 @@ def test_convert_a_run_folder_without_a_flag_then_inspect_verify_and_report(tmp_
     rows = read_rows(out)
     assert len(rows) == sum(len(g) for g in groups) == 21
     assert {r["step"] for r in rows} == {0, 12, 24}
-    for g in groups:  # every group whole in the step of its oldest version
-        steps = {r["step"] for r in rows if r["group_index"] == string_id(g[0]["group_id"])}
-        assert steps == {min(t["metadata"]["model_version"] for t in g)}
+    for g in groups:  # every group whole in the step of its oldest version, each text's version carried
+        mine = [r for r in rows if r["group_index"] == string_id(g[0]["group_id"])]
+        assert {r["step"] for r in mine} == {min(t["metadata"]["model_version"] for t in g)}
+        assert sorted(r["weight_versions"][0] for r in mine) == sorted(str(t["metadata"]["model_version"]) for t in g)
+    assert {tuple(r["weight_versions"]) for r in rows if r["step"] == 0} == {("0",), ("12",)}  # a group over two versions
     assert len(read_rows(out, "eval")) == 4
     assert runner.invoke(app, ["verify", str(out), "-q"]).exit_code == 0
     r = runner.invoke(app, ["inspect", str(RUN), "--json"])
@@ -276,13 +279,13 @@ def _as_slime(facts) -> list[dict]:
                     "rollout_id": string_id(f"{gid}/{r}"), "group_index": string_id(gid),
                     "tokens": prompt + out_toks, "response_length": n, "loss_mask": [0 if m else 1 for m in masked],
                     "rollout_log_probs": [0.0] * (n - len(lps)) + lps, "reward": reward,
-                    "status": "completed" if finished else "truncated",
+                    "status": "completed" if finished else "truncated", "weight_versions": ["3"],
                 })
     return rows
 
 
 _CARRIED = ("step", "rollout_id", "group_index", "tokens", "response_length", "loss_mask", "reward", "raw_reward",
-            "status", "rollout_log_probs", "rollout_position")
+            "status", "rollout_log_probs", "rollout_position", "weight_versions")
 
 
 @settings(max_examples=12, deadline=None, derandomize=True, database=None,
