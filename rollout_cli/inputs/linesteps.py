@@ -88,7 +88,8 @@ def lines(inp) -> Iterator[tuple[str, int, bytes | bytearray, int, int]]:
                 except OSError as e:
                     raise storage.input_error(path, e, f"{path}: cannot open: {e.strerror or e}") from None
                 current = path
-            stream.seek(start)
+            if start:
+                stream.seek(start)
             line_no = first - 1
             if end is not None and end - start <= SMALL_RANGE:
                 data = stream.read(end - start)
