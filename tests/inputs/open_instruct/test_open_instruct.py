@@ -252,3 +252,10 @@ def test_same_rows_as_slime_jsonl(tmp_path, facts):
     a, b = read_rows(root / "a"), read_rows(root / "b")
     assert len(a) == len(recs)
     assert [{k: r[k] for k in _CARRIED} for r in a] == [{k: r[k] for k in _CARRIED} for r in b]
+
+
+def test_the_sample_data_is_what_its_generator_writes(tmp_path):
+    gen.write(tmp_path)
+    committed = sorted(p.relative_to(RUN) for p in RUN.rglob("*") if p.is_file())
+    assert committed == sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert all((RUN / p).read_bytes() == (tmp_path / p).read_bytes() for p in committed)

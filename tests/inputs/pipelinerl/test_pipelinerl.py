@@ -314,3 +314,10 @@ def test_a_stream_whose_last_group_is_being_written_converts_nothing_until_skipp
     assert r.exit_code == 3 and "still being written? it ends inside line 3" in r.output, r.output
     r = runner.invoke(app, ["convert", str(tmp_path / "run"), str(tmp_path / "out"), "--workers", "1", "--skip-incomplete"])
     assert r.exit_code == 0 and "train step 0 is pending" in r.output, r.output
+
+
+def test_the_sample_data_is_what_its_generator_writes(tmp_path):
+    gen.write(tmp_path)
+    committed = sorted(p.relative_to(RUN) for p in RUN.rglob("*") if p.is_file())
+    assert committed == sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert all((RUN / p).read_bytes() == (tmp_path / p).read_bytes() for p in committed)
