@@ -321,3 +321,10 @@ def test_the_sample_data_is_what_its_generator_writes(tmp_path):
     committed = sorted(p.relative_to(RUN) for p in RUN.rglob("*") if p.is_file())
     assert committed == sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert all((RUN / p).read_bytes() == (tmp_path / p).read_bytes() for p in committed)
+
+
+def test_max_staleness_is_refused_for_pipelinerl_input(tmp_path):
+    """The step is the oldest version of its groups, so no version is behind it: not comparable."""
+    r = runner.invoke(app, ["convert", str(RUN), str(tmp_path / "out"), "--max-staleness", "1", "--workers", "1"])
+    assert r.exit_code == 2, r.output
+    assert "--max-staleness: the weight versions of pipelinerl inputs are not comparable" in r.output
