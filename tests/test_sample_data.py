@@ -31,12 +31,14 @@ msd = _load_script()
 
 
 FRAMEWORKS = ("nemo_rl", "miles")  # written by make_framework_data.py (prime_rl/ by make_prime_rl.py)
+# folders written by a generator of their own (make_<name>.py), tested with their format
+OWN_GENERATORS = ("prime_rl", "pipelinerl", "open_instruct")
 
 
 def _data_files(root: Path, suffixes: tuple[str, ...], frameworks: bool = False) -> list[Path]:
     """slime's sample files (or, with `frameworks`, nemo_rl's and miles') under root."""
     found = (p.relative_to(root) for p in root.rglob("*") if p.is_file() and p.suffix in suffixes)
-    return sorted(p for p in found if p.parts[0] not in ("prime_rl", "atropos", "roll") and (p.parts[0] in FRAMEWORKS) == frameworks)
+    return sorted(p for p in found if p.parts[0] not in OWN_GENERATORS and (p.parts[0] in FRAMEWORKS) == frameworks)
 
 
 # ---------------------------------------------------------------------------------------- loaders

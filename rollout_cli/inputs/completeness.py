@@ -69,8 +69,10 @@ def ends_inside_line(path: str) -> int | None:
         tail = _last_line(f, size)
         if not tail.strip():
             return None
+        from .jsonl.lenient import loads  # a last line with NaN in it is whole
+
         try:
-            orjson.loads(tail)
+            loads(tail)
             return None
         except orjson.JSONDecodeError:
             return _line_count(f) + 1

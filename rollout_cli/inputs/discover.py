@@ -21,6 +21,10 @@ class InputFile:
     step: int | None
     split: str  # train | eval
     step_from: str  # payload | field | name | option
+    # the parts of files that hold this unit's records, in order, as (path, start, end,
+    # first_line): set for a format whose files hold several steps (its Format.units), where
+    # `path` is the first of them and `display` names the step; empty: the whole of `path`
+    ranges: tuple = ()
 
 
 def input_format(path: str) -> str | None:
@@ -136,6 +140,7 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
     if step is not None and len(files) != 1:
         raise UsageError("--step applies to a single input (stdin or one file)")
     out: list[InputFile] = []
+    several: dict[str, list[str]] = {}  # format -> its files, for a format whose files hold several steps
     for path, display, fmt, named in files:
         if forced is not None and path != "-":
             fmt = forced
@@ -146,6 +151,11 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
         note = desc.skip_note(path, options, named)
         if note:
             notes.append(note)
+            continue
+        if desc.units is not None and path != "-":
+            if step is not None:
+                raise UsageError(f"{display}: --step does not apply: a {fmt} file names the step of each record")
+            several.setdefault(fmt, []).append(path)
             continue
         placed = desc.step_and_split(path)
         if placed is not None:
@@ -166,6 +176,11 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
                 raise UsageError(
                     f"{display}: cannot tell its step: put the step number in the file name, give samples a `step` field, or pass --step"
                 )
+    for fmt, paths in several.items():
+        units, said = format_of(fmt).expand(paths, options)
+        notes.extend(said)
+        for path, display, unit_step, split, ranges in units:
+            out.append(InputFile(path, display, fmt, check_step(unit_step, display), split, "field", tuple(ranges)))
     return out, skipped, notes
 
 

@@ -67,6 +67,12 @@ class Format:
     whole: str | None = None
     # modules a local pool's workers import once, before their first task (run/preload.py)
     preload: tuple[str, ...] = ()
+    # units(paths, options) -> (units, notes): a format whose files each hold several steps, or
+    # whose steps span files (a framework's log that one writer appends to): discovery hands
+    # it every file of the format it found (after `skip_note`), and it returns one
+    # (path, display, step, split, ranges) per (split, step), `ranges` the parts of the files that
+    # hold that step's records (inputs/linesteps.py); None: a file is one step
+    units: str | None = None
     # the framework records a reward per sample. False: a record whose `reward` is None (or
     # absent) is valid and its row's reward, raw_reward and selected_reward are null ("not
     # recorded": normalisation skips it, inspect and the report say so, the loader gives NaN,
@@ -106,6 +112,9 @@ class Format:
             return None
         fn = getattr(importlib.import_module(self.detector), "skip_note", None)
         return fn(path, options, named) if fn is not None else None
+
+    def expand(self, paths: list[str], options: Any) -> tuple[list[tuple], list[str]]:
+        return _resolve(self.units)(paths, options)
 
     def field_step(self, path: str) -> Any:
         """The first record's `step` value (unchecked), or None."""

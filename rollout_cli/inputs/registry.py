@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from . import atropos, jsonl, miles, nemo_rl, parquet, prime_rl, roll, slime_pt
+from . import atropos, jsonl, miles, nemo_rl, open_instruct, parquet, pipelinerl, prime_rl, roll, slime_pt
 from .base import RawChunk, ReadInfo, ReadRequest
 from .format import Format
 
@@ -26,6 +26,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     prime_rl.FORMAT,
     atropos.FORMAT,
     roll.FORMAT,
+    pipelinerl.FORMAT,
+    open_instruct.FORMAT,
 )}
 STDIN_FORMAT = "jsonl"  # what `-` (stdin) is read as
 

@@ -14,7 +14,8 @@ from rollout_cli.inputs import completeness
 def test_the_tail_checks(tmp_path):
     f = tmp_path / "a.jsonl"
     for data, want in [(b"", None), (b'{"a": 1}\n', None), (b'{"a": 1}', None), (b'{"a": 1}\n  \n', None),
-                       (b'{"a": 1}\n{"a"', 2), (b'{"a"', 1), (b'{"a": 1}\n\n{"b": [', 3)]:
+                       (b'{"a": 1}\n{"a"', 2), (b'{"a"', 1), (b'{"a": 1}\n\n{"b": [', 3),
+                       (b'{"a": 1}\n{"lp": [NaN, -Infinity]}', None), (b'{"a": 1}\n{"lp": [NaN', 2)]:
         f.write_bytes(data)
         assert completeness.ends_inside_line(str(f)) == want, data
     big = tmp_path / "b.jsonl"  # a last line longer than one block read backwards

@@ -364,3 +364,22 @@ def test_planning_framework_dumps_imports_no_numpy(tmp_path):
             "print(sorted({u.input.format for u in units}), len(notes), 'numpy' in sys.modules, 'pyarrow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "['nemo_rl', 'pt'] 7 False False"
+
+
+def test_a_format_whose_files_hold_several_steps_names_one_unit_per_step(tmp_path):
+    """Format.units: discovery hands the format all of its files and takes one input per step,
+    its display naming the step; --step does not apply to them."""
+    import importlib.util
+
+    from rollout_cli.core.errors import UsageError
+
+    spec = importlib.util.spec_from_file_location("make_open_instruct", SAMPLE_DATA / "make_open_instruct.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    gen.write(tmp_path)
+    files, _, notes = discover([str(tmp_path)])
+    assert [(f.format, f.step, f.split, f.display) for f in files] == [
+        ("open_instruct", s, "train", f"{tmp_path}/grpo_demo_rollouts#step={s}") for s in (1, 2, 3, 4)]
+    assert all(f.path == f.ranges[0][0] for f in files)
+    with pytest.raises(UsageError, match="--step does not apply"):
+        discover([str(tmp_path / "grpo_demo_rollouts_000000.jsonl")], step=3)

@@ -18,7 +18,7 @@ from rollout_cli.inputs.format import Format, _resolve
 from rollout_cli.inputs.registry import FORMATS, extension_format, extensions, format_of, read_input
 
 PKG = Path(registry.__file__).resolve().parents[1]
-NAMES = ["jsonl", "parquet", "pt", "nemo_rl", "miles", "prime_rl", "atropos", "roll"]
+NAMES = ["jsonl", "parquet", "pt", "nemo_rl", "miles", "prime_rl", "atropos", "roll", "pipelinerl", "open_instruct"]
 
 
 def test_the_names_are_those_input_format_takes():
@@ -28,10 +28,12 @@ def test_the_names_are_those_input_format_takes():
 
 def test_each_format_is_one_package_with_its_descriptor():
     pkgs = {"jsonl": "jsonl", "parquet": "parquet", "pt": "slime_pt", "nemo_rl": "nemo_rl", "miles": "miles",
-            "prime_rl": "prime_rl", "atropos": "atropos", "roll": "roll"}
+            "prime_rl": "prime_rl", "atropos": "atropos", "roll": "roll", "pipelinerl": "pipelinerl",
+            "open_instruct": "open_instruct"}
     for name, pkg in pkgs.items():
         assert importlib.import_module(f"rollout_cli.inputs.{pkg}").FORMAT is FORMATS[name]
-        refs = [FORMATS[name].reader, FORMATS[name].detector, FORMATS[name].splitter, FORMATS[name].train_reader]
+        refs = [FORMATS[name].reader, FORMATS[name].detector, FORMATS[name].splitter, FORMATS[name].train_reader,
+                FORMATS[name].units]
         # its code is its own package's (the train side of `pt` is slime's train dump reader)
         assert all(r.startswith((f"rollout_cli.inputs.{pkg}.", "rollout_cli.inputs.train_pt."))
                    for r in refs if r is not None), name
@@ -40,7 +42,7 @@ def test_each_format_is_one_package_with_its_descriptor():
 @pytest.mark.parametrize("name", NAMES)
 def test_every_hook_resolves(name):
     f = FORMATS[name]
-    for hook in ("reader", "splitter", "step_field", "train_reader", "train_peek", "output_shard"):
+    for hook in ("reader", "splitter", "step_field", "train_reader", "train_peek", "output_shard", "units"):
         ref = getattr(f, hook)
         if ref is not None:
             assert callable(_resolve(ref)), (name, hook)
@@ -52,14 +54,17 @@ def test_every_hook_resolves(name):
 
 
 def test_the_traits_of_each_format():
-    assert [n for n, f in FORMATS.items() if f.detector] == ["nemo_rl", "miles", "prime_rl", "atropos", "roll"]  # asked in this order
+    assert [n for n, f in FORMATS.items() if f.detector] == ["nemo_rl", "miles", "prime_rl", "atropos", "roll",
+                                                             "pipelinerl", "open_instruct"]  # asked in this order
     assert [n for n, f in FORMATS.items() if f.splitter] == ["jsonl", "parquet", "nemo_rl", "prime_rl"]
     assert [n for n, f in FORMATS.items() if f.content_groups] == ["nemo_rl"]
     assert [n for n, f in FORMATS.items() if f.payload_step] == ["pt"]
     assert registry.train_formats() == ["nemo_rl", "pt"]
     assert [n for n, f in FORMATS.items() if f.step_field] == ["jsonl", "parquet"]
     assert [n for n, f in FORMATS.items() if f.output_shard] == ["parquet"]
-    assert [n for n, f in FORMATS.items() if f.no_train_side] == ["prime_rl", "atropos", "roll"]
+    assert [n for n, f in FORMATS.items() if f.no_train_side] == ["prime_rl", "atropos", "roll", "pipelinerl",
+                                                                  "open_instruct"]
+    assert [n for n, f in FORMATS.items() if f.units] == ["pipelinerl", "open_instruct"]  # files of several steps
 
 
 def test_the_extension_table():
@@ -139,7 +144,8 @@ def test_whole_file_checks_belong_to_their_formats(tmp_path):
     cut-off last line, .pt for a zip archive, Parquet for its footer; others check nothing."""
     from rollout_cli.inputs.registry import FORMATS
 
-    assert {n for n, f in FORMATS.items() if f.cut_off} == {"jsonl", "nemo_rl", "prime_rl", "atropos"}
+    assert {n for n, f in FORMATS.items() if f.cut_off} == {"jsonl", "nemo_rl", "prime_rl", "atropos", "pipelinerl",
+                                                        "open_instruct"}
     assert {n for n, f in FORMATS.items() if f.whole} == {"pt", "parquet"}
     cut = tmp_path / "3.jsonl"
     cut.write_bytes(b'{"a": 1}\n{"a": [1, 2')

@@ -266,6 +266,19 @@ def test_sample_data_identical_to_local(local_ray, tmp_path, fmt, submitted):
     assert ray.is_initialized()  # the engine reused the module's Ray and left it running
 
 
+@pytest.mark.parametrize("fmt, units", [("pipelinerl", 4), ("open_instruct", 4)])
+def test_a_run_of_several_steps_per_file_identical_to_local(local_ray, tmp_path, fmt, units, submitted):
+    """A format whose files each hold several steps: each step (its byte ranges) is a Ray task."""
+    src = SAMPLE_DATA / fmt
+    a, b = tmp_path / "local", tmp_path / "ray"
+    r = convert([src], a, "--engine", "local", "--workers", "2")
+    assert r.exit_code == 0, r.output
+    r = convert([src], b, "--engine", "ray", "--workers", "2")
+    assert r.exit_code == 0, r.output
+    assert_same_output(a, b)
+    assert submitted.count("finish_unit") == units
+
+
 def test_byte_ranges_and_rejects_identical_to_local(local_ray, tmp_path, split_small, submitted):
     src = tmp_path / "in"
     big_jsonl(src / "step_7.jsonl", bad_line=250)

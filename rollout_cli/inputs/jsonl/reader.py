@@ -129,9 +129,11 @@ def read_jsonl(
     except OSError as e:
         raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
     from ..columns import columnar  # numpy: not for the converting process, which only splits files
+    from .lenient import fallback  # NaN/Infinity, where orjson refuses a line for them
     from .simd import SampleParser
 
     loads = orjson.loads
+
     fast = (parser or SampleParser()).parse
     finish = shape or columnar
     fast_tries = fast_misses = 0
@@ -155,7 +157,10 @@ def read_jsonl(
                 fast_misses += rec is None
             try:
                 if rec is None:
-                    rec = loads(memoryview(buf)[a:b])
+                    try:
+                        rec = loads(memoryview(buf)[a:b])
+                    except orjson.JSONDecodeError:
+                        rec = fallback(memoryview(buf)[a:b])
             except orjson.JSONDecodeError as e:
                 problems[len(records)] = Problem(Location(display, "line", line_no), None, line_json_error(e), "json.invalid")
                 rec = None
@@ -199,8 +204,10 @@ def peek_first_record(path: str) -> dict | None:
         return None
     for line in head.split(b"\n")[:-1] or [head]:
         if line.strip():
+            from .lenient import loads
+
             try:
-                rec = orjson.loads(line)
+                rec = loads(line)
             except orjson.JSONDecodeError:
                 return None
             return rec if isinstance(rec, dict) else None

@@ -302,6 +302,7 @@ def train_payload(inp) -> dict:
     import orjson
 
     from .detect import step_and_split
+    from ..jsonl.lenient import loads
     from ..jsonl.reader import open_binary
 
     path = inp if isinstance(inp, str) else inp.path
@@ -319,7 +320,7 @@ def train_payload(inp) -> dict:
             rec = parse(line, 0, len(line))
             if rec is None:
                 try:
-                    rec = orjson.loads(line)
+                    rec = loads(line)
                 except orjson.JSONDecodeError as e:
                     raise InvalidInputError(f"{where}: {line_json_error(e)}") from None
             if not isinstance(rec, dict):

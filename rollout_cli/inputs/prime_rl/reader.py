@@ -356,6 +356,7 @@ def read(inp, request, info) -> Iterator:
     from ...core.errors import InvalidInputError, Location, Problem
     from ..base import RawChunk, line_json_error
     from ..columns import columnar
+    from ..jsonl.lenient import loads
     from ..jsonl.reader import _IO_FAULTS, _ZstdError, CHUNK_BYTES, CHUNK_RECORDS, _lines, open_binary
 
     display = inp.display
@@ -378,7 +379,7 @@ def read(inp, request, info) -> Iterator:
             if a == b or not buf[a:b].strip():
                 continue
             try:
-                samples = episode_samples(np, orjson.loads(memoryview(buf)[a:b]))
+                samples = episode_samples(np, loads(memoryview(buf)[a:b]))
             except orjson.JSONDecodeError as e:
                 problems[len(records)] = Problem(Location(display, "line", line_no), None, line_json_error(e), "json.invalid")
                 samples = [None]

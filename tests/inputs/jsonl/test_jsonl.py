@@ -198,3 +198,25 @@ def test_the_simdjson_path_takes_a_line_in_the_readers_block():
     block = bytearray(b"x\n" + line + b"\n")
     rec = simd.SampleParser().parse(block, 2, 2 + len(line))
     assert rec is not None and rec["tokens"].tolist() == [5, 6, 7, 8]
+
+
+def test_nan_written_by_pythons_json_is_a_value_of_its_field_not_a_parse_error(tmp_path):
+    import json
+
+    bad = _sample(1, rollout_log_probs=[-0.5, float("nan")])
+    inf = _sample(2, teacher_log_probs=[float("-inf"), 0.0])
+    path = _write(tmp_path, [orjson.dumps(_sample(0)), json.dumps(bad).encode(), json.dumps(inf).encode()])
+    assert _problems(path) == [(2, "rollout_log_probs", "expected finite numbers, got nan at position 1"),
+                               (3, "teacher_log_probs", "expected finite numbers, got -inf at position 0")]
+
+
+def test_only_a_line_orjson_refuses_reaches_the_nan_fallback(tmp_path, monkeypatch):
+    from rollout_cli.inputs.jsonl import lenient
+
+    seen = []
+    real = lenient.fallback
+    monkeypatch.setattr(lenient, "fallback", lambda data: seen.append(bytes(data)) or real(data))
+    monkeypatch.setattr(simd.SampleParser, "parse", lambda self, block, a, b: None)  # every line through orjson
+    path = _write(tmp_path, [orjson.dumps(_sample(i)) for i in range(3)] + [b'{"tokens": [1, NaN]}'])
+    numbers, records, problems, _ = _read(path)
+    assert seen == [b'{"tokens": [1, NaN]}'] and numbers == [1, 2, 3, 4] and not problems

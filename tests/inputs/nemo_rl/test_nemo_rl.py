@@ -175,6 +175,8 @@ def _set(key, value):
     ("no_response", "token_loss_mask", "no loss-masked token within input_lengths"),
     ("unwrapped", "rewards", "expected a one-element list"),
     ("truncated", None, "invalid JSON"),
+    # Python's json writes NaN literally: read, then refused by the log-prob rules
+    ("nan", "rollout_log_probs", "expected finite numbers, got nan at position 0"),
 ])
 def test_bad_input_exits_3_naming_file_line_and_field(tmp_path, case, field, expected):
     path = write_step(tmp_path / "exp_001" / "train_data_step1.jsonl", ROWS)
@@ -186,6 +188,8 @@ def test_bad_input_exits_3_naming_file_line_and_field(tmp_path, case, field, exp
         _edit(path, 2, lambda r: r.update(token_loss_mask=[[0] * 16]))
     elif case == "unwrapped":
         _edit(path, 2, _set("rewards", 1.0))
+    elif case == "nan":
+        _edit(path, 2, lambda r: r.update(generation_logprobs=[[float("nan")] * len(r["generation_logprobs"][0])]))
     else:
         text = path.read_text().splitlines()
         path.write_text(text[0] + "\n" + text[1][: len(text[1]) // 2] + "\n" + text[2] + "\n")

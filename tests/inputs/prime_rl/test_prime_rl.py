@@ -239,11 +239,15 @@ def _break(kind: str, ep: dict) -> tuple[dict | bytes, str]:
     if kind == "reward":
         ep["traces"][0]["rewards"]["a"]["score"] = "high"
         return ep, "traces[0].rewards.a.score: expected a number, got str"
+    if kind == "nan":  # Python's json writes NaN literally: read, then refused by the log-prob rules
+        n[3]["logprobs"][0] = float("nan")
+        return json.dumps(ep).encode() + b"\n", "rollout_log_probs: expected finite numbers, got nan at position"
     assert kind == "truncated"
     return gen.dumps([ep])[:-40], "invalid JSON"
 
 
-@pytest.mark.parametrize("kind", ["mask", "mask_value", "logprobs", "advantages", "parent", "cycle", "token", "reward", "truncated"])
+@pytest.mark.parametrize("kind", ["mask", "mask_value", "logprobs", "advantages", "parent", "cycle", "token", "reward", "truncated",
+                                  "nan"])
 def test_bad_line_exits_3_naming_file_line_and_field(tmp_path, kind):
     rng = random.Random(5)
     good = [forked_episode(rng) for _ in range(3)]
