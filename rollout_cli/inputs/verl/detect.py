@@ -67,3 +67,15 @@ def skip_note(path: str, options=None, named: bool = False) -> str | None:
         return (f"{path}: verl TransferQueue rollout cache (a torch.save of a TensorDict), not read; "
                 "the rollout-skip cache's gen_batch.dp is")
     return None
+
+
+def version_lag(step: int, version: str) -> int | None:
+    """How many steps behind rollout step `step` the weights `version` (a `global_steps` value)
+    are: step N's own policy is version N - 1, the step the trainer last finished before
+    generating (verl/trainer/ppo/ray_trainer.py:1451-1455; the rollout server's version,
+    verl/workers/rollout/llm_server.py:284-286). None where `version` is not an integer."""
+    try:
+        v = int(version)
+    except (TypeError, ValueError):
+        return None
+    return step - 1 - v

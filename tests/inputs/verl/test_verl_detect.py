@@ -27,3 +27,10 @@ def test_files_beside_the_batch_are_claimed_and_skipped(tmp_path):
     assert not detect.claims(str(tmp_path / "other" / "7" / "meta.json"))
     assert not detect.claims(str(tmp_path / "other" / "7" / "0" / "tq_batch.pt"))
     assert not detect.claims(str(tmp_path / CFG / "step7" / "meta.json"))
+
+
+def test_version_lag_counts_from_the_step_s_own_policy():
+    assert detect.version_lag(5, "4") == 0  # synchronous: step 5 generated with the weights of step 4
+    assert detect.version_lag(5, "2") == 2
+    assert detect.version_lag(5, "5") == -1
+    assert detect.version_lag(5, "v4") is None
