@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from . import jsonl, miles, nemo_rl, parquet, prime_rl, slime_pt
+from . import jsonl, miles, nemo_rl, parquet, prime_rl, skyrl, slime_pt, verl
 from .base import RawChunk, ReadInfo, ReadRequest
 from .format import Format
 
@@ -24,6 +24,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     nemo_rl.FORMAT,
     miles.FORMAT,
     prime_rl.FORMAT,
+    skyrl.FORMAT,
+    verl.FORMAT,
 )}
 STDIN_FORMAT = "jsonl"  # what `-` (stdin) is read as
 

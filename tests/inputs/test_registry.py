@@ -18,7 +18,7 @@ from rollout_cli.inputs.format import Format, _resolve
 from rollout_cli.inputs.registry import FORMATS, extension_format, extensions, format_of, read_input
 
 PKG = Path(registry.__file__).resolve().parents[1]
-NAMES = ["jsonl", "parquet", "pt", "nemo_rl", "miles", "prime_rl"]
+NAMES = ["jsonl", "parquet", "pt", "nemo_rl", "miles", "prime_rl", "skyrl", "verl"]
 
 
 def test_the_names_are_those_input_format_takes():
@@ -28,7 +28,7 @@ def test_the_names_are_those_input_format_takes():
 
 def test_each_format_is_one_package_with_its_descriptor():
     pkgs = {"jsonl": "jsonl", "parquet": "parquet", "pt": "slime_pt", "nemo_rl": "nemo_rl", "miles": "miles",
-            "prime_rl": "prime_rl"}
+            "prime_rl": "prime_rl", "skyrl": "skyrl", "verl": "verl"}
     for name, pkg in pkgs.items():
         assert importlib.import_module(f"rollout_cli.inputs.{pkg}").FORMAT is FORMATS[name]
         refs = [FORMATS[name].reader, FORMATS[name].detector, FORMATS[name].splitter, FORMATS[name].train_reader]
@@ -52,14 +52,14 @@ def test_every_hook_resolves(name):
 
 
 def test_the_traits_of_each_format():
-    assert [n for n, f in FORMATS.items() if f.detector] == ["nemo_rl", "miles", "prime_rl"]  # asked in this order
+    assert [n for n, f in FORMATS.items() if f.detector] == ["nemo_rl", "miles", "prime_rl", "skyrl", "verl"]  # asked in this order
     assert [n for n, f in FORMATS.items() if f.splitter] == ["jsonl", "parquet", "nemo_rl", "prime_rl"]
     assert [n for n, f in FORMATS.items() if f.content_groups] == ["nemo_rl"]
     assert [n for n, f in FORMATS.items() if f.payload_step] == ["pt"]
     assert registry.train_formats() == ["nemo_rl", "pt"]
     assert [n for n, f in FORMATS.items() if f.step_field] == ["jsonl", "parquet"]
     assert [n for n, f in FORMATS.items() if f.output_shard] == ["parquet"]
-    assert [n for n, f in FORMATS.items() if f.no_train_side] == ["prime_rl"]
+    assert [n for n, f in FORMATS.items() if f.no_train_side] == ["prime_rl", "skyrl", "verl"]
 
 
 def test_the_extension_table():
@@ -107,7 +107,7 @@ def _format_branches(path: Path, root: Path = PKG) -> list[str]:
 
 
 def test_no_format_branch_outside_a_formats_package():
-    own = {PKG / "inputs" / d for d in ("jsonl", "parquet", "slime_pt", "nemo_rl", "miles", "prime_rl", "train_pt")}
+    own = {PKG / "inputs" / d for d in ("jsonl", "parquet", "slime_pt", "nemo_rl", "miles", "prime_rl", "skyrl", "verl", "train_pt")}
     files = [p for p in PKG.rglob("*.py") if not any(d in p.parents for d in own)]
     assert [b for p in files for b in _format_branches(p)] == []
 

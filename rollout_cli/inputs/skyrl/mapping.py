@@ -2,8 +2,8 @@
 
 The batch's pickled state (NovaSky-AI/SkyRL@a9564572eb8e:
 skyrl/backends/skyrl_train/training_batch.py:255-281) is `{"batch_dict": {key: tensor}, "batch_size",
-"device", "metadata"}`, each tensor `{"format": "numpy", "data": bytes, "shape", "dtype"}` (or
-`{"format": "torch", "data": torch.save bytes}` for a dtype numpy lacks, training_batch.py:17-35).
+"device", "metadata"}`; the restricted unpickler (inputs/pickled) hands each tensor on as a numpy
+array, whichever way SkyRL serialized it (training_batch.py:17-35).
 The layout (skyrl/train/dataset/preprocess.py:90-283, the function that builds it):
 
 - `sequences`, `attention_mask` [B, T]: prompt + response, **left-padded**; the real tokens are
@@ -25,7 +25,7 @@ SkyRL records no status: `completed`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -47,35 +47,12 @@ def _kind(v: Any) -> str:
     return "null" if v is None else type(v).__name__
 
 
-def tensor(value: Any, key: str, torch_bytes: Callable[[bytes], np.ndarray] | None = None) -> np.ndarray | None:
-    """One serialized tensor as a numpy array (None: the key holds None)."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise Bad(key, f"expected a serialized tensor {{format, data, shape, dtype}}, got {_kind(value)}")
-    fmt = value.get("format", "numpy")  # the legacy layout has no format key (training_batch.py:44-46)
-    data = value.get("data")
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise Bad(key, f"expected the tensor's bytes in `data`, got {_kind(data)}")
-    if fmt == "torch":
-        if torch_bytes is None:
-            raise Bad(key, "a torch.save tensor (a dtype numpy lacks) where numbers were expected")
-        return torch_bytes(bytes(data))
-    if fmt != "numpy":
-        raise Bad(key, f"expected a tensor of format numpy or torch, got {fmt!r}")
-    shape, dtype = value.get("shape"), value.get("dtype")
-    if not isinstance(shape, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise Bad(key, f"expected a shape (a tuple of sizes), got {shape!r}")
-    try:
-        dt = np.dtype(dtype)
-    except (TypeError, ValueError):
-        raise Bad(key, f"expected a numpy dtype name, got {dtype!r}") from None
-    if dt.kind not in "biuf":
-        raise Bad(key, f"expected a numeric dtype, got {dtype!r}")
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if len(data) != count * dt.itemsize:
-        raise Bad(key, f"expected {count * dt.itemsize} bytes for shape {tuple(shape)} of {dt}, got {len(data)}")
-    return np.frombuffer(data, dtype=dt).reshape(shape)
+def _array(value: Any, key: str) -> np.ndarray | None:
+    """One tensor of the batch, as the restricted unpickler hands it on (a numpy array; None
+    where the batch holds None)."""
+    if value is None or isinstance(value, np.ndarray):
+        return value
+    raise Bad(key, f"expected a tensor, got {_kind(value)}")
 
 
 def _boundaries(meta: dict, rows: int) -> np.ndarray:
@@ -116,7 +93,7 @@ def _trailing(mask_row: np.ndarray) -> int | None:
     return n
 
 
-def samples(state: Any, torch_bytes: Callable[[bytes], np.ndarray] | None = None) -> tuple[list, list[str]]:
+def samples(state: Any) -> tuple[list, list[str]]:
     """The batch's rows as sample dicts (a row that cannot be mapped is its Bad instead), and
     what is worth saying about the batch. Raises Bad for what is wrong with the whole batch."""
     if not isinstance(state, dict) or not isinstance(state.get("batch_dict"), dict):
@@ -130,10 +107,10 @@ def samples(state: Any, torch_bytes: Callable[[bytes], np.ndarray] | None = None
     for key in REQUIRED:
         if bd.get(key) is None:
             raise Bad(key, "missing (SkyRL's training input always holds it)")
-        t[key] = tensor(bd[key], key, torch_bytes)
+        t[key] = _array(bd[key], key)
         if t[key].ndim != 2:
             raise Bad(key, f"expected a [batch, length] tensor, got shape {t[key].shape}")
-    lp = tensor(bd.get("rollout_logprobs"), "rollout_logprobs", torch_bytes)
+    lp = _array(bd.get("rollout_logprobs"), "rollout_logprobs")
     seq, am = t["sequences"], t["attention_mask"]
     rows, width = seq.shape
     if am.shape != seq.shape:

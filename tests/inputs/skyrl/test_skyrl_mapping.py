@@ -19,14 +19,9 @@ _spec.loader.exec_module(gen)
 EOS = gen.EOS
 
 
-def serialized(a):
-    """TensorBatch._serialize_tensor's numpy form (training_batch.py:17-27)."""
-    return None if a is None else {"format": "numpy", "data": a.tobytes(), "shape": a.shape, "dtype": str(a.dtype)}
-
-
 def state(tensors, meta):
-    return {"batch_dict": {k: serialized(v) for k, v in tensors.items()}, "batch_size": len(tensors["sequences"]),
-            "device": "cpu", "metadata": meta}
+    """The batch as the restricted unpickler hands it on (inputs/pickled: tensors as arrays)."""
+    return {"batch_dict": dict(tensors), "batch_size": len(tensors["sequences"]), "device": "cpu", "metadata": meta}
 
 
 GROUPS = [
@@ -63,17 +58,6 @@ def test_without_rollout_logprobs_the_rows_have_none():
     tensors["rollout_logprobs"] = None
     rows, _ = mapping.samples(state(tensors, meta))
     assert all("rollout_log_probs" not in r for r in rows)
-
-
-def test_legacy_tensors_without_a_format_key_and_torch_bytes():
-    tensors, meta = gen.layout(GROUPS)
-    st = state(tensors, meta)
-    del st["batch_dict"]["sequences"]["format"]  # the layout before the torch fallback
-    st["batch_dict"]["rollout_logprobs"] = {"format": "torch", "data": b"..."}
-    with pytest.raises(mapping.Bad, match="rollout_logprobs: a torch.save tensor"):
-        mapping.samples(st)
-    rows, _ = mapping.samples(st, torch_bytes=lambda b: tensors["rollout_logprobs"])
-    assert rows[2]["rollout_log_probs"].tolist() == [-0.5, 0.0, 0.0, -0.75, -0.0625]
 
 
 def _broken(kind):
@@ -123,10 +107,10 @@ def test_a_bad_batch_names_its_field(change, field, words):
     assert e.value.field == field and words in e.value.message, e.value
 
 
-def test_a_tensor_whose_bytes_do_not_fit_its_shape():
+def test_a_batch_that_is_not_skyrl_s():
     st = state(*gen.layout(GROUPS))
-    st["batch_dict"]["response_mask"]["data"] = st["batch_dict"]["response_mask"]["data"][:-8]
-    with pytest.raises(mapping.Bad, match=r"response_mask: expected 120 bytes for shape \(3, 5\) of int64, got 112"):
+    st["batch_dict"]["response_mask"] = [[1, 1]]
+    with pytest.raises(mapping.Bad, match="response_mask: expected a tensor, got list"):
         mapping.samples(st)
     with pytest.raises(mapping.Bad, match="batch_dict: expected a SkyRL TensorBatch's state"):
         mapping.samples({"rows": []})
