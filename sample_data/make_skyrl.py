@@ -123,13 +123,7 @@ def steps() -> dict[int, tuple[dict, dict]]:
 def build(out: Path) -> list[Path]:
     from pickled_writers import write_skyrl  # noqa: E402  (sample_data/ is on the path)
 
-    written = []
-    for step, (tensors, meta) in steps().items():
-        path = out / "dumped_data" / f"global_step_{step}_training_input.pkl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_skyrl(path, tensors, meta)
-        written.append(path)
-    return written
+    return [write_skyrl(out, step, tensors, meta) for step, (tensors, meta) in steps().items()]
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ groups, each `(prompt_ids, [(response_ids, response_mask, rollout_log_probs, sco
 """
 from __future__ import annotations
 
-import json
 import random
 import sys
 import uuid
@@ -32,10 +31,6 @@ import numpy as np
 
 PAD = 0  # verl pads with the tokenizer's pad id (agent_loop.py:706-709)
 EOS = 2
-
-
-def config_dir(gbs: int, n: int, prompt_len: int, response_len: int) -> str:
-    return f"GBS{gbs}_N{n}_in{prompt_len}_out{response_len}"
 
 
 def layout(groups: list, prompt_len: int, response_len: int, step: int, *, uids: bool = False,
@@ -113,6 +108,7 @@ def _groups(rng: random.Random, count: int, per: int, P: int, R: int, turns: boo
 
 
 GBS, N, P, R = 2, 4, 10, 12
+EXPERIMENT, PROJECT = "qwen2_7b_function_rm", "verl_grpo_example_gsm8k"  # verl's GRPO example's names
 
 
 def steps() -> dict[int, tuple[dict, dict, dict]]:
@@ -125,14 +121,11 @@ def steps() -> dict[int, tuple[dict, dict, dict]]:
 def build(out: Path) -> list[Path]:
     from pickled_writers import write_verl  # noqa: E402  (sample_data/ is on the path)
 
-    folder = out / "gsm8k_grpo_verl_examples" / config_dir(GBS, N, P, R)
     written = []
     for step, (tensors, non_tensor, meta_info) in steps().items():
-        d = folder / str(step)
-        d.mkdir(parents=True, exist_ok=True)
-        write_verl(d / "gen_batch.dp", tensors, non_tensor, meta_info)
-        (d / "meta.json").write_text(json.dumps({"global_steps": step}))
-        written += [d / "gen_batch.dp", d / "meta.json"]
+        path = write_verl(out, step, tensors, non_tensor, meta_info, gbs=GBS, n=N, prompt_length=P, response_length=R,
+                          experiment_name=EXPERIMENT, project_name=PROJECT)
+        written += [path, path.parent / "meta.json"]
     return written
 
 
