@@ -140,7 +140,7 @@ def test_whole_file_checks_belong_to_their_formats(tmp_path):
     from rollout_cli.inputs.registry import FORMATS
 
     assert {n for n, f in FORMATS.items() if f.cut_off} == {"jsonl", "nemo_rl", "prime_rl"}
-    assert {n for n, f in FORMATS.items() if f.whole} == {"pt", "parquet"}
+    assert {n for n, f in FORMATS.items() if f.whole} == {"pt", "parquet", "skyrl", "verl"}
     cut = tmp_path / "3.jsonl"
     cut.write_bytes(b'{"a": 1}\n{"a": [1, 2')
     assert FORMATS["jsonl"].cut_off_reason(str(cut)) == "it ends inside line 2"
@@ -148,3 +148,9 @@ def test_whole_file_checks_belong_to_their_formats(tmp_path):
     assert FORMATS["pt"].missing_whole(str(cut)) == "not a complete zip archive"
     assert FORMATS["parquet"].missing_whole(str(cut)) == "no Parquet footer"
     assert FORMATS["jsonl"].missing_whole(str(cut)) is None
+    assert FORMATS["skyrl"].missing_whole(str(cut)) == "not a complete pickle (no STOP at its end)"
+    pkl = tmp_path / "b.pkl"
+    pkl.write_bytes(__import__("pickle").dumps({"a": 1}, protocol=4))
+    assert FORMATS["verl"].missing_whole(str(pkl)) is None
+    pkl.write_bytes(pkl.read_bytes()[:-1])
+    assert FORMATS["verl"].missing_whole(str(pkl)) == "not a complete pickle (no STOP at its end)"

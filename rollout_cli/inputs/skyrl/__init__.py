@@ -16,6 +16,7 @@ from ..format import Format
 FORMAT = Format(
     name="skyrl",
     reader="rollout_cli.inputs.skyrl.reader:read",
+    whole="rollout_cli.inputs.completeness:pickle_missing",
     detector="rollout_cli.inputs.skyrl.detect",
     no_train_side="SkyRL's dump is already the trainer's batch (after its forward passes and advantages); its "
                   "rollouts' own records (the generator output) are not written, so there is no separate train "

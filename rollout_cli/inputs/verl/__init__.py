@@ -15,6 +15,7 @@ from ..format import Format
 FORMAT = Format(
     name="verl",
     reader="rollout_cli.inputs.verl.reader:read",
+    whole="rollout_cli.inputs.completeness:pickle_missing",
     detector="rollout_cli.inputs.verl.detect",
     no_train_side="the rollout-skip cache holds the agent loop's output only; verl writes no per-step dump of "
                   "its trainer's batch (old log-probs, advantages) that a train reader could read",
