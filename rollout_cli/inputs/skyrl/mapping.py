@@ -81,16 +81,13 @@ def _boundaries(meta: dict, rows: int) -> np.ndarray:
     return group
 
 
-def _trailing(mask_row: np.ndarray) -> int | None:
-    """The length of the row's trailing block of ones, or None when the ones are not one
-    trailing block of 0/1 values."""
-    n = int(np.count_nonzero(mask_row))
-    width = len(mask_row)
-    if n and (mask_row[width - n:] != 1).any():
-        return None
-    if (mask_row[:width - n] != 0).any():
-        return None
-    return n
+def trailing_blocks(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a [rows, width] 0/1 mask: the count of ones, and whether the row is that
+    many ones at its end after zeros (anything else, another value among them, is not)."""
+    n = np.count_nonzero(mask, axis=1)
+    cols = np.arange(mask.shape[1])
+    ok = (mask == (cols[None, :] >= (mask.shape[1] - n)[:, None])).all(axis=1)
+    return n, ok
 
 
 def samples(state: Any) -> tuple[list, list[str]]:
@@ -136,32 +133,30 @@ def samples(state: Any) -> tuple[list, list[str]]:
     if pad:
         notes.append(f"{pad} trailing row(s) that pad the batch for the data-parallel ranks (copies of row 0, "
                      "metadata.pad_size) left out")
-    loss = t["loss_mask"]
+    am, resp, loss = am[:real], resp[:real], t["loss_mask"][:real]
+    n, att_ok = trailing_blocks(am)
+    r, resp_ok = trailing_blocks(resp)
+    on_response = np.arange(rwidth)[None, :] >= (rwidth - r)[:, None]
+    loss_bad = on_response & (loss != 0) & (loss != 1)
     out: list = []
     for i in range(real):
-        n = _trailing(am[i])
-        if n is None:
+        ni, ri = int(n[i]), int(r[i])
+        if not att_ok[i]:
             out.append(Bad("attention_mask", "expected left padding: 0s, then the real tokens' 1s", i))
-            continue
-        r = _trailing(resp[i])
-        if r is None:
+        elif not resp_ok[i]:
             out.append(Bad("response_mask", "expected a right-aligned response: 0s, then the response's 1s", i))
-            continue
-        if r == 0 or r > n:
-            out.append(Bad("response_mask", f"expected a response of 1 to {n} tokens (the row's real tokens), got {r}", i))
-            continue
-        lm = loss[i, rwidth - r:]
-        if ((lm != 0) & (lm != 1)).any():
-            bad = lm[(lm != 0) & (lm != 1)][0]
-            out.append(Bad("loss_mask", f"expected 0/1 on the response, got {bad.item()!r}", i))
-            continue
-        s = {
-            "rollout_id": i, "index": i, "group_index": int(group[i]),
-            "tokens": seq[i, width - n:].astype(np.int64, copy=False),
-            "response_length": r, "loss_mask": lm.astype(np.int64),
-            "reward": None, "status": STATUS,
-        }
-        if lp is not None:
-            s["rollout_log_probs"] = lp[i, rwidth - r:].astype(np.float64)
-        out.append(s)
+        elif ri == 0 or ri > ni:
+            out.append(Bad("response_mask", f"expected a response of 1 to {ni} tokens (the row's real tokens), got {ri}", i))
+        elif loss_bad[i].any():
+            out.append(Bad("loss_mask", f"expected 0/1 on the response, got {loss[i][loss_bad[i]][0].item()!r}", i))
+        else:
+            s = {
+                "rollout_id": i, "index": i, "group_index": int(group[i]),
+                "tokens": seq[i, width - ni:].astype(np.int64, copy=False),
+                "response_length": ri, "loss_mask": loss[i, rwidth - ri:].astype(np.int64),
+                "reward": None, "status": STATUS,
+            }
+            if lp is not None:
+                s["rollout_log_probs"] = lp[i, rwidth - ri:].astype(np.float64)
+            out.append(s)
     return out, notes

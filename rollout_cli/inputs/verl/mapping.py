@@ -48,20 +48,13 @@ def _kind(v: Any) -> str:
     return "null" if v is None else type(v).__name__
 
 
-def _leading(row: np.ndarray) -> int | None:
-    """The length of the row's leading block of ones (None: not one leading block of 0/1)."""
-    n = int(np.count_nonzero(row))
-    if (row[:n] != 1).any() or (row[n:] != 0).any():
-        return None
-    return n
-
-
-def _trailing(row: np.ndarray) -> int | None:
-    n = int(np.count_nonzero(row))
-    w = len(row)
-    if (row[w - n:] != 1).any() or (row[:w - n] != 0).any():
-        return None
-    return n
+def _blocks(mask: np.ndarray, trailing: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a [rows, width] 0/1 mask: the count of ones, and whether the row is that many
+    ones at its end after zeros (`trailing`) or at its start before zeros."""
+    n = np.count_nonzero(mask, axis=1)
+    cols = np.arange(mask.shape[1])[None, :]
+    want = cols >= (mask.shape[1] - n)[:, None] if trailing else cols < n[:, None]
+    return n, (mask == want).all(axis=1)
 
 
 def _groups(non_tensor: dict, rows: int, n: int | None) -> np.ndarray:
@@ -141,22 +134,24 @@ def samples(tensors: Any, non_tensor: Any, n: int | None) -> list:
             raise Bad(key, f"expected one value per row ({rows}), got {len(v)}")
     group = _groups(non_tensor, rows, n)
     lp, scores = optional.get("rollout_log_probs"), optional.get("rm_scores")
+    p, prompt_ok = _blocks(am[:, :pw], trailing=True)
+    r, resp_ok = _blocks(am[:, pw:], trailing=False)
+    on_response = np.arange(rw)[None, :] < r[:, None]
+    mask_bad = on_response & (rmask != 0) & (rmask != 1)
     out: list = []
     for i in range(rows):
-        p = _trailing(am[i, :pw])
-        if p is None:
+        pi, ri = int(p[i]), int(r[i])
+        if not prompt_ok[i]:
             out.append(Bad("attention_mask", "expected a left-padded prompt: 0s, then the prompt's 1s", i))
             continue
-        r = _leading(am[i, pw:])
-        if r is None:
+        if not resp_ok[i]:
             out.append(Bad("attention_mask", "expected a right-padded response: the response's 1s, then 0s", i))
             continue
-        if r == 0:
+        if ri == 0:
             out.append(Bad("attention_mask", "expected a response of at least one token, got none", i))
             continue
-        lm = rmask[i, :r]
-        if ((lm != 0) & (lm != 1)).any():
-            out.append(Bad("response_mask", f"expected 0/1, got {lm[(lm != 0) & (lm != 1)][0].item()!r}", i))
+        if mask_bad[i].any():
+            out.append(Bad("response_mask", f"expected 0/1, got {rmask[i][mask_bad[i]][0].item()!r}", i))
             continue
         try:
             versions = _versions(non_tensor, i)
@@ -165,13 +160,13 @@ def samples(tensors: Any, non_tensor: Any, n: int | None) -> list:
             continue
         s = {
             "rollout_id": i, "index": i, "group_index": int(group[i]),
-            "tokens": np.concatenate([prompts[i, pw - p:], responses[i, :r]]).astype(np.int64, copy=False),
-            "response_length": r, "loss_mask": lm.astype(np.int64),
+            "tokens": np.concatenate([prompts[i, pw - pi:], responses[i, :ri]]).astype(np.int64, copy=False),
+            "response_length": ri, "loss_mask": rmask[i, :ri].astype(np.int64),
             "reward": None if scores is None else float(scores[i].sum(dtype=np.float64)),
-            "status": TRUNCATED if r == rw else STATUS,
+            "status": TRUNCATED if ri == rw else STATUS,
         }
         if lp is not None:
-            s["rollout_log_probs"] = lp[i, :r].astype(np.float64)
+            s["rollout_log_probs"] = lp[i, :ri].astype(np.float64)
         if versions is not None:
             s["weight_versions"] = versions
         out.append(s)
