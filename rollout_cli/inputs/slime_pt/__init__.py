@@ -1,6 +1,6 @@
 """slime's `.pt` rollout dumps (`{"rollout_id": step, "samples": [...]}`), read without torch
 by a restricted unpickler: reader.py hands on the samples; the unpickler is pt_pickle.py (what
-it loads), pt_allow.py (the globals it allows) and pt_archive.py (the zip and its storages).
+it loads) over the restricted unpickler of inputs/pickled (the globals it allows, the zip and its storages).
 The dump names its own step (`rollout_id`), which wins over the file's name. Its trainer's
 side, slime's train dumps, is read by inputs/train_pt."""
 from ..format import Format

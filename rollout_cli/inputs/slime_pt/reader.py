@@ -1,6 +1,6 @@
 """slime `.pt` debug dumps: `{"rollout_id": step, "samples": [Sample.to_dict(), ...]}`.
 
-Loaded without torch by a restricted unpickler (`pt_pickle.py`, with pt_allow.py and pt_tensors.py); only `--trust-pickle` unpickles
+Loaded without torch by a restricted unpickler (`pt_pickle.py` over inputs/pickled); only `--trust-pickle` unpickles
 arbitrary objects, through torch itself.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from conftest import SAMPLE_DATA, copts, make_sample, read_rows, write_jsonl, write_pt
 from framework_dumps import miles_types, plain
 from rollout_cli.cli.app import app
-from rollout_cli.inputs.slime_pt import pt_pickle
+from rollout_cli.inputs.pickled import allow
 from rollout_cli.inputs.slime_pt.pt_pickle import PlainData, PtFormatError, UnsafePickleError, load_pt
 from rollout_cli.run.convert import convert
 
@@ -68,7 +68,7 @@ def test_everything_else_is_still_refused(tmp_path):
     for name, (pkl, err) in cases.items():
         with pytest.raises(err):
             load_pt(_zip(tmp_path / "x.pt", pkl))
-    assert not hasattr(pt_pickle._PLAIN_TYPES["miles.utils.types.AdapterRef"], "a"), "the class was changed"
+    assert not hasattr(allow._PLAIN_TYPES["miles.utils.types.AdapterRef"], "a"), "the class was changed"
 
 
 def test_a_hand_written_pickle_reads(tmp_path):
@@ -150,3 +150,29 @@ def test_same_rows_as_slime_jsonl_of_the_same_samples(step):
         convert([str(d / "slime")], str(d / "b"), copts())
         a, b = read_rows(d / "a"), read_rows(d / "b")
     assert a == b and len(a) == len(samples)
+
+
+def test_r3_dump_converts_without_trust_pickle(tmp_path):
+    """miles with rollout routing replay: `rollout_routed_experts` is a numpy int32 array
+    (len(tokens)-1, layers, top-k) in each sample. It converts with no flag, and its rows hold
+    what the same samples give in JSONL (nested lists) and as torch tensors."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    samples = [make_sample(index=i, group_index=i // 2, response_length=3, reward=float(i % 2)) for i in range(4)]
+    for s in samples:
+        s["rollout_routed_experts"] = rng.integers(0, 8, (len(s["tokens"]) - 1, 2, 2)).astype(np.int32)
+    (tmp_path / "miles" / "rollout_data").mkdir(parents=True)
+    torch.save({"rollout_id": 5, "metadata": {}, "samples": samples}, tmp_path / "miles" / "rollout_data" / "5.pt")
+    write_jsonl(tmp_path / "slime" / "5.jsonl", [dict(s, rollout_routed_experts=s["rollout_routed_experts"].tolist()) for s in samples])
+    write_pt(tmp_path / "tensors" / "rollout_data" / "5.pt",
+             [dict(s, rollout_routed_experts=torch.from_numpy(s["rollout_routed_experts"])) for s in samples], 5)
+    r = CliRunner().invoke(app, ["convert", str(tmp_path / "miles"), str(tmp_path / "a"), "-q"])
+    assert r.exit_code == 0, r.output
+    convert([str(tmp_path / "slime")], str(tmp_path / "b"), copts())
+    convert([str(tmp_path / "tensors")], str(tmp_path / "c"), copts())
+    a = read_rows(tmp_path / "a")
+    assert a == read_rows(tmp_path / "b") == read_rows(tmp_path / "c") and len(a) == 4
+    for row, s in zip(a, samples):
+        assert row["rollout_routed_experts_shape"] == list(s["rollout_routed_experts"].shape)
+        assert row["rollout_routed_experts"] == s["rollout_routed_experts"].ravel().tolist()

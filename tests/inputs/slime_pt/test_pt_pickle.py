@@ -27,6 +27,7 @@ except ImportError:  # run from elsewhere without the repo on sys.path
     sys.path.insert(0, str(REPO))
     from rollout_cli.inputs.slime_pt import pt_pickle
 
+from rollout_cli.inputs.pickled import allow
 from rollout_cli.inputs.slime_pt.pt_pickle import PtFormatError, UnsafePickleError, load_pt, load_pt_trusted
 
 # slime's dumps (sample_data/prime_rl holds a stand-in checkpoint file, not a torch dump)
@@ -478,9 +479,10 @@ def test_malicious_pickle_is_refused(tmp_path, name):
         b"torch.serialization\nload\n",
         b"collections\nOrderedDict.__init__\n",
         b"collections\nCounter\n",
-        b"torch\nSize\n",
+        b"torch\nfrom_numpy\n",
         b"torch\nfloat8_e4m3fn\n",
-        b"numpy.core.multiarray\n_reconstruct\n",
+        b"numpy\nload\n",
+        b"numpy.core.multiarray\n_vec_string\n",
         b"never_imported_module_xyz\nfunc\n",
     ],
 )
@@ -494,16 +496,26 @@ def test_other_globals_refused_without_import(tmp_path, global_line):
     assert (mod in sys.modules) == before
 
 
-def test_numpy_array_pickle_is_refused(tmp_path):
-    pkl = pickle.dumps({"a": np.arange(3)}, protocol=2)
-    path = _torch_zip(tmp_path / "np.pt", pkl)
+def test_numpy_arrays_in_a_dump_are_read(tmp_path):
+    """numpy arrays inside a torch.save payload (miles R3's rollout_routed_experts) come back as
+    numpy arrays, through the same restricted unpickler: numeric, object (items restricted too)
+    and scalars."""
+    routed = np.arange(24, dtype=np.int32).reshape(3, 4, 2)
+    payload = {"samples": [{"rollout_routed_experts": routed, "obj": np.array([np.arange(2), "x"], dtype=object),
+                            "s": np.float64(0.5)}]}
+    out = load_pt(save(payload, tmp_path / "np.pt"))["samples"][0]
+    assert out["rollout_routed_experts"].dtype == np.int32 and out["rollout_routed_experts"].shape == (3, 4, 2)
+    np.testing.assert_array_equal(out["rollout_routed_experts"], routed)
+    assert out["obj"].dtype == object and out["obj"][0].tolist() == [0, 1] and out["obj"][1] == "x"
+    assert type(out["s"]) is np.float64 and out["s"] == 0.5
+    evil = pickle.dumps({"a": np.array([_Reduce(os.system, "true")], dtype=object)}, protocol=2)
     with pytest.raises(UnsafePickleError) as ei:
-        load_pt(path)
-    assert ei.value.global_name.startswith("numpy") and "_reconstruct" in ei.value.global_name
+        load_pt(_torch_zip(tmp_path / "evil.pt", evil))
+    assert ei.value.global_name in ("posix.system", "os.system")
 
 
 def test_allowlisted_objects_cannot_be_mutated_or_misused(tmp_path):
-    snapshot = dict(pt_pickle._ALLOWED)
+    snapshot = dict(allow._ALLOWED)
     cases = [
         # BUILD on an allowlisted callable / storage token (would set attributes on module state)
         b"\x80\x02ccollections\nOrderedDict\n}X\x03\x00\x00\x00_fnK\x01sb.",
@@ -526,7 +538,7 @@ def test_allowlisted_objects_cannot_be_mutated_or_misused(tmp_path):
         path = _torch_zip(tmp_path / f"m{i}.pt", pkl)
         with pytest.raises((PtFormatError, UnsafePickleError)):
             load_pt(path)
-    assert pt_pickle._ALLOWED == snapshot
+    assert allow._ALLOWED == snapshot
     for name, obj in snapshot.items():
         assert getattr(obj, "__dict__", None) is None, name
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .pt_errors import PtFormatError
+from .errors import PtFormatError
 
 # --------------------------------------------------------------------------- dtypes and tokens
 

@@ -1,5 +1,6 @@
-"""The two errors of the torch-free `.pt` loader: a global outside the allow-list, and a file
-that is not a readable torch zip archive."""
+"""The two errors of the restricted unpickler: a global outside the allow-list
+(``UnsafePickleError``), and a file that is not a readable pickle or torch archive, or whose data
+does not have the shape its writer gives it (``PickleFormatError``)."""
 from __future__ import annotations
 
 
@@ -16,9 +17,14 @@ class UnsafePickleError(Exception):
         )
 
 
-class PtFormatError(Exception):
-    """The file is not a readable torch zip archive (or its pickle/storage records are corrupt)."""
+class PickleFormatError(Exception):
+    """The file is not a readable pickle or torch zip archive (its pickle or storage records are
+    corrupt), or an allowed global was handed arguments its writer never writes."""
 
     def __init__(self, message: str, path: str | None = None):
         self.path = path
         super().__init__(message)
+
+
+# the name the torch `.pt` loader has always raised
+PtFormatError = PickleFormatError

@@ -1,0 +1,128 @@
+"""The torch.save zip archive, read without torch: its records, its byte order and its tensor
+storages (each read once into a writable buffer; the CRC checked). From a file or from bytes
+held in memory (torch.save bytes embedded in a framework's pickle)."""
+from __future__ import annotations
+
+import struct
+import sys
+import zipfile
+import zlib
+from typing import Any
+
+from .errors import PtFormatError
+from .tensors import _Storage, _StorageKind
+
+# --------------------------------------------------------------------------- archive access
+
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."  # pickle of torch's legacy MAGIC_NUMBER
+_PICKLE_BUFFER = 1 << 20
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, NotImplementedError, ValueError, struct.error)
+
+
+class _Archive:
+    def __init__(self, fh: Any, zf: zipfile.ZipFile, path: str):
+        self.fh = fh
+        self.zf = zf
+        self.path = path
+        self.storages: dict[str, _Storage] = {}
+        self.infos = {i.filename: i for i in zf.infolist()}
+        self.file_len = fh.seek(0, 2)
+        self.prefix = self._find_prefix()
+        order = self.infos.get(self.prefix + "byteorder")
+        if order is None:
+            self.little = sys.byteorder == "little"
+        else:
+            mark = self.read_record(order.filename)
+            if mark not in (b"little", b"big"):
+                raise PtFormatError(f"unknown byteorder record {mark[:16]!r}")
+            self.little = mark == b"little"
+
+    def _find_prefix(self) -> str:
+        names = list(self.infos)
+        if names and "/" in names[0]:
+            prefix = names[0].split("/", 1)[0] + "/"
+            if prefix + "data.pkl" in self.infos:
+                return prefix
+        candidates = [n[: -len("data.pkl")] for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+        if len(candidates) == 1:
+            return candidates[0]
+        if not candidates:
+            raise PtFormatError("zip archive has no '<name>/data.pkl' record: not a torch.save file")
+        raise PtFormatError(f"zip archive has {len(candidates)} '<name>/data.pkl' records")
+
+    def read_record(self, name: str) -> bytes:
+        try:
+            return self.zf.read(name)
+        except KeyError:
+            raise PtFormatError(f"missing record {name!r}") from None
+        except _ZIP_ERRORS as e:
+            raise PtFormatError(f"corrupt record {name!r}: {e}") from e
+
+    def _data_offset(self, info: zipfile.ZipInfo) -> int:
+        self.fh.seek(info.header_offset)
+        header = self.fh.read(_LOCAL_HEADER.size)
+        if len(header) != _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
+            raise PtFormatError(f"record {info.filename!r}: bad local file header (truncated archive?)")
+        fields = _LOCAL_HEADER.unpack(header)
+        return info.header_offset + _LOCAL_HEADER.size + fields[-2] + fields[-1]
+
+    def storage_bytes(self, key: str, nbytes: int) -> Any:
+        name = f"{self.prefix}data/{key}"
+        info = self.infos.get(name)
+        if info is None:
+            raise PtFormatError(f"missing storage record {name!r}")
+        if info.file_size < nbytes:
+            raise PtFormatError(f"storage record {name!r} has {info.file_size} bytes, the pickle needs {nbytes}")
+        if nbytes == 0:
+            return bytearray(0)
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+            return bytearray(self.read_record(name))  # compressed (re-zipped) archive: slow path
+        start = self._data_offset(info)
+        if start + info.file_size > self.file_len:
+            raise PtFormatError(f"storage record {name!r} extends past the end of the file (truncated?)")
+        buf = bytearray(info.file_size)
+        self.fh.seek(start)
+        got = self.fh.readinto(buf)
+        if got != info.file_size:
+            raise PtFormatError(f"storage record {name!r}: file ends after {got} of {info.file_size} bytes (truncated?)")
+        if zlib.crc32(buf) != info.CRC:
+            raise PtFormatError(f"storage record {name!r}: CRC mismatch (corrupt file)")
+        return buf
+
+    def storage(self, pid: Any) -> _Storage:
+        if not (type(pid) is tuple and len(pid) == 5 and pid[0] == "storage"):
+            raise PtFormatError(f"unexpected persistent id {pid!r:.80}")
+        _, kind, key, location, numel = pid
+        if not isinstance(kind, _StorageKind):
+            raise PtFormatError(f"persistent id: storage class {kind!r:.60} is not a storage class")
+        if type(key) is not str or type(location) is not str or type(numel) is not int or numel < 0:
+            raise PtFormatError(f"malformed storage persistent id {pid!r:.120}")
+        st = self.storages.get(key)
+        if st is not None:
+            if st.kind is not kind:
+                raise PtFormatError(f"storage {key!r} referenced as both {st.kind.name} and {kind.name}")
+            return st
+        nbytes = numel * (kind.dtype.itemsize if kind.dtype is not None else 1)
+        st = _Storage(key, kind, nbytes, self.storage_bytes(key, nbytes), self.little)
+        self.storages[key] = st
+        return st
+
+
+def _diagnose_not_zip(fh: Any, err: Exception) -> str:
+    fh.seek(0)
+    head = fh.read(512)
+    if not head:
+        return "empty file"
+    if head.startswith(_LEGACY_MAGIC):
+        return ("legacy (pre-1.6, non-zip) torch.save format is not supported; re-save it with a "
+                "current torch.save, or pass --trust-pickle if the file is trusted")
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return ("legacy tar-based torch.save format is not supported; re-save it with a current "
+                "torch.save, or pass --trust-pickle if the file is trusted")
+    if head[:1] == b"\x80":
+        return ("a bare pickle stream, not a torch zip archive (legacy torch.save format or "
+                "pickle.dump); re-save it with torch.save, or pass --trust-pickle if the file is trusted")
+    if head.startswith(b"PK"):
+        return f"truncated or corrupt zip archive ({err})"
+    return f"not a torch zip archive (no zip signature; file starts with {head[:8]!r})"
