@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core import slime_keys as K
 from ..core.errors import InvalidInputError, Location, StepProblems
-from ..inputs.registry import read_input
+from ..inputs.registry import format_of, read_input
 from ..inputs.train_pt.reader import TrainDump
 from ..inputs.units import Unit, record_step
 from ..inspect.loss_weight import loss_weight
@@ -174,7 +174,8 @@ def audit_step(unit: Unit, first, reading, step: int, td: TrainDump, opts: Audit
     cmp = _Compare(sa, td, opts)
     asm = StepAssembler.of_input(inp, opts, columns=["raw_reward", "sample_index"])
     for raw_chunk in chain([first] if first is not None else [], reading):
-        nc = normalize_chunk(raw_chunk, asm.records, reward_key=opts.reward_key, keep_text=False, step=record_step(inp))
+        nc = normalize_chunk(raw_chunk, asm.records, reward_key=opts.reward_key, keep_text=False, step=record_step(inp),
+                             rewards_recorded=format_of(inp.format).rewards_recorded)
         base = asm.records
 
         def where(p: int, nc=nc, base=base) -> Location:

@@ -22,6 +22,7 @@ KINDS = {
     "mask": "a list of 0/1 (booleans too)",
     "float_list": "a list of numbers",
     "nested_int_list": "a list of lists of integers, any depth",
+    "text_list": "a list of strings",
 }
 
 
@@ -32,7 +33,8 @@ class SampleField:
     arrow: str | None = None  # the Arrow type a reader decodes it to from JSON text ("list<int64>")
     numpy: str | None = None  # the numpy dtype a reader builds a list field's array as
     per_token: bool = False  # one value per token (of the sequence or of the response)
-    required: bool = False  # a sample without it is invalid
+    required: bool = False  # a sample without it is invalid (reward: unless its format records none,
+    # inputs/format.Format.rewards_recorded)
     keep_text: bool = False  # read only with --keep-text
     column: str | None = None  # the train-row column it feeds (core/schema.py), where it has one
 
@@ -58,6 +60,10 @@ FIELDS: tuple[SampleField, ...] = (
     SampleField("rollout_routed_experts", "nested_int_list", "list<list<list<int64>>>", per_token=True,
                 column="rollout_routed_experts"),
     SampleField("train_metadata", "dict", column="train_metadata"),
+    # the policy versions that generated the sample, one per generation call (slime's and miles'
+    # `weight_versions`; other readers fill it from the generating policy their framework
+    # records, as strings): null in the output where absent, null or empty
+    SampleField("weight_versions", "text_list", "list<string>", column="weight_versions"),
     SampleField("multimodal_train_inputs", "dict", column="multimodal_train_inputs"),
     SampleField("prompt", "text", "string", keep_text=True, column="prompt"),
     SampleField("response", "text", "string", keep_text=True, column="response"),

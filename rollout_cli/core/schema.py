@@ -29,8 +29,10 @@ CORE_FIELDS: list[pa.Field] = [
     pa.field("loss_mask", pa.list_(pa.uint8()), nullable=False),
     # slime's Sample.remove_sample: the loss mask above is zeroed, the sample still counts
     pa.field("remove_sample", pa.bool_(), nullable=False),
-    pa.field("reward", pa.float32(), nullable=False),
-    pa.field("raw_reward", pa.float64(), nullable=False),
+    # null where the framework recorded no reward (a format with rewards_recorded=False,
+    # inputs/format.py; schema version 4 on): such rows take no part in reward normalisation
+    pa.field("reward", pa.float32()),
+    pa.field("raw_reward", pa.float64()),
     pa.field("truncated", pa.bool_(), nullable=False),
     pa.field("status", pa.string(), nullable=False),
     pa.field("rollout_mask_sum", pa.int64(), nullable=False),
@@ -42,8 +44,8 @@ CORE_FIELDS: list[pa.Field] = [
     pa.field("step_samples", pa.int64(), nullable=False),
     pa.field("step_groups", pa.int64(), nullable=False),
     # the selected reward (reward, or reward[--reward-key]) before post-processing, which
-    # `export` writes back
-    pa.field("selected_reward", pa.float64(), nullable=False),
+    # `export` writes back (null with reward)
+    pa.field("selected_reward", pa.float64()),
     # the row's place in its step's input order, 0-based over the rows kept: slime's
     # `partition` entry (and its train dump's rollout_position); shards interleave by it
     pa.field("rollout_position", pa.int64(), nullable=False),
@@ -61,6 +63,9 @@ OPTIONAL_FIELDS: list[pa.Field] = [
     pa.field("source_name", pa.string()),
     pa.field("train_metadata", pa.string()),
     pa.field("multimodal_train_inputs", pa.string()),
+    # the policy versions that generated the sample, one per generation call, as the framework
+    # names them (slime's Sample.weight_versions); null where it recorded none
+    pa.field("weight_versions", pa.list_(pa.string())),
 ]
 
 # Always present; set by `convert --schedule slime` (null under the balanced layout): the row's
@@ -79,19 +84,23 @@ TEXT_FIELDS: list[pa.Field] = [
 
 # Large list columns: PLAIN encoding, no statistics (dictionary pages cost write time and bytes).
 LIST_COLUMNS = tuple(f.name for f in CORE_FIELDS + OPTIONAL_FIELDS if pa.types.is_list(f.type))
-DICTIONARY_COLUMNS = ("status", "source_name")
+DICTIONARY_COLUMNS = ("status", "source_name", "weight_versions")
 
 
 # Columns added after schema version 2 -> the version that added them: an output of an older
-# version lacks them (readers give their default: remove_sample false).
-COLUMNS_SINCE = {"remove_sample": 3}
+# version lacks them (readers give their default: remove_sample false, weight_versions null).
+COLUMNS_SINCE = {"remove_sample": 3, "weight_versions": 4}
+# Columns that may hold nulls since a schema version -> that version: an older output's schema
+# has them not null.
+NULLABLE_SINCE = {"reward": 4, "raw_reward": 4, "selected_reward": 4}
 
 
 def train_schema(keep_text: bool = False, schema_version: int = SCHEMA_VERSION) -> pa.Schema:
     """The schema every shard carries (`schema_version`: of an older output, one of
     READ_SCHEMA_VERSIONS, as its manifest records it)."""
     fields = CORE_FIELDS + OPTIONAL_FIELDS + SCHEDULE_COLUMNS + (TEXT_FIELDS if keep_text else [])
-    fields = [f for f in fields if COLUMNS_SINCE.get(f.name, 0) <= schema_version]
+    fields = [f if NULLABLE_SINCE.get(f.name, 0) <= schema_version else f.with_nullable(False)
+              for f in fields if COLUMNS_SINCE.get(f.name, 0) <= schema_version]
     return pa.schema(fields, metadata={b"rollout_cli.schema_version": str(schema_version).encode()})
 
 

@@ -5,8 +5,9 @@ One file per step, `DEST/{step}.pt` (train) and `DEST/eval_{step}.pt` (eval), ea
 with `--load-debug-rollout-data DEST/{rollout_id}.pt` (slime-spec sections 2a and 9). The
 samples hold plain Python values and CPU tensors only, in their input order, with `status`
 strings, the assigned rollout ids as explicit ids, the loss mask after `remove_sample` and the
-flag itself (false for an output of schema version 2, which did not keep it), and the
-selected reward before post-processing. Fields conversion does not keep come back with
+flag itself (false for an output of schema version 2, which did not keep it), the selected
+reward before post-processing (None where the framework recorded none: a null `reward`) and
+the `weight_versions` (from schema version 4 on). Fields conversion does not keep come back with
 slime's defaults (`lost_fields`).
 
 The files are written to a staging folder next to DEST and renamed into place as a whole,
@@ -54,7 +55,7 @@ _DEFAULTS: dict[str, Any] = {
 
 # what an export never restores (conversion does not keep it)
 LOST_FIELDS = (
-    "multimodal_inputs", "multimodal_train_input_id", "apply_chat_template_kwargs", "weight_versions",
+    "multimodal_inputs", "multimodal_train_input_id", "apply_chat_template_kwargs",
     "generate_function_path", "custom_rm_path", "session_id", "non_generation_time", "spec_info",
     "prefix_cache_info", "trace and other extra keys",
 )
@@ -117,6 +118,7 @@ def _samples(t: pa.Table, torch) -> list[dict]:
     top_ids, top_off = int32_tensors("rollout_top_p_token_ids"), int32_tensors("rollout_top_p_token_offsets")
     experts = int32_tensors("rollout_routed_experts")
     removed = c.get("remove_sample") or [False] * n  # schema version 2 outputs lack the column
+    versions = c.get("weight_versions") or [None] * n  # schema version 4 on
     samples = []
     for i in range(n):
         meta: dict[str, Any] = {}
@@ -138,7 +140,8 @@ def _samples(t: pa.Table, torch) -> list[dict]:
             rollout_log_probs=c["rollout_log_probs"][i], rollout_top_p_token_ids=top_ids[i],
             rollout_top_p_token_offsets=top_off[i], rollout_routed_experts=rexp,
             teacher_log_probs=c["teacher_log_probs"][i], status=c["status"][i], metadata=meta,
-            train_metadata=_json(c["train_metadata"][i]), apply_chat_template_kwargs={}, weight_versions=[],
+            train_metadata=_json(c["train_metadata"][i]), apply_chat_template_kwargs={},
+            weight_versions=list(versions[i] or ()),
         )
         if keep_text:
             s.update(prompt=c["prompt"][i] if c["prompt"][i] is not None else "",
@@ -192,10 +195,12 @@ def _export_locked(o: Output, dest: str, split, lo, hi, steps, overwrite: bool, 
     except OSError as e:
         raise output_error(dest, e) from None
     files = []
+    unrecorded = 0  # samples whose reward the framework did not record
     try:
         for e in chosen:
             name = f"{e.step}.pt" if e.split == "train" else f"eval_{e.step}.pt"
             samples = _samples(_read_step(o, e), torch)
+            unrecorded += sum(s["reward"] is None for s in samples)
             path = os.path.join(stage, name)
             _save(torch, {"rollout_id": e.step, "samples": samples}, path)
             files.append({"path": name, "split": e.split, "step": e.step, "samples": len(samples),
@@ -208,7 +213,11 @@ def _export_locked(o: Output, dest: str, split, lo, hi, steps, overwrite: bool, 
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    notes = [f"not kept by conversion, exported with slime's defaults: {', '.join(LOST_FIELDS)}"]
+    lost = LOST_FIELDS if o.schema_version >= 4 else ("weight_versions", *LOST_FIELDS)  # kept from schema 4 on
+    notes = [f"not kept by conversion, exported with slime's defaults: {', '.join(lost)}"]
+    if unrecorded:
+        notes.append(f"{unrecorded} sample(s) whose reward the framework did not record: exported with reward=None "
+                     "(slime's default)")
     if not keep_text:
         notes.append("prompt, response and label were not kept (convert without --keep-text): exported empty")
     if o.options.get("reward_key"):

@@ -67,6 +67,18 @@ class Format:
     whole: str | None = None
     # modules a local pool's workers import once, before their first task (run/preload.py)
     preload: tuple[str, ...] = ()
+    # the framework records a reward per sample. False: a record whose `reward` is None (or
+    # absent) is valid and its row's reward, raw_reward and selected_reward are null ("not
+    # recorded": normalisation skips it, inspect and the report say so, the loader gives NaN,
+    # export writes reward=None); a record that does carry a reward is checked as any. True (every
+    # format that records rewards, slime-shaped input among them): a missing reward is invalid
+    rewards_recorded: bool = True
+    # versions_behind(step: int, version: str) -> int | None: how many steps behind rollout step
+    # `step` the policy that a sample's `weight_versions` entry `version` names is (0: the
+    # step's own policy; negative: ahead of it), or None where this version is not comparable
+    # with a step. None (the hook): the format's versions are not comparable with its steps, and
+    # `convert --max-staleness` refuses it (a usage error naming the format)
+    version_lag: str | None = None
 
     # ---------------------------------------------------------------- the hooks, called
     def read(self, inp, request, info) -> Iterator:
@@ -110,6 +122,11 @@ class Format:
 
     def missing_whole(self, path: str) -> str | None:
         return _resolve(self.whole)(path) if self.whole is not None else None
+
+    def versions_behind(self, step: int, version: str) -> int | None:
+        """How many steps behind `step` the policy `version` is (the `version_lag` hook), or
+        None where not comparable (no hook: never)."""
+        return _resolve(self.version_lag)(step, version) if self.version_lag is not None else None
 
     def is_output_shard(self, path: str) -> bool:
         return self.output_shard is not None and _resolve(self.output_shard)(path)

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from ..core.errors import Location, Problem
 from ..inputs.discover import InputFile
-from ..inputs.registry import read_input
+from ..inputs.registry import format_of, read_input
 from ..inputs.units import Unit, claim_step, in_steps, record_step, train_dump_note, unit_step
 from ..pipeline.ids import reused_ids
 from ..pipeline.assemble import AssembledStep, StepAssembler
@@ -45,7 +45,8 @@ def read_chunks(inp: InputFile, opts: InspectOptions, payload: dict):
 
 def validate_chunk(raw, base: int, inp: InputFile, opts: InspectOptions, keep_text: bool) -> NormChunk:
     """convert's validation of one chunk (its record `step` check included)."""
-    return normalize_chunk(raw, base, reward_key=opts.reward_key, keep_text=keep_text, step=record_step(inp))
+    return normalize_chunk(raw, base, reward_key=opts.reward_key, keep_text=keep_text, step=record_step(inp),
+                           rewards_recorded=format_of(inp.format).rewards_recorded)
 
 
 def _read(inp: InputFile, opts: InspectOptions, payload: dict) -> StepAssembler:

@@ -249,8 +249,8 @@ def unpack(batch: pa.RecordBatch, region: Region | None, path: str, *, step: int
         "loss_mask": loss_mask,
         "response_lengths": resp_len,
         "total_lengths": total_len,
-        "rewards": r.fixed("reward"),
-        "raw_rewards": r.fixed("raw_reward"),
+        "rewards": r.fixed("reward", np.nan),  # NaN: not recorded (schema version 4 on)
+        "raw_rewards": r.fixed("raw_reward", np.nan),
         "rollout_ids": r.fixed("rollout_id"),
         "sample_indices": r.fixed("sample_index", -1),
         "group_indices": r.fixed("group_index", -1),

@@ -74,7 +74,8 @@ def row_bytes(table: pa.Table) -> np.ndarray:
     for name in table.column_names:
         col = table.column(name)
         if pa.types.is_list(col.type):
-            est += list_lengths(col) * (col.type.value_type.bit_width // 8)
+            vt = col.type.value_type  # strings (weight_versions): short, about 16 bytes each
+            est += list_lengths(col) * (vt.bit_width // 8 if pa.types.is_integer(vt) or pa.types.is_floating(vt) else 16)
     return est
 
 

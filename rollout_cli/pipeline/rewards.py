@@ -263,5 +263,18 @@ def expected_reward_rule(opts) -> str:
 
 def apply_reward_rule(name: str, values: np.ndarray, keys: list, rollout_ids: np.ndarray, opts) -> np.ndarray:
     """The rewards of rule `name` (REWARD_RULES) for one step's kept rows. `group_rollout`
-    raises SiblingRewardConflict, `slime_positional` UsageError without torch."""
-    return REWARD_RULES[name](values, keys, rollout_ids, opts)
+    raises SiblingRewardConflict, `slime_positional` UsageError without torch.
+
+    A row whose reward was not recorded (NaN: validation lets only a format with
+    rewards_recorded=False give one, every recorded reward is finite) takes no part: the rule
+    runs over the recorded rows alone (a prompt group's mean and std are those of its recorded
+    rewards) and the row's reward stays NaN, written as null."""
+    v = np.asarray(values, dtype=np.float64)
+    recorded = ~np.isnan(v)
+    if recorded.all():
+        return REWARD_RULES[name](values, keys, rollout_ids, opts)
+    out = np.full(len(v), np.nan, dtype=np.float32)
+    if recorded.any():
+        idx = np.flatnonzero(recorded)
+        out[idx] = REWARD_RULES[name](v[idx], [keys[i] for i in idx.tolist()], np.asarray(rollout_ids)[idx], opts)
+    return out

@@ -17,7 +17,7 @@ from ..core.options import ConvertOptions
 from ..core import layout
 from ..output.commit import staged_path as _staged
 from ..pipeline.plan import ShardPlan, plan_shards
-from ..inputs.registry import read_input
+from ..inputs.registry import format_of, read_input
 from ..core.schema import SCHEDULE_COLUMNS, train_schema
 from ..pipeline.fields import STEP_FIELDS, group_fields, step_fields
 from ..pipeline.schedule import ScheduleConfig, build_schedule, trailing_warning
@@ -77,7 +77,8 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
                              keep_text=opts.keep_text, threads=task.threads)
         for raw in reading:
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
-                                 step=record_step(task.input))
+                                 step=record_step(task.input),
+                                 rewards_recorded=format_of(task.input.format).rewards_recorded)
             res.records += len(raw)
             res.kind = nc.kind
             res.numbers.extend(nc.numbers)
@@ -117,7 +118,7 @@ def _final_table(pre: pa.Table, step: int, ids: np.ndarray, sf: StepFields, keep
     computed = {
         "step": pa.array(np.full(n, step, dtype=np.int64)),
         "rollout_id": pa.array(ids, pa.int64()),
-        "reward": pa.array(sf.rewards, pa.float32()),
+        "reward": pa.array(sf.rewards, pa.float32(), mask=np.isnan(pre.column("_reward_value").to_numpy())),
         "rollout_mask_sum": pa.array(sf.mask_sums, pa.int64()),
         "group_mask_sum": pa.array(sf.group_mask_sums, pa.int64()),
         "group_rollouts": pa.array(sf.group_rollouts, pa.int64()),

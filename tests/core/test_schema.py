@@ -9,29 +9,45 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from rollout_cli.core.schema import COLUMNS_SINCE, READ_SCHEMA_VERSIONS, SCHEMA_VERSION, train_schema
+from rollout_cli.core.schema import COLUMNS_SINCE, NULLABLE_SINCE, READ_SCHEMA_VERSIONS, SCHEMA_VERSION, train_schema
 from rollout_cli.output import manifest
 
 
 def test_remove_sample_is_a_bool_column_of_the_current_schema():
     s = train_schema()
-    assert SCHEMA_VERSION == 3 and s.metadata == {b"rollout_cli.schema_version": b"3"}
+    assert SCHEMA_VERSION == 4 and s.metadata == {b"rollout_cli.schema_version": b"4"}
     f = s.field("remove_sample")
     assert f.type == pa.bool_() and not f.nullable
     assert s.names.index("remove_sample") == s.names.index("loss_mask") + 1
     assert "remove_sample" in train_schema(keep_text=True).names
 
 
+def test_schema_4_adds_weight_versions_and_lets_unrecorded_rewards_be_null():
+    s = train_schema()
+    assert s.field("weight_versions").type == pa.list_(pa.string()) and s.field("weight_versions").nullable
+    assert [n for n in s.names if s.field(n).nullable and n in ("reward", "raw_reward", "selected_reward")] == [
+        "reward", "raw_reward", "selected_reward"]
+    for v in (2, 3):
+        old = train_schema(False, v)
+        assert "weight_versions" not in old.names
+        assert not any(old.field(n).nullable for n in ("reward", "raw_reward", "selected_reward"))
+
+
 def test_an_older_version_is_the_current_schema_without_its_later_columns():
-    assert READ_SCHEMA_VERSIONS == (2, 3) and COLUMNS_SINCE == {"remove_sample": 3}
+    assert READ_SCHEMA_VERSIONS == (2, 3, 4) and COLUMNS_SINCE == {"remove_sample": 3, "weight_versions": 4}
+    assert NULLABLE_SINCE == {"reward": 4, "raw_reward": 4, "selected_reward": 4}
     for keep_text in (False, True):
-        old, new = train_schema(keep_text, 2), train_schema(keep_text)
-        assert old.names == [n for n in new.names if n != "remove_sample"]
-        assert all(old.field(n).equals(new.field(n)) for n in old.names)
-        assert old.metadata == {b"rollout_cli.schema_version": b"2"}
+        new = train_schema(keep_text)
+        for v in (2, 3):
+            old = train_schema(keep_text, v)
+            assert old.names == [n for n in new.names if COLUMNS_SINCE.get(n, 0) <= v]
+            assert all(old.field(n).equals(new.field(n).with_nullable(False) if n in NULLABLE_SINCE else new.field(n))
+                       for n in old.names)
+            assert old.metadata == {b"rollout_cli.schema_version": str(v).encode()}
 
 
-@pytest.mark.parametrize("version, ok", [(1, False), (2, True), (3, True), (4, False), ("3", False), (True, False)])
+@pytest.mark.parametrize("version, ok", [(1, False), (2, True), (3, True), (4, True), (5, False), ("3", False),
+                                         (True, False)])
 def test_the_manifest_reader_takes_the_versions_this_tool_reads(tmp_path, version, ok):
     m = manifest.build(options={}, inputs=[], steps=[], counts={}, rejects=None, anomalies=[], volatile={})
     assert m["schema_version"] == SCHEMA_VERSION
@@ -40,7 +56,7 @@ def test_the_manifest_reader_takes_the_versions_this_tool_reads(tmp_path, versio
     if ok:
         assert manifest.read(str(tmp_path))["schema_version"] == version
     else:
-        with pytest.raises(manifest.ManifestError, match="this tool reads 2, 3") as e:
+        with pytest.raises(manifest.ManifestError, match="this tool reads 2, 3, 4") as e:
             manifest.read(str(tmp_path))
         assert e.value.invariant == "schema_version"
 

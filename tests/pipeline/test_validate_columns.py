@@ -328,14 +328,19 @@ def _scalar_chunk(draw):
     status = draw(st.lists(st.sampled_from(["completed", "truncated", "aborted"] + ([] if clean else ["done", None])),
                            min_size=n, max_size=n))
     cols["status"] = pa.array(status, pa.string())
-    rkind = draw(st.sampled_from(["float64", "float32", "int64"] + ([] if clean else ["bool", "absent"])))
-    if rkind != "absent":
+    recorded = draw(st.booleans())  # the format's rewards_recorded: False lets a reward be null
+    rkind = draw(st.sampled_from(["float64", "float32", "int64"] + ([] if clean and recorded else ["bool", "absent"])
+                                 + ([] if recorded else ["nulls", "absent"])))
+    if rkind == "nulls":
+        cols["reward"] = pa.nulls(n)
+    elif rkind != "absent":
         bad = st.nothing() if clean else st.sampled_from([float("nan"), float("inf")])
-        vals = draw(st.lists(st.one_of(st.floats(-3, 3, width=32), bad), min_size=n, max_size=n))
+        vals = draw(st.lists(st.one_of(st.floats(-3, 3, width=32), bad, st.nothing() if recorded else st.none()),
+                             min_size=n, max_size=n))
         if rkind == "int64":
-            vals = [int(x) if x == x and abs(x) != float("inf") else 7 for x in vals]
+            vals = [x if x is None else int(x) if x == x and abs(x) != float("inf") else 7 for x in vals]
         if rkind == "bool":
-            vals = [x > 0 for x in vals]
+            vals = [x if x is None else x > 0 for x in vals]
         cols["reward"] = pa.array(vals, {"float64": pa.float64(), "float32": pa.float32(), "int64": pa.int64(), "bool": pa.bool_()}[rkind])
     mkind = draw(st.sampled_from(["absent", "struct", "struct"] + ([] if clean else ["text"])))
     if mkind == "struct":
@@ -358,9 +363,20 @@ def _scalar_chunk(draw):
                                                       mask=pa.array(struct_nulls))
     elif mkind == "text":
         cols["metadata"] = pa.array(["{}"] * n)
+    wkind = draw(st.sampled_from(["absent", "nulls", "list", "large"] + ([] if clean else ["ints", "null_entry"])))
+    entry = st.sampled_from(["1", "2", "12"])
+    versions = draw(st.lists(st.one_of(st.none(), st.lists(entry, max_size=3)), min_size=n, max_size=n))
+    if wkind == "nulls":
+        cols["weight_versions"] = pa.nulls(n)
+    elif wkind in ("list", "large"):
+        cols["weight_versions"] = pa.array(versions, pa.list_(pa.string()) if wkind == "list" else pa.large_list(pa.large_string()))
+    elif wkind == "ints":
+        cols["weight_versions"] = pa.array([v and [int(x) for x in v] for v in versions], pa.list_(pa.int64()))
+    elif wkind == "null_entry":
+        cols["weight_versions"] = pa.array([v and v + [None] for v in versions], pa.list_(pa.string()))
     keep_text = draw(st.booleans())
     step = draw(st.sampled_from([None, 3]))
-    return RawChunk("1.parquet", "row", list(range(n)), None, {}, cols), keep_text, step
+    return RawChunk("1.parquet", "row", list(range(n)), None, {}, cols), keep_text, step, recorded
 
 
 def _summary(nc):
@@ -373,10 +389,11 @@ def _summary(nc):
 def test_per_row_fields_on_columns_match_the_row_rules(drawn):
     from unittest import mock
 
-    chunk, keep_text, step = drawn
-    got = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step)
+    chunk, keep_text, step, recorded = drawn
+    got = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step, rewards_recorded=recorded)
     with mock.patch.object(columns, "_scalars_on_columns", lambda *a: None):
-        want = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step)
+        want = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step,
+                                         rewards_recorded=recorded)
     assert _summary(got) == _summary(want)
     schema = pre_schema(keep_text)
     assert pa.Table.from_batches(got.batches, schema=schema).equals(pa.Table.from_batches(want.batches, schema=schema))
@@ -398,3 +415,18 @@ def test_plain_parquet_columns_skip_the_row_rules(tmp_path, monkeypatch):
     assert t.column("raw_reward").to_pylist() == [1.0, 0.5, 1.0, 0.5, 1.0, 0.5]
     assert t.column("truncated").to_pylist() == [False] * 4 + [True, False]
     assert t.column("source_name").to_pylist() == ["unknown"] * 6  # metadata.source is not source_name
+
+
+def test_weight_versions_and_unrecorded_rewards_stay_on_columns(tmp_path, monkeypatch):
+    """A Parquet dump with weight_versions (list<string>) and, from a format that records no
+    rewards, a null reward column is checked on columns: empty lists read as null."""
+    recs = [{"index": i, "group_index": 0, "tokens": [1, 2, 3], "response_length": 2, "status": "completed",
+             "reward": None, "weight_versions": [["4"], ["3", "4"], [], None][i]} for i in range(4)]
+    pq.write_table(pa.Table.from_pylist(recs), tmp_path / "1.parquet")
+    monkeypatch.setattr(columns, "_scalars_by_rows", lambda *a: (_ for _ in ()).throw(AssertionError("row rules ran")))
+    nc = normalize_chunk(next(read_parquet(str(tmp_path / "1.parquet"), "1.parquet")), 0, reward_key=None,
+                         keep_text=False, rewards_recorded=False)
+    t = pa.Table.from_batches(nc.batches)
+    assert nc.valid == [True] * 4
+    assert t.column("weight_versions").to_pylist() == [["4"], ["3", "4"], None, None]
+    assert t.column("_reward_value").null_count == 4 and t.column("raw_reward").null_count == 4

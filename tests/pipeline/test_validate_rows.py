@@ -134,6 +134,10 @@ RULES = [
      "rollout_routed_experts", ["[len(tokens)-1, layers, topk]"]),
     ("experts_float", dict(rollout_routed_experts=np.full((4, 1, 2), 0.5).tolist()),
      "rollout_routed_experts", ["integer", "float"]),
+    # weight versions: a list of strings (slime's type)
+    ("weight_versions_str", dict(weight_versions="1"), "weight_versions", ["expected a list of strings", "str"]),
+    ("weight_versions_int_entry", dict(weight_versions=["1", 2]), "weight_versions",
+     ["expected a list of strings", "entry int"]),
 ]
 
 
@@ -177,6 +181,7 @@ RULE_IDS = {
     "top_p_offsets_end": "rollout_top_p_token_offsets.order", "top_p_ids_over_int32": "rollout_top_p_token_ids.range",
     "experts_rows": "rollout_routed_experts.length", "experts_2d": "rollout_routed_experts.shape",
     "experts_ragged": "rollout_routed_experts.shape", "experts_float": "rollout_routed_experts.shape",
+    "weight_versions_str": "weight_versions.type", "weight_versions_int_entry": "weight_versions.type",
 }
 
 
@@ -336,6 +341,31 @@ def test_valid_record_columns():
     assert row["teacher_log_probs"] is None
     assert row["round_number"] == 2
     assert row["source_name"] == "code"
+
+
+@pytest.mark.parametrize("versions, column", [(["3", "4"], ["3", "4"]), (("5",), ["5"]), ([], None), (None, None),
+                                              (np.array(["7"], dtype=object), ["7"])])
+def test_weight_versions_are_carried_as_strings_null_where_none(versions, column):
+    s = make_sample(weight_versions=versions)
+    row = pa.Table.from_batches(_norm([s], numbers=[1]).batches).to_pylist()[0]
+    assert row["weight_versions"] == column
+    del s["weight_versions"]
+    assert pa.Table.from_batches(_norm([s], numbers=[1]).batches).to_pylist()[0]["weight_versions"] is None
+
+
+def test_a_reward_not_recorded_is_null_only_where_the_format_says_so():
+    recs = [make_sample(index=0, reward=None), _bad(reward=_DELETE), make_sample(index=2, reward=0.5),
+            make_sample(index=3, reward=None, metadata={"raw_reward": 2.0})]
+    # slime-shaped input (every format that records rewards): invalid, as ever
+    nc = _norm(recs, numbers=[1, 2, 3, 4])
+    assert nc.valid == [False, False, True, False]
+    assert [p.rule for _, p in nc.problems] == ["reward.type", "reward.missing", "reward.type"]
+    # a format that records none: null reward and raw reward, a recorded one kept, a bad one still refused
+    nc = normalize_chunk(_chunk(recs + [_bad(reward="x")], numbers=[1, 2, 3, 4, 5]), 0, reward_key=None,
+                         keep_text=False, rewards_recorded=False)
+    assert nc.valid == [True, True, True, True, False] and nc.problems[0][1].rule == "reward.type"
+    rows = pa.Table.from_batches(nc.batches).to_pylist()
+    assert [(r["_reward_value"], r["raw_reward"]) for r in rows] == [(None, None), (None, None), (0.5, 0.5), (None, 2.0)]
 
 
 def test_numpy_inputs_as_from_pt_dumps():

@@ -12,4 +12,5 @@ FORMAT = Format(
     output_shard="rollout_cli.inputs.parquet.parts:is_output_shard",
     preload=("rollout_cli.inputs.parquet.reader",),
     whole="rollout_cli.inputs.completeness:parquet_missing",
+    version_lag="rollout_cli.inputs.slime_pt.versions:versions_behind",  # slime's weight_versions
 )

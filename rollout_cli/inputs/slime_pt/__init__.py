@@ -13,4 +13,5 @@ FORMAT = Format(
     train_reader="rollout_cli.inputs.train_pt.reader:read_train",
     train_peek="rollout_cli.inputs.train_pt.reader:peek_keys",
     whole="rollout_cli.inputs.completeness:zip_missing",
+    version_lag="rollout_cli.inputs.slime_pt.versions:versions_behind",  # slime's weight_versions
 )

@@ -22,10 +22,12 @@ __all__ = [
 
 
 def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool,
-                    step: int | None = None) -> NormChunk:
+                    step: int | None = None, rewards_recorded: bool = True) -> NormChunk:
     """Validate one chunk; `base_pos` is the position of its first record in the unit. With
-    `step`, a record's own `step` field must be that step."""
+    `step`, a record's own `step` field must be that step. `rewards_recorded`: the input
+    format's (inputs/format.Format.rewards_recorded); False lets a record's reward be None."""
     from ...inputs.columns import columnar
     from .columns import normalize_columns
 
-    return normalize_columns(columnar(chunk), base_pos, reward_key=reward_key, keep_text=keep_text, step=step)
+    return normalize_columns(columnar(chunk), base_pos, reward_key=reward_key, keep_text=keep_text, step=step,
+                             rewards_recorded=rewards_recorded)

@@ -52,6 +52,8 @@ def row_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return out
 
 
+WEIGHT_VERSIONS = pa.list_(pa.string())
+
 PRE_FIELDS = [
     pa.field("_pos", pa.int64()),
     pa.field("sample_index", pa.int64()),
@@ -61,7 +63,7 @@ PRE_FIELDS = [
     pa.field("total_length", pa.int32()),
     pa.field("loss_mask", pa.list_(pa.uint8())),
     pa.field("remove_sample", pa.bool_()),
-    pa.field("_reward_value", pa.float64()),
+    pa.field("_reward_value", pa.float64()),  # null: not recorded (as raw_reward)
     pa.field("raw_reward", pa.float64()),
     pa.field("truncated", pa.bool_()),
     pa.field("status", pa.string()),
@@ -76,6 +78,7 @@ PRE_FIELDS = [
     pa.field("source_name", pa.string()),
     pa.field("train_metadata", pa.string()),
     pa.field("multimodal_train_inputs", pa.string()),
+    pa.field("weight_versions", pa.list_(pa.string())),
 ]
 TEXT_PRE_FIELDS = [pa.field("prompt", pa.string()), pa.field("response", pa.string()), pa.field("label", pa.string())]
 

@@ -22,7 +22,7 @@ from .lists import (EXPERTS, ROW_LISTS, VECTOR_LISTS, Lists, experts_ok, filled,
                     list_array, null_lists, numpy_of, read_lists, top_p_ok)
 from .rows import (INT64_MIN, MASK_RANGE, STATUS_SET, TOKEN_RANGE, UNKNOWN_SOURCE, Bad, build_batches,
                    check_ids, check_json_fields, check_prelude, check_remove_sample, check_response_length,
-                   check_rewards, check_status, normalize_rows, validate_into)
+                   check_rewards, check_status, check_weight_versions, normalize_rows, validate_into)
 
 
 def _row_record(chunk: RawChunk, i: int, py: dict) -> dict:
@@ -35,17 +35,17 @@ def _row_record(chunk: RawChunk, i: int, py: dict) -> dict:
     return rec
 
 
-def _by_rows(chunk: RawChunk, py: dict, base_pos: int, reward_key, keep_text, step) -> NormChunk:
+def _by_rows(chunk: RawChunk, py: dict, base_pos: int, reward_key, keep_text, step, rewards_recorded) -> NormChunk:
     records = [None if i in chunk.problems else _row_record(chunk, i, py) for i in range(len(chunk))]
     rows = RawChunk(chunk.source, chunk.kind, chunk.numbers, records, chunk.problems)
-    return normalize_rows(rows, base_pos, reward_key, keep_text, step)
+    return normalize_rows(rows, base_pos, reward_key, keep_text, step, rewards_recorded)
 
 
 _INT64_MAX = 2**63 - 1
 # the record keys the per-row rules read besides the long lists; a chunk with another column
 # among them that is not of a type handled below is checked row by row
 _SCALAR_KEYS = ("rollout_id", "step", "index", "group_index", "response_length", "remove_sample", "status",
-                "reward", "metadata", "source", "train_metadata", "multimodal_train_inputs")
+                "reward", "metadata", "source", "train_metadata", "multimodal_train_inputs", "weight_versions")
 
 
 @dataclass
@@ -55,14 +55,15 @@ class _Scalars:
 
     sample_index: pa.Array  # int64
     group_index: pa.Array  # int64
-    reward: pa.Array  # float64
-    raw_reward: pa.Array  # float64
+    reward: pa.Array  # float64, null where not recorded
+    raw_reward: pa.Array  # float64, null where not recorded
     status: pa.Array  # string
     truncated: pa.Array  # bool
     round_number: pa.Array  # int64
     source_name: pa.Array  # string
     train_metadata: pa.Array  # string
     mm: pa.Array  # string
+    weight_versions: pa.Array  # list<string>
     text: list[pa.Array]  # prompt, response, label (string), with --keep-text
 
     def take(self, rows: np.ndarray | None) -> "_Scalars":
@@ -78,7 +79,8 @@ class _Scalars:
 
         return _Scalars(*(take(c) for c in (self.sample_index, self.group_index, self.reward, self.raw_reward,
                                              self.status, self.truncated, self.round_number, self.source_name,
-                                             self.train_metadata, self.mm)), [take(c) for c in self.text])
+                                             self.train_metadata, self.mm, self.weight_versions)),
+                        [take(c) for c in self.text])
 
 
 def _scalars_of_rows(scalars: list, rows: np.ndarray, keep_text: bool) -> _Scalars:
@@ -90,6 +92,7 @@ def _scalars_of_rows(scalars: list, rows: np.ndarray, keep_text: bool) -> _Scala
         pa.array([s[1] for s in sc], pa.string()), pa.array([s[1] == "truncated" for s in sc], pa.bool_()),
         pa.array([s[2][2] for s in sc], pa.int64()), pa.array([s[2][3] for s in sc], pa.string()),
         pa.array([s[3][0] for s in sc], pa.string()), pa.array([s[3][1] for s in sc], pa.string()),
+        pa.array([s[4] for s in sc], batch.WEIGHT_VERSIONS),
         [pa.array([s[3][2][k] for s in sc], pa.string()) for k in range(3)] if keep_text else [],
     )
 
@@ -116,6 +119,27 @@ def _texts(col, n: int) -> list | None:
     return col.to_pylist()
 
 
+def _versions(col, n: int) -> pa.Array | None:
+    """A weight_versions column as the pre-schema's list<string>, null where a row's list is
+    empty (rows.check_weight_versions); None when it is not a list of strings."""
+    if col is None or pa.types.is_null(col.type):
+        return pa.nulls(n, batch.WEIGHT_VERSIONS)
+    t = col.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not (
+            pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)):
+        return None
+    if col.null_count and col.flatten().null_count:  # a null entry in a list: the row rule words it
+        return None
+    col = col.cast(batch.WEIGHT_VERSIONS)
+    if col.flatten().null_count:
+        return None
+    lengths = np.diff(numpy_of(col.offsets))
+    empty = (lengths == 0) & ~null_mask(col)
+    if not empty.any():
+        return col
+    return pa.array([None if e else v for e, v in zip(empty.tolist(), col.to_pylist())], batch.WEIGHT_VERSIONS)
+
+
 def _fields(md) -> dict[str, pa.Array] | None:
     """A struct column's fields, each null where the struct row is null (as a row's dict
     would lack the key); {} for no metadata; None for a column that is not a struct."""
@@ -127,7 +151,8 @@ def _fields(md) -> dict[str, pa.Array] | None:
 
 
 def _scalars_on_columns(chunk: RawChunk, cols: dict, n: int, reward_key: str | None, keep_text: bool,
-                        step: int | None) -> tuple[_Scalars, np.ndarray, np.ndarray, list, list] | None:
+                        step: int | None, rewards_recorded: bool = True
+                        ) -> tuple[_Scalars, np.ndarray, np.ndarray, list, list] | None:
     """The per-row rules for a whole chunk at once, where every row passes them and every
     column is of a plain Arrow type: (fields, response lengths, removed, explicit ids, groups).
     None otherwise: the rows then go through the rules one by one, which word any problem."""
@@ -160,11 +185,14 @@ def _scalars_on_columns(chunk: RawChunk, cols: dict, n: int, reward_key: str | N
     if status is None or not set(status) <= STATUS_SET:  # absent or null: [None, ...] fails too
         return None
     rw = cols.get("reward")
-    if rw is None or rw.null_count or not (pa.types.is_integer(rw.type) or pa.types.is_floating(rw.type)):
+    if not rewards_recorded and (rw is None or pa.types.is_null(rw.type)):  # none recorded
+        reward = np.full(n, np.nan)
+    elif rw is None or rw.null_count or not (pa.types.is_integer(rw.type) or pa.types.is_floating(rw.type)):
         return None
-    reward = numpy_of(rw).astype(np.float64)
-    if not np.isfinite(reward).all():
-        return None
+    else:
+        reward = numpy_of(rw).astype(np.float64)
+        if not np.isfinite(reward).all():
+            return None
     md = _fields(cols.get("metadata"))
     if md is None:
         return None
@@ -182,7 +210,8 @@ def _scalars_on_columns(chunk: RawChunk, cols: dict, n: int, reward_key: str | N
     if rn is None or names is None:
         return None
     src = _texts(cols.get("source"), n)
-    if src is None:
+    versions = _versions(cols.get("weight_versions"), n)
+    if src is None or versions is None:
         return None
     source = [s if s else (sn if sn else UNKNOWN_SOURCE) for s, sn in zip(src, names)]
     text = []
@@ -197,15 +226,16 @@ def _scalars_on_columns(chunk: RawChunk, cols: dict, n: int, reward_key: str | N
     none = pa.nulls(n, pa.string())
     fields = _Scalars(
         pa.array(idx[0], pa.int64(), mask=idx[1]), pa.array(grp[0], pa.int64(), mask=grp[1]),
-        pa.array(reward, pa.float64()), pa.array(raw, pa.float64()), pa.array(status, pa.string()),
-        pa.array(np.array([s == "truncated" for s in status], bool), pa.bool_()),
-        pa.array(rn[0], pa.int64(), mask=rn[1]), pa.array(source, pa.string()), none, none, text,
+        pa.array(reward, pa.float64(), mask=np.isnan(reward)), pa.array(raw, pa.float64(), mask=np.isnan(raw)),
+        pa.array(status, pa.string()), pa.array(np.array([s == "truncated" for s in status], bool), pa.bool_()),
+        pa.array(rn[0], pa.int64(), mask=rn[1]), pa.array(source, pa.string()), none, none, versions, text,
     )
     return fields, rl[0], removed, explicit, groups
 
 
 def _scalars_by_rows(chunk: RawChunk, py: dict, out: NormChunk, n: int, reward_key, keep_text, step,
-                     rls: np.ndarray, removed: np.ndarray, slow: np.ndarray) -> tuple[np.ndarray, list]:
+                     rls: np.ndarray, removed: np.ndarray, slow: np.ndarray,
+                     rewards_recorded: bool = True) -> tuple[np.ndarray, list]:
     """The per-row rules one row at a time: (rows that pass them, each such row's fields);
     `rls`, `removed` and `slow` (rows for the row checks) are filled in."""
     keys = list(py)
@@ -224,19 +254,20 @@ def _scalars_by_rows(chunk: RawChunk, py: dict, out: NormChunk, n: int, reward_k
             rl = check_response_length(rec)
             rm = check_remove_sample(rec)
             status = check_status(rec)
-            rewards = check_rewards(rec, reward_key)
+            rewards = check_rewards(rec, reward_key, rewards_recorded)
             js = check_json_fields(rec, keep_text)
+            wv = check_weight_versions(rec)
         except Bad:
             slow[i] = True
             continue
         fast[i] = True
         rls[i], removed[i] = rl, rm
-        scalars[i] = (ids, status, rewards, js)
+        scalars[i] = (ids, status, rewards, js, wv)
     return fast, scalars
 
 
 def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool,
-                      step: int | None = None) -> NormChunk:
+                      step: int | None = None, rewards_recorded: bool = True) -> NormChunk:
     """normalize_chunk (the entry point) for a columnar chunk: the same rows, problems and batches."""
     n = len(chunk)
     cols = dict(chunk.columns)
@@ -258,13 +289,13 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
         if k in cols:
             lst = read_lists(cols[k], n) if isinstance(cols[k], pa.Array) else None
             if lst is None:
-                return _by_rows(chunk, py(), base_pos, reward_key, keep_text, step)
+                return _by_rows(chunk, py(), base_pos, reward_key, keep_text, step, rewards_recorded)
             lists[k] = lst
     out = empty_norm(chunk)
     rls = np.zeros(n, dtype=np.int64)
     removed = np.zeros(n, bool)
     slow = np.zeros(n, bool)
-    on_columns = _scalars_on_columns(chunk, cols, n, reward_key, keep_text, step)
+    on_columns = _scalars_on_columns(chunk, cols, n, reward_key, keep_text, step, rewards_recorded)
     if on_columns is not None:  # every row passes the per-row rules
         fields, rls, removed, explicit, groups = on_columns
         out.id_state = [ID_MISSING if x is None else ID_EXPLICIT for x in explicit]
@@ -273,7 +304,8 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
         scalars = None
     else:
         fields = None
-        fast, scalars = _scalars_by_rows(chunk, py(), out, n, reward_key, keep_text, step, rls, removed, slow)
+        fast, scalars = _scalars_by_rows(chunk, py(), out, n, reward_key, keep_text, step, rls, removed, slow,
+                                         rewards_recorded)
     # the long lists, for the whole chunk
     tok = lists.get("tokens")
     shape = None
@@ -311,7 +343,7 @@ def normalize_columns(chunk: RawChunk, base_pos: int, *, reward_key: str | None,
     if slow.any():
         rows, pos = [], []
         for i in np.flatnonzero(slow).tolist():
-            row = validate_into(out, chunk, i, _row_record(chunk, i, py()), reward_key, keep_text)
+            row = validate_into(out, chunk, i, _row_record(chunk, i, py()), reward_key, keep_text, rewards_recorded)
             if row is not None:
                 rows.append(row)
                 pos.append(base_pos + i)
@@ -432,5 +464,5 @@ def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f3
         s_off = np.zeros(m + 1, dtype=np.int64)
         np.cumsum(present * 3, out=s_off[1:])
         cols.append(list_array(s_off, shape[rows][present].reshape(-1).astype(np.int32), pa.int32(), ~present))
-    cols += [sc.round_number, sc.source_name, sc.train_metadata, sc.mm, *sc.text]
+    cols += [sc.round_number, sc.source_name, sc.train_metadata, sc.mm, sc.weight_versions, *sc.text]
     return pa.RecordBatch.from_arrays(cols, schema=pre_schema(keep_text))

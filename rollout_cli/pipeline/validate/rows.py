@@ -230,8 +230,8 @@ class Row:
     response_length: int
     loss_mask: np.ndarray
     remove_sample: bool
-    reward_value: float
-    raw_reward: float
+    reward_value: float | None  # None: not recorded (a format with rewards_recorded=False)
+    raw_reward: float | None
     status: str
     lp: np.ndarray | None
     tlp: np.ndarray | None
@@ -243,6 +243,7 @@ class Row:
     train_metadata: str | None
     mm: str | None
     text: tuple | None
+    weight_versions: list | None = None
 
 
 def check_ids(rec: dict) -> tuple[int | None, int | None]:
@@ -302,11 +303,17 @@ def check_status(rec: dict) -> str:
     return status
 
 
-def check_rewards(rec: dict, reward_key: str | None) -> tuple[float, float, int | None, str]:
-    """(reward value, raw reward, round number, source name)."""
-    if "reward" not in rec:
+def check_rewards(rec: dict, reward_key: str | None,
+                  rewards_recorded: bool = True) -> tuple[float | None, float | None, int | None, str]:
+    """(reward value, raw reward, round number, source name). With `rewards_recorded` False
+    (the format's, inputs/format.py) a reward that is None or absent is not recorded: the
+    reward value is None, and so is the raw reward unless metadata.raw_reward gives one."""
+    if not rewards_recorded and rec.get("reward") is None:
+        reward_value = None
+    elif "reward" not in rec:
         raise Bad("reward", "missing", "reward.missing")
-    reward_value = select_reward(rec["reward"], reward_key)
+    else:
+        reward_value = select_reward(rec["reward"], reward_key)
     md = rec.get("metadata")
     if md is not None and not isinstance(md, dict):
         raise Bad("metadata", f"expected a dict or null, got {_got(md)}", "metadata.type")
@@ -324,6 +331,20 @@ def check_rewards(rec: dict, reward_key: str | None) -> tuple[float, float, int 
         sn = md.get("source_name")
         source_name = sn if isinstance(sn, str) and sn else UNKNOWN_SOURCE
     return reward_value, raw_reward, round_number, source_name
+
+
+def check_weight_versions(rec: dict) -> list[str] | None:
+    """The sample's policy versions, one per generation call, as strings; None where it records
+    none (absent, null or an empty list)."""
+    wv = rec.get("weight_versions")
+    if wv is None:
+        return None
+    if not isinstance(wv, (list, tuple, np.ndarray)):
+        raise Bad("weight_versions", f"expected a list of strings or null, got {_got(wv)}", "weight_versions.type")
+    bad = next((v for v in wv if not isinstance(v, str)), None)
+    if bad is not None:
+        raise Bad("weight_versions", f"expected a list of strings, got an entry {_got(bad)}", "weight_versions.type")
+    return [str(v) for v in wv] or None
 
 
 def _log_probs(rec: dict, key: str, rl: int) -> np.ndarray | None:
@@ -383,7 +404,7 @@ def check_json_fields(rec: dict, keep_text: bool) -> tuple[str | None, str | Non
     return train_metadata, mm, text
 
 
-def validate_record(rec: dict, reward_key: str | None, keep_text: bool) -> Row:
+def validate_record(rec: dict, reward_key: str | None, keep_text: bool, rewards_recorded: bool = True) -> Row:
     """One sample's row, its fields checked in a fixed order (the first problem is reported)."""
     sample_index, group_index = check_ids(rec)
     tokens = _tokens(rec)
@@ -392,15 +413,16 @@ def validate_record(rec: dict, reward_key: str | None, keep_text: bool) -> Row:
     mask = _loss_mask(rec, rl)
     removed = check_remove_sample(rec)
     status = check_status(rec)
-    reward_value, raw_reward, round_number, source_name = check_rewards(rec, reward_key)
+    reward_value, raw_reward, round_number, source_name = check_rewards(rec, reward_key, rewards_recorded)
     lp = _log_probs(rec, LOG_PROBS[0], rl)
     tlp = _log_probs(rec, LOG_PROBS[1], rl)
     tp_ids, tp_off = _top_p(rec, rl)
     rexp = _routed_experts(rec, len(tokens))
     train_metadata, mm, text = check_json_fields(rec, keep_text)
+    wv = check_weight_versions(rec)
     return Row(
         sample_index, group_index, tokens, rl, mask, removed, reward_value, raw_reward, status, lp, tlp, tp_ids, tp_off,
-        rexp, round_number, source_name, train_metadata, mm, text,
+        rexp, round_number, source_name, train_metadata, mm, text, wv,
     )
 
 
@@ -443,6 +465,7 @@ def _build(rows: list[Row], pos: list[int], keep_text: bool) -> pa.RecordBatch:
         pa.array([r.source_name for r in rows], pa.string()),
         pa.array([r.train_metadata for r in rows], pa.string()),
         pa.array([r.mm for r in rows], pa.string()),
+        pa.array([r.weight_versions for r in rows], batch.WEIGHT_VERSIONS),
     ]
     if keep_text:
         for k in range(3):
@@ -479,10 +502,10 @@ def check_prelude(out: NormChunk, chunk: RawChunk, i: int, rec: dict | None, ste
 
 
 def validate_into(out: NormChunk, chunk: RawChunk, i: int, rec: dict, reward_key: str | None,
-                  keep_text: bool) -> Row | None:
+                  keep_text: bool, rewards_recorded: bool = True) -> Row | None:
     """Record `i` validated: its row (and `out` marks it valid), or None with its problem in `out`."""
     try:
-        row = validate_record(rec, reward_key, keep_text)
+        row = validate_record(rec, reward_key, keep_text, rewards_recorded)
     except Bad as e:
         out.problems.append((i, Problem(chunk.location(i), e.field, e.message, e.rule)))
         return None
@@ -491,7 +514,7 @@ def validate_into(out: NormChunk, chunk: RawChunk, i: int, rec: dict, reward_key
 
 
 def normalize_rows(chunk: RawChunk, base_pos: int, reward_key: str | None, keep_text: bool,
-                   step: int | None) -> NormChunk:
+                   step: int | None, rewards_recorded: bool = True) -> NormChunk:
     """Validate a row-form chunk record by record (the columnar path's fallback)."""
     out = empty_norm(chunk)
     rows: list[Row] = []
@@ -499,7 +522,7 @@ def normalize_rows(chunk: RawChunk, base_pos: int, reward_key: str | None, keep_
     for i, rec in enumerate(chunk.records):
         if not check_prelude(out, chunk, i, rec, step):
             continue
-        row = validate_into(out, chunk, i, rec, reward_key, keep_text)
+        row = validate_into(out, chunk, i, rec, reward_key, keep_text, rewards_recorded)
         if row is not None:
             rows.append(row)
             pos.append(base_pos + i)

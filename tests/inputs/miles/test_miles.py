@@ -21,7 +21,7 @@ from rollout_cli.run.convert import convert
 
 MILES = SAMPLE_DATA / "miles"
 SLIME_KEYS = ("group_index", "index", "rollout_id", "tokens", "response_length", "reward", "loss_mask",
-              "rollout_log_probs", "remove_sample", "status", "metadata")
+              "rollout_log_probs", "remove_sample", "status", "metadata", "weight_versions")
 
 
 def _zip(path: Path, pkl: bytes) -> Path:
@@ -96,6 +96,9 @@ def test_dump_folder_converts_as_slime_samples(tmp_path):
     want = load_pt(MILES / "rollout_data" / "2.pt")["samples"]
     assert [r["group_index"] for r in rows] == [s["group_index"] for s in want]
     assert [r["status"] for r in rows] == [s["status"] for s in want]
+    # miles' weight_versions (slime's field) are carried: one entry per generation call
+    assert [r["weight_versions"] for r in rows] == [s["weight_versions"] or None for s in want]
+    assert any(r["weight_versions"] for r in rows)
 
 
 def test_inspect_and_verify_on_the_dump_and_its_output(tmp_path):
