@@ -16,9 +16,10 @@ from ..format import Format
 FORMAT = Format(
     name="skyrl",
     reader="rollout_cli.inputs.skyrl.reader:read",
-    whole="rollout_cli.inputs.completeness:pickle_missing",
     detector="rollout_cli.inputs.skyrl.detect",
-    no_train_side="SkyRL's dump is already the trainer's batch (after its forward passes and advantages); its "
-                  "rollouts' own records (the generator output) are not written, so there is no separate train "
-                  "side to audit it against",
+    rewards_recorded=False,  # popped before the dump (trainer.py:433-439)
+    whole="rollout_cli.inputs.completeness:pickle_missing",
+    no_train_side="SkyRL's dump holds the trainer's batch itself, read here as the rollout side (its trainer's "
+                  "log-probs, action_log_probs, are in the same file); SkyRL writes no separate trainer dump to pair "
+                  "it with"
 )

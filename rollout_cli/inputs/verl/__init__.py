@@ -15,8 +15,10 @@ from ..format import Format
 FORMAT = Format(
     name="verl",
     reader="rollout_cli.inputs.verl.reader:read",
-    whole="rollout_cli.inputs.completeness:pickle_missing",
     detector="rollout_cli.inputs.verl.detect",
+    rewards_recorded=False,  # no rm_scores with reward-loop workers (the default)
+    version_lag="rollout_cli.inputs.verl.detect:version_lag",  # global_steps: step - 1 is the step's own
+    whole="rollout_cli.inputs.completeness:pickle_missing",
     no_train_side="the rollout-skip cache holds the agent loop's output only; verl writes no per-step dump of "
                   "its trainer's batch (old log-probs, advantages) that a train reader could read",
 )
