@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 STATUS = "completed"
-# the response-level tensors read, train-row field -> SkyRL key
+# the tensors every SkyRL training input holds (trainer.py:926-939)
 REQUIRED = ("sequences", "attention_mask", "response_mask", "loss_mask")
 
 
