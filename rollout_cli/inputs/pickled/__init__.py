@@ -1,7 +1,8 @@
 """Pickled framework batches read without running code and without the framework installed: the
 restricted unpickler the pickle-based formats stand on (not a format itself).
 
-Entry points (unpickle.py):
+Entry points (unpickle.py; a reader calls reading.py's ``read_pickled(path, display,
+trust_pickle)``, which turns their failures into exit 3 naming the file):
 
 ``load_pickle(path)`` / ``loads_pickle(data, display)``
     A bare pickle (``pickle.dump``, any protocol).
@@ -72,6 +73,7 @@ from .errors import PickleFormatError, PtFormatError, UnsafePickleError
 from .frameworks import BytesIOData
 from .plain import PlainData
 from .tensordict_globals import TensorDictData
+from .reading import read_pickled
 from .unpickle import load_pickle, load_torch, load_torch_bytes, loads_pickle
 
 __all__ = [
@@ -86,4 +88,5 @@ __all__ = [
     "load_torch",
     "load_torch_bytes",
     "loads_pickle",
+    "read_pickled",
 ]

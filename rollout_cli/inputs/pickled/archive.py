@@ -9,6 +9,7 @@ import zipfile
 import zlib
 from typing import Any
 
+from .context import current
 from .errors import PtFormatError
 from .tensors import _Storage, _StorageKind
 
@@ -16,13 +17,18 @@ from .tensors import _Storage, _StorageKind
 
 _LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."  # pickle of torch's legacy MAGIC_NUMBER
 _PICKLE_BUFFER = 1 << 20
+_LATER_CRC = 1 << 20  # in-memory storages this large have their CRC checked on a thread
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, NotImplementedError, ValueError, struct.error)
 
 
 class _Archive:
-    def __init__(self, fh: Any, zf: zipfile.ZipFile, path: str):
+    """`memory`: the archive's bytes when it is held in memory (torch.save bytes embedded in a
+    pickle): its storages are then read-only views of those bytes, never copies."""
+
+    def __init__(self, fh: Any, zf: zipfile.ZipFile, path: str, memory: Any = None):
         self.fh = fh
+        self.memory = memoryview(memory) if memory is not None else None
         self.zf = zf
         self.path = path
         self.storages: dict[str, _Storage] = {}
@@ -81,11 +87,19 @@ class _Archive:
         start = self._data_offset(info)
         if start + info.file_size > self.file_len:
             raise PtFormatError(f"storage record {name!r} extends past the end of the file (truncated?)")
-        buf = bytearray(info.file_size)
-        self.fh.seek(start)
-        got = self.fh.readinto(buf)
-        if got != info.file_size:
-            raise PtFormatError(f"storage record {name!r}: file ends after {got} of {info.file_size} bytes (truncated?)")
+        if self.memory is not None and info.file_size >= _LATER_CRC:
+            # in memory: a view, not a copy; its CRC checked on a thread while the outer pickle loads on
+            buf = self.memory[start:start + info.file_size]
+            current().check_crc(buf, info.CRC, f"storage record {name!r}: CRC mismatch (corrupt file)")
+            return buf
+        if self.memory is not None:
+            buf = self.memory[start:start + info.file_size]
+        else:
+            buf = bytearray(info.file_size)
+            self.fh.seek(start)
+            got = self.fh.readinto(buf)
+            if got != info.file_size:
+                raise PtFormatError(f"storage record {name!r}: file ends after {got} of {info.file_size} bytes (truncated?)")
         if zlib.crc32(buf) != info.CRC:
             raise PtFormatError(f"storage record {name!r}: CRC mismatch (corrupt file)")
         return buf

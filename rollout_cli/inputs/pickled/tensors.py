@@ -101,7 +101,7 @@ class _Storage:
         self.key = key
         self.kind = kind
         self.nbytes = nbytes
-        self._raw = raw  # a bytearray of at least nbytes
+        self._raw = raw  # a bytearray (or a read-only memoryview) of at least nbytes
         self._bases: dict[str, np.ndarray] = {}
         self._little = little
 

@@ -21,16 +21,20 @@ _PICKLE_BUFFER = 1 << 20
 
 class RestrictedUnpickler(pickle.Unpickler):
     """C unpickler whose globals come only from the allow-list and whose persistent ids are the
-    storages of `archive` (none for a bare pickle)."""
+    storages of `archive` (none for a bare pickle). `trusted` (``--trust-pickle``): a global
+    off the list is imported and called as plain ``pickle`` does, which can run any code."""
 
-    def __init__(self, stream: Any, path: str, archive: _Archive | None = None):
+    def __init__(self, stream: Any, path: str, archive: _Archive | None = None, trusted: bool = False):
         super().__init__(stream, encoding="utf-8")
         self._path = path
         self._archive = archive
+        self._trusted = trusted
 
     def find_class(self, module: str, name: str) -> Any:
         obj = resolve(module, name)
         if obj is None:
+            if self._trusted:
+                return super().find_class(module, name)
             raise UnsafePickleError(f"{module}.{name}", self._path)
         return obj
 
@@ -51,14 +55,14 @@ def _run(unpickler: RestrictedUnpickler, what: str) -> Any:
         raise PickleFormatError(f"corrupt pickle stream in {what}: {type(e).__name__}: {str(e)[:200]}") from e
 
 
-def _torch_from(fh: Any, display: str) -> Any:
+def _torch_from(fh: Any, display: str, memory: bytes | None = None, trusted: bool = False) -> Any:
     try:
         zf = zipfile.ZipFile(fh)
     except _ZIP_ERRORS as e:
         raise PickleFormatError(_diagnose_not_zip(fh, e), display) from None
     with zf:
         try:
-            archive = _Archive(fh, zf, display)
+            archive = _Archive(fh, zf, display, memory)
             pkl_name = archive.prefix + "data.pkl"
             # Streamed, not read whole: the pickle's bytes (most of a dump without tensors)
             # are then never held next to the objects they make. The buffer's peek lets the
@@ -70,7 +74,7 @@ def _torch_from(fh: Any, display: str) -> Any:
             except _ZIP_ERRORS as e:
                 raise PickleFormatError(f"corrupt record {pkl_name!r}: {e}") from e
             with stream:
-                obj = _run(RestrictedUnpickler(stream, display, archive), repr(pkl_name))
+                obj = _run(RestrictedUnpickler(stream, display, archive, trusted), repr(pkl_name))
                 try:
                     while stream.read(_PICKLE_BUFFER):  # to the record's end: its CRC is checked there
                         pass
@@ -84,8 +88,8 @@ def _torch_from(fh: Any, display: str) -> Any:
 
 
 def _embedded_torch(data: bytes, what: str) -> Any:
-    outer = current().path
-    return load_torch_bytes(data, f"{outer} ({what}: embedded torch.save bytes)")
+    outer = current()
+    return load_torch_bytes(data, f"{outer.path} ({what}: embedded torch.save bytes)", trusted=outer.trusted)
 
 
 def load_torch(path: str | os.PathLike[str]) -> Any:
@@ -101,32 +105,34 @@ def load_torch(path: str | os.PathLike[str]) -> Any:
         return _torch_from(fh, display)
 
 
-def load_torch_bytes(data: bytes, display: str) -> Any:
-    """``load_torch`` of torch.save bytes held in memory; `display` names them in errors."""
-    with loading(display, _embedded_torch):
-        return _torch_from(io.BytesIO(data), display)
+def load_torch_bytes(data: bytes, display: str, trusted: bool = False) -> Any:
+    """``load_torch`` of torch.save bytes held in memory; `display` names them in errors. Its
+    tensors are read-only views of `data` (no copy), bfloat16 ones (widened) excepted."""
+    with loading(display, _embedded_torch, trusted):
+        return _torch_from(io.BytesIO(data), display, data, trusted)
 
 
-def _bare_from(fh: Any, display: str) -> Any:
+def _bare_from(fh: Any, display: str, trusted: bool = False) -> Any:
     try:
-        return _run(RestrictedUnpickler(fh, display), "the pickle")
+        return _run(RestrictedUnpickler(fh, display, trusted=trusted), "the pickle")
     except PickleFormatError as e:
         if e.path is None:
             e.path = display
         raise
 
 
-def load_pickle(path: str | os.PathLike[str]) -> Any:
+def load_pickle(path: str | os.PathLike[str], trusted: bool = False) -> Any:
     """Load a bare pickle (``pickle.dump``, any protocol) through the restricted unpickler: the
     frameworks' classes come back as plain data, tensors and arrays as numpy arrays. Raises as
-    ``load_torch`` does."""
+    ``load_torch`` does. `trusted` (``--trust-pickle``, a file the user trusts): the allowed
+    globals are read as always, and any other is imported and run as ``pickle.load`` would."""
     fspath = os.fspath(path)
     display = os.fsdecode(fspath)
-    with open(fspath, "rb") as fh, loading(display, _embedded_torch):
-        return _bare_from(fh, display)
+    with open(fspath, "rb") as fh, loading(display, _embedded_torch, trusted):
+        return _bare_from(fh, display, trusted)
 
 
-def loads_pickle(data: bytes, display: str) -> Any:
+def loads_pickle(data: bytes, display: str, trusted: bool = False) -> Any:
     """``load_pickle`` of pickle bytes held in memory; `display` names them in errors."""
-    with loading(display, _embedded_torch):
-        return _bare_from(io.BytesIO(data), display)
+    with loading(display, _embedded_torch, trusted):
+        return _bare_from(io.BytesIO(data), display, trusted)

@@ -30,26 +30,24 @@ class PtDump:
 
 
 def load_payload(path: str, display: str, trust_pickle: bool) -> Any:
-    from ...core import storage
+    if trust_pickle:
+        from ...core import storage
 
-    if storage.is_uri(path):  # zip archives need a seekable local file
-        with storage.reading(display), storage.LocalCopy(path) as local:
-            return load_payload(local, display, trust_pickle)
-    from . import pt_pickle
+        if storage.is_uri(path):  # zip archives need a seekable local file
+            with storage.reading(display), storage.LocalCopy(path) as local:
+                return load_payload(local, display, trust_pickle)
+        from ..pickled import PtFormatError
+        from . import pt_pickle
 
-    try:
-        if trust_pickle:
+        try:
             return pt_pickle.load_pt_trusted(path)
-        return pt_pickle.load_pt(path)
-    except pt_pickle.UnsafePickleError as e:
-        raise InvalidInputError(
-            f"{display}: needs full unpickling (it references {e.global_name}); "
-            "pass --trust-pickle only if you trust this file, since unpickling can run code"
-        ) from None
-    except pt_pickle.PtFormatError as e:
-        raise InvalidInputError(f"{display}: not a readable torch dump: {e}") from None
-    except OSError as e:
-        raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
+        except PtFormatError as e:
+            raise InvalidInputError(f"{display}: not a readable torch dump: {e}") from None
+        except OSError as e:
+            raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
+    from ..pickled.reading import read_pickled
+
+    return read_pickled(path, display, torch_archive=True)
 
 
 def _open_dump(path: str, display: str, trust_pickle: bool) -> tuple[int | None, bool, list | None]:

@@ -205,3 +205,41 @@ def test_embedded_torch_bytes_are_restricted_too(tmp_path):
     with pytest.raises(UnsafePickleError) as ei:
         load_pickle(path)
     assert ei.value.global_name in ("posix.system", "os.system") and str(path) in ei.value.path
+
+
+def _verl(state: tuple) -> bytes:
+    return b"\x80\x04\x8c\rverl.protocol\x8c\tDataProto\x93)\x81" + pickle.dumps(state, protocol=4)[2:-1] + b"b."
+
+
+def test_verl_state_is_checked():
+    """verl's DataProto takes only (torch.save bytes or None, a dict of arrays, a dict)."""
+    ok = loads_pickle(_verl((None, {"a": np.arange(2)}, {"k": 1})), "ok")
+    assert ok == {"batch": None, "non_tensor_batch": {"a": ok["non_tensor_batch"]["a"]}, "meta_info": {"k": 1}}
+    for i, state in enumerate([
+        (None, {}),  # two items
+        (None, {}, {}, None),  # ROLL's four
+        ("bytes?", {}, {}),  # not bytes
+        (None, {"a": [1, 2]}, {}),  # a list, not an array
+        (None, [], {}),
+        (None, {}, []),
+    ]):
+        with pytest.raises(PickleFormatError, match="verl DataProto|non_tensor_batch|meta_info"):
+            loads_pickle(_verl(state), f"case {i}")
+    with pytest.raises(PickleFormatError, match="twice"):  # BUILD twice
+        loads_pickle(_verl((None, {}, {}))[:-1] + pickle.dumps((None, {}, {}), protocol=4)[2:-1] + b"b.", "twice")
+
+
+def test_skyrl_rebuild_takes_only_its_classes_and_state():
+    head = b"\x80\x04\x8c)skyrl.backends.skyrl_train.training_batch\x8c\x15_rebuild_tensor_batch\x93"
+    state = {"batch_dict": {}, "batch_size": None, "device": None, "metadata": None}
+    ok = loads_pickle(head + b"\x8c)skyrl.backends.skyrl_train.training_batch\x8c\x13TrainingOutputBatch\x93"
+                      + pickle.dumps(state, 4)[2:-1] + b"\x86R.", "ok")
+    assert ok.class_name.endswith("TrainingOutputBatch") and ok == state
+    for i, (cls, st) in enumerate([
+        (b"\x8c\rverl.protocol\x8c\tDataProto\x93", state),  # another plain-data class
+        (b"\x8c)skyrl.backends.skyrl_train.training_batch\x8c\x0bTensorBatch\x93", {**state, "extra": 1}),
+        (b"\x8c)skyrl.backends.skyrl_train.training_batch\x8c\x0bTensorBatch\x93", {**state, "device": 0}),
+        (b"\x8c)skyrl.backends.skyrl_train.training_batch\x8c\x0bTensorBatch\x93", {**state, "batch_dict": {"x": 1}}),
+    ]):
+        with pytest.raises(PickleFormatError):
+            loads_pickle(head + cls + pickle.dumps(st, 4)[2:-1] + b"\x86R.", f"case {i}")

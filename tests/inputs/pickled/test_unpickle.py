@@ -220,3 +220,34 @@ def test_torch_entry_points_agree(tmp_path):
 def test_no_load_no_context():
     with pytest.raises(RuntimeError):
         current()
+
+
+@pytest.mark.parametrize("numel", [16, 1 << 19])  # a storage checked at once, and one checked on a thread
+def test_embedded_storage_crc_is_checked(tmp_path, numel):
+    """Embedded torch.save storages are views of the file's bytes, not copies; a flipped byte in
+    one is still found (its CRC), and the error names the file."""
+    td_bytes = io.BytesIO()
+    torch.save({"t": torch.arange(numel)}, td_bytes)
+    raw = bytearray(td_bytes.getvalue())
+    good = loads_pickle(pickle.dumps({"b": bytes(raw)}, 4), "good")["b"]
+    out = load_torch_bytes(good, "good")
+    assert out["t"][numel - 1] == numel - 1 and not out["t"].flags.writeable  # a view of the bytes
+    with zipfile.ZipFile(io.BytesIO(bytes(raw))) as z:
+        info = z.getinfo("archive/data/0")
+    n, m = int.from_bytes(raw[info.header_offset + 26:info.header_offset + 28], "little"), \
+        int.from_bytes(raw[info.header_offset + 28:info.header_offset + 30], "little")
+    raw[info.header_offset + 30 + n + m + 8] ^= 0xFF
+    with pytest.raises(PickleFormatError, match="CRC mismatch") as ei:
+        load_torch_bytes(bytes(raw), "the batch")
+    assert ei.value.path == "the batch"
+    # inside a verl file: its consolidated storage is found corrupt, the error names the file
+    path = write_verl(tmp_path, 1, {"ids": np.arange(numel).reshape(-1, 8)}, gbs=1, n=1, prompt_length=1, response_length=1)
+    data = bytearray(path.read_bytes())
+    at = data.index(b"archive/data/0") + len(b"archive/data/0")
+    head = data.rindex(b"PK\x03\x04", 0, at)
+    extra = int.from_bytes(data[head + 28:head + 30], "little")
+    data[at + extra + 8] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(PickleFormatError, match="CRC mismatch") as ei:
+        load_pickle(path)
+    assert str(path) in ei.value.path and "embedded torch.save bytes" in ei.value.path
