@@ -86,6 +86,12 @@ SiblingRewardOpt = Annotated[SiblingReward, typer.Option(
     help="Under --reward-baseline rollout, a rollout whose samples carry different rewards: "
          + per_value({SiblingReward.error: "exit 3", SiblingReward.mean: "take their mean"}))]
 
+MaxStaleness = Annotated[Optional[int], typer.Option(
+    "--max-staleness", metavar="N", rich_help_panel=VALIDATION,
+    help="Reject whole rollouts whose oldest weight version is more than N steps behind their step "
+         "(rejects report, rule weight_versions.stale); a usage error for inputs whose weight versions "
+         "say no step (docs/rules.md).")]
+
 # The rule group: a parameter per field of RULE_FIELDS, in the order the help lists them; a
 # --disable-* switch negates the field it names.
 RULE_PARAMS = {
@@ -99,6 +105,7 @@ RULE_PARAMS = {
     "reward_baseline": RewardBaselineOpt,
     "sibling_reward": SiblingRewardOpt,
     "n_samples_per_prompt": NSamplesPerPrompt,
+    "max_staleness": MaxStaleness,
 }
 
 

@@ -137,6 +137,15 @@ def _rstats(s: dict) -> str:
     return f"mean {_fmt(s['mean'])}  std {_fmt(s['std'])}  min {_fmt(s['min'])}  max {_fmt(s['max'])}  (n {s['count']})"
 
 
+def _step_rewards(p: dict) -> list:
+    """A per-step row's raw and post-processed reward means, or "not recorded" for both."""
+    from ..inspect.lineage import NOT_RECORDED
+
+    if p["rows"] and p.get("rewards_not_recorded") == p["rows"]:
+        return [NOT_RECORDED, NOT_RECORDED]
+    return [p["raw_reward_mean"], p["reward_mean"]]
+
+
 def _where(w: list[dict]) -> str:
     if not w:
         return "-"
@@ -163,16 +172,26 @@ def print_inspect(result: dict, verbose: bool) -> None:
     t = s["tokens"]
     _text(con, f"tokens: prompt {t['prompt']}, response {t['response']}, total {t['total']}, loss-mask sum {t['mask_sum']}")
     _text(con, f"status: {_hist(s['status'])}; truncation rate {_fmt(s['truncation_rate'])}")
-    _text(con, f"raw_reward: {_rstats(s['rewards']['raw_reward'])}")
-    _text(con, f"reward (post-processed): {_rstats(s['rewards']['reward'])}")
+    unrecorded = s.get("rewards_not_recorded", 0)
+    if unrecorded and unrecorded == s["rows"]:
+        _text(con, "raw_reward, reward: not recorded (the framework wrote its samples without rewards)")
+    else:
+        extra = f"; not recorded for {unrecorded} samples" if unrecorded else ""
+        _text(con, f"raw_reward: {_rstats(s['rewards']['raw_reward'])}{extra}")
+        _text(con, f"reward (post-processed): {_rstats(s['rewards']['reward'])}{extra}")
     _text(con, f"samples per rollout (size: rollouts): {_hist(s['samples_per_rollout'])}")
     _text(con, f"prompt-group sizes (size: groups): {_hist(s['group_sizes'])}")
     _text(con, "")
     _table(con, "per step", ["split", "step", "samples", "rejected", "rollouts", "groups", "tokens", "mask sum", "mean resp len",
                              "raw reward", "reward", "trunc rate", "zero-var groups"],
            [[p["split"], p["step"], p["samples"], p["rejected"], p["rollouts"], p["prompt_groups"], p["tokens"], p["mask_sum"],
-             p["response_length_mean"], p["raw_reward_mean"], p["reward_mean"], p["truncation_rate"], p["zero_variance_groups"]]
+             p["response_length_mean"], *_step_rewards(p), p["truncation_rate"], p["zero_variance_groups"]]
             for p in s["per_step"]], left=1)
+    if any(p.get("weight_versions") for p in s["per_step"]):
+        _table(con, "lineage (weight versions: samples holding each)", ["split", "step", "weight versions",
+                                                                        "multi-version samples"],
+               [[p["split"], p["step"], _hist(p["weight_versions"]), p["multi_version_samples"]] for p in s["per_step"]],
+               left=3)
     if s["group_by"]:
         gb = s["group_by"]
         from ..inspect.aggregate import PER_STEP
@@ -244,7 +263,12 @@ def print_rollout(r: dict) -> None:
         _text(con, f"   tokens {smp['total_length']} (prompt {smp['prompt_length']}, response {smp['response_length']}); "
                    f"loss mask {smp['mask_sum']}/{smp['response_length']} trainable"
                    f"{' (remove_sample)' if smp.get('remove_sample') else ''}, runs {_runs(smp['mask_runs'])}")
-        _text(con, f"   reward {_fmt(smp['reward'])} (raw {_fmt(smp['raw_reward'])})")
+        if smp["raw_reward"] is None:
+            _text(con, "   reward not recorded")
+        else:
+            _text(con, f"   reward {_fmt(smp['reward'])} (raw {_fmt(smp['raw_reward'])})")
+        if smp.get("weight_versions"):
+            _text(con, f"   weight versions {', '.join(smp['weight_versions'])}")
         if r["text"]:
             _text(con, f"   prompt: {_clip(smp.get('prompt'))}")
             _text(con, f"   response: {_clip(smp.get('response'))}")

@@ -47,6 +47,9 @@ class RuleOptions:
     input_format: str | None = None  # a reader registry name for every input (None: detected)
     # prime-rl traces: `effective` (what the trainer was sent) or `all` (every episode that arrived)
     prime_rl_subset: str = "effective"
+    # --max-staleness: a rollout whose oldest weight version is more than this many steps behind
+    # its step is rejected whole (pipeline/staleness.py); None: no limit
+    max_staleness: int | None = None
 
     def check(self) -> None:
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
@@ -67,6 +70,8 @@ class RuleOptions:
             raise UsageError(f"--step: expected a step number in [0, {2**63 - 1}], got {self.step}")
         if self.prime_rl_subset not in PRIME_RL_SUBSETS:
             raise UsageError(f"--prime-rl-subset: expected one of {', '.join(PRIME_RL_SUBSETS)}")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise UsageError(f"--max-staleness: expected 0 or more steps, got {self.max_staleness}")
 
     def rule_options(self) -> dict:
         """The settings that decide ids and rewards (what `inspect` shows and compares)."""
@@ -75,6 +80,8 @@ class RuleOptions:
             d.pop("rollout_batch_size")
         if self.reward_baseline == "sample":
             d.pop("sibling_reward")
+        if self.max_staleness is None:
+            d.pop("max_staleness")
         return d
 
 
@@ -203,6 +210,8 @@ class ConvertOptions(RuleOptions):
             d.pop("sibling_reward")  # only read under `rollout`
         if d["prime_rl_subset"] == RuleOptions.prime_rl_subset:
             d.pop("prime_rl_subset")  # recorded only when it is not the default, as before it existed
+        if d["max_staleness"] is None:
+            d.pop("max_staleness")  # recorded only when given, as before it existed
         d["step"] = d.pop("step")  # the recorded order of earlier manifests
         schedule = {k: d.pop(k) for k in SCHEDULE_FIELDS}
         scheduled = d.pop("schedule") == "slime"

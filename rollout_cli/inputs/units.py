@@ -42,6 +42,11 @@ def plan_units(inputs: list[str], opts, out: str | None = None) -> tuple[list[Un
     searched. Returns (units, skipped non-input files, notes)."""
     files, skipped, notes = discover(inputs, opts.step, exclude=out, options=opts)
     parse_steps(opts.steps)  # a bad --steps is a usage error even when no file has a known step
+    if getattr(opts, "max_staleness", None) is not None:
+        blind = sorted({f.format for f in files if format_of(f.format).version_lag is None})
+        if blind:
+            raise UsageError(f"--max-staleness: the weight versions of {', '.join(blind)} inputs are not comparable "
+                             f"with their steps (docs/rules.md#staleness); leave the option out for them")
     units = []
     seen: dict[tuple, str] = {}
     for f in files:

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from ..core.errors import UsageError
 from ..core.schema import STATUSES
 from .anomalies import LEVELS
+from .lineage import step_lineage
 from .rows import ROW_SCHEMA, StepData
 
 GROUP_BY = ("rollout_id", "group_index", "step", "status", "source_name")
@@ -43,6 +44,8 @@ RUN_FIGURES = {
     "tokens.mask_sum": "tokens trained on (loss-mask sum)",
     "truncated": "truncated samples",
     "truncation_rate": "truncated samples over rows",
+    "rewards_not_recorded": "samples whose reward the framework did not record",
+    "multi_version_samples": "samples whose weight versions span more than one",
 } | {f"rewards.{col}.{k}": f"{col}: {text}" for col in ("raw_reward", "reward") for k, text in _STATS.items()} | {
     f"anomaly_levels.{lv}": f"anomalies of level {lv}, every kind" for lv in LEVELS}
 STEP_FIGURES = {
@@ -60,6 +63,8 @@ STEP_FIGURES = {
     "truncation_rate": "truncated samples over rows",
     "zero_variance_groups": "groups whose samples share one reward",
     "zero_variance_share": "zero-variance groups over prompt groups",
+    "rewards_not_recorded": "samples whose reward the framework did not record",
+    "multi_version_samples": "samples whose weight versions span more than one",
 }
 
 
@@ -124,8 +129,9 @@ def _step_summary(sd: StepData, rollouts: int, prompt_groups: int) -> dict:
     t = sd.rows
     n = t.num_rows
     reward = t.column("reward").to_numpy(zero_copy_only=False).astype(np.float64)
-    raw = t.column("raw_reward").to_numpy()
+    raw = t.column("raw_reward").to_numpy(zero_copy_only=False).astype(np.float64)  # NaN: not recorded
     known = n and not np.isnan(reward).all()
+    raw_known = n and not np.isnan(raw).all()
     return {
         "split": sd.split,
         "step": sd.step,
@@ -138,12 +144,13 @@ def _step_summary(sd: StepData, rollouts: int, prompt_groups: int) -> dict:
         "tokens": int(pc.sum(t.column("total_length")).as_py() or 0),
         "mask_sum": int(pc.sum(t.column("mask_sum")).as_py() or 0),
         "response_length_mean": r6(t.column("response_length").to_numpy().mean()) if n else None,
-        "raw_reward_mean": r6(raw.mean()) if n else None,
+        "raw_reward_mean": r6(np.nanmean(raw)) if raw_known else None,
         "reward_mean": r6(np.nanmean(reward)) if known else None,
         "reward_std": r6(np.nanstd(reward)) if known else None,
         "truncation_rate": r6(t.column("truncated").to_numpy(zero_copy_only=False).mean()) if n else None,
         "zero_variance_groups": sd.zero_variance_groups,
         "zero_variance_share": r6(sd.zero_variance_groups / prompt_groups) if prompt_groups else None,
+        **step_lineage(t),
     }
 
 
@@ -174,8 +181,10 @@ def summary(totals: Totals, table: pa.Table, *, kind: str, split: str, files: in
         | {s: c for s, c in sorted(status_counts.items()) if s not in STATUSES},
         "truncated": truncated,
         "truncation_rate": r6(truncated / n) if n else None,
+        "rewards_not_recorded": sum(p["rewards_not_recorded"] for p in per_step),
+        "multi_version_samples": sum(p["multi_version_samples"] for p in per_step),
         "rewards": {
-            "raw_reward": _stats(table.column("raw_reward").to_numpy()),
+            "raw_reward": _stats(table.column("raw_reward").to_numpy(zero_copy_only=False).astype(np.float64)),
             "reward": _stats(table.column("reward").to_numpy(zero_copy_only=False).astype(np.float64)),
         },
         "per_step": per_step,

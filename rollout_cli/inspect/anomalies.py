@@ -27,6 +27,8 @@ ANOMALY_KINDS = (
     "rollout_mask_sum_mismatch",
     "fanout_baseline_shift",
     "sibling_reward_mismatch",
+    "multi_version_sample",
+    "stale_rollout",
 )
 LEVELS = ("error", "warning", "info")  # most severe first
 _LOC_RE = re.compile(r"^(?P<file>.*):(?P<kind>line|row|sample) (?P<n>-?\d+)$")
@@ -81,12 +83,19 @@ def loc_dict(loc: Location | str) -> dict:
 
 
 # the anomaly kinds of rule ids (Problem.rule) that have their own; any other problem is an invalid_sample
-_KIND_OF_RULE = {"loss_mask.length": "loss_mask_length"}
+_KIND_OF_RULE = {"loss_mask.length": "loss_mask_length", "weight_versions.stale": "stale_rollout"}
+# the level of a kind of rejected sample: an invalid one is an error, one --max-staleness leaves out is not
+_REJECT_LEVEL = {"stale_rollout": "info"}
 
 
 def problem_kind(rule: str | None) -> str:
     """The anomaly kind of a validation problem, or of a reject record, by its rule id."""
     return _KIND_OF_RULE.get(rule, "invalid_sample")
+
+
+def reject_level(kind: str) -> str:
+    """The level of an anomaly of a rejected sample of `kind` (problem_kind's)."""
+    return _REJECT_LEVEL.get(kind, "error")
 
 
 def row_anomalies(sd: StepData, where_row: Callable[[int], dict], anomalies: Anomalies, n_expected: int | None) -> int:

@@ -21,9 +21,11 @@ from ..inputs.registry import format_of, read_input
 from ..inputs.units import Unit, claim_step, in_steps, record_step, train_dump_note, unit_step
 from ..pipeline.ids import reused_ids
 from ..pipeline.assemble import AssembledStep, StepAssembler
+from ..pipeline.staleness import STALE_RULE
 from ..pipeline.step import StepFields
 from ..pipeline.validate import ID_EXPLICIT, NormChunk, normalize_chunk
-from .anomalies import Anomalies, loc_dict, problem_kind, row_anomalies
+from .anomalies import Anomalies, loc_dict, problem_kind, reject_level, row_anomalies
+from .lineage import lineage_anomalies
 from .options import InspectOptions
 from .rows import ROW_SCHEMA, DumpRecords, StepData, dense
 
@@ -91,7 +93,12 @@ def _problem_anomalies(sf: StepFields, problems: list[tuple[int, Problem]], wher
         if sf.assigned[i]:
             first_bad.setdefault(int(sf.ids[i]), i)
     for i in np.flatnonzero(sf.rejected).tolist():
-        if i not in own:
+        p = sf.reasons.get(i)
+        if i not in own and p is not None and p.rule == STALE_RULE:  # --max-staleness: its rollout, whole
+            kind = problem_kind(p.rule)
+            anomalies.add(kind, reject_level(kind), split, step, f"{p.field}: {p.message}", [loc_dict(p.location)],
+                          field=p.field, rule=p.rule, rollout_id=int(sf.ids[i]))
+        elif i not in own:
             j = first_bad[int(sf.ids[i])]
             anomalies.add("rejected_sibling", "info", split, step,
                           f"left out with its rollout {int(sf.ids[i])}: sibling of invalid sample {where(j)}",
@@ -152,6 +159,7 @@ def _kept_step(inp: InputFile, st: AssembledStep, opts: InspectOptions, anomalie
             pre.column("source_name"),
             pa.array(sf.mask_sums, pa.int64()),
             pa.array(pos, pa.int64()),
+            pre.column("weight_versions"),
         ],
         schema=ROW_SCHEMA,
     )
@@ -159,6 +167,7 @@ def _kept_step(inp: InputFile, st: AssembledStep, opts: InspectOptions, anomalie
     sd = StepData(split, step, inp.display, st.records, int(sf.rejected.sum()), rows, groups_known=sf.groups_known,
                   records=records)
     sd.zero_variance_groups = row_anomalies(sd, lambda i: loc_dict(where(int(pos[i]))), anomalies, opts.n_samples_per_prompt)
+    lineage_anomalies(sd, lambda i: loc_dict(where(int(pos[i]))), anomalies)
     return sd
 
 

@@ -18,15 +18,17 @@ from ..inputs.units import in_steps
 from ..output.model import Output, open_output
 from ..pipeline.rewards import group_keys
 from ..pipeline.step import SIBLING_RULE
-from .anomalies import Anomalies, problem_kind, row_anomalies
+from .anomalies import Anomalies, problem_kind, reject_level, row_anomalies
+from .lineage import lineage_anomalies
 from .options import InspectOptions
 from .rows import ROW_SCHEMA, StepData, dense
 
 # the shard columns inspect reads (source_name may be missing in older outputs, remove_sample in
 # outputs of schema version 2)
 OUT_COLUMNS = ["rollout_id", "sample_index", "group_index", "response_length", "total_length", "loss_mask",
-               "remove_sample", "reward", "raw_reward", "truncated", "status", "source_name", "rollout_mask_sum"]
-_MAY_LACK = ("source_name", "remove_sample")
+               "remove_sample", "reward", "raw_reward", "truncated", "status", "source_name", "rollout_mask_sum",
+               "weight_versions"]
+_MAY_LACK = ("source_name", "remove_sample", "weight_versions")
 _BATCH_ROWS = 8192
 
 
@@ -74,6 +76,7 @@ def _small_columns(b: pa.RecordBatch, names: set) -> pa.Table:
     msum, _ = mask_sums(b.column("loss_mask"))
     src = b.column("source_name") if "source_name" in names else pa.array(["unknown"] * b.num_rows)
     removed = b.column("remove_sample") if "remove_sample" in names else pa.nulls(b.num_rows, pa.bool_())
+    versions = b.column("weight_versions") if "weight_versions" in names else pa.nulls(b.num_rows, pa.list_(pa.string()))
     return pa.table({
         "rollout_id": b.column("rollout_id"),
         "sample_index": b.column("sample_index"),
@@ -88,6 +91,7 @@ def _small_columns(b: pa.RecordBatch, names: set) -> pa.Table:
         "status": pc.cast(b.column("status"), pa.string()),
         "source_name": pc.cast(src, pa.string()),
         "rollout_mask_sum": pc.cast(b.column("rollout_mask_sum"), pa.int64()),
+        "weight_versions": pc.cast(versions, pa.list_(pa.string())),
     })
 
 
@@ -132,7 +136,7 @@ def _step_rows(got: _Shards, step: int, keys: list) -> pa.Table:
          t.column("group_index"), pa.array(dense(keys), pa.int64())]
         + [t.column(c) for c in ("response_length", "total_length", "mask_sum", "remove_sample", "reward", "raw_reward",
                                  "truncated", "status", "source_name", "rollout_mask_sum")]
-        + [pa.array(np.arange(n, dtype=np.int64))],
+        + [pa.array(np.arange(n, dtype=np.int64)), t.column("weight_versions")],
         schema=ROW_SCHEMA,
     )
 
@@ -165,6 +169,7 @@ def output_steps(o: Output, opts: InspectOptions, anomalies: Anomalies, seen: se
                 anomalies.add_recorded(a, split, step, {"file": layout.manifest_path(out)})
         _reject_anomalies(o, split, step, anomalies)
         sd.zero_variance_groups = row_anomalies(sd, got.where_row(), anomalies, mopts.get("n_samples_per_prompt"))
+        lineage_anomalies(sd, got.where_row(), anomalies)
         yield sd
 
 
@@ -206,5 +211,6 @@ def _reject_anomalies(o: Output, split: str, step: int, anomalies: Anomalies) ->
             if rule == SIBLING_RULE:
                 anomalies.add("rejected_sibling", "info", split, step, f"left out with its rollout: {reason}", [loc], **extra)
             else:
-                anomalies.add(problem_kind(rule), "error", split, step, f"{fld}: {reason}" if fld else str(reason), [loc],
+                kind = problem_kind(rule)
+                anomalies.add(kind, reject_level(kind), split, step, f"{fld}: {reason}" if fld else str(reason), [loc],
                               field=fld, rule=rule, **extra)

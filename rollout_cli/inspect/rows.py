@@ -23,13 +23,14 @@ ROW_SCHEMA = pa.schema(
         pa.field("total_length", pa.int64()),
         pa.field("mask_sum", pa.int64()),
         pa.field("remove_sample", pa.bool_()),  # slime's flag; null for an output of schema version 2
-        pa.field("reward", pa.float32()),  # post-processed; null where unknown
-        pa.field("raw_reward", pa.float64()),
+        pa.field("reward", pa.float32()),  # post-processed; null where unknown or not recorded
+        pa.field("raw_reward", pa.float64()),  # null where the framework recorded no reward
         pa.field("truncated", pa.bool_()),
         pa.field("status", pa.string()),
         pa.field("source_name", pa.string()),
         pa.field("rollout_mask_sum", pa.int64()),
         pa.field("pos", pa.int64()),  # record position in the dump (dumps) or row in the step (output)
+        pa.field("weight_versions", pa.list_(pa.string())),  # null where none recorded (or schema version < 4)
     ]
 )
 

@@ -54,8 +54,9 @@ def _sample_view(r: dict, where: dict, text: bool) -> dict:
         "mask_runs": r.get("mask_runs"),
         "remove_sample": r.get("remove_sample"),  # null for an output of schema version 2
         "reward": r6(r["reward"]),
-        "raw_reward": r6(r["raw_reward"]),
+        "raw_reward": r6(r["raw_reward"]),  # null with reward where the framework recorded none
         "source_name": r["source_name"],
+        "weight_versions": r.get("weight_versions"),
     }
     if text:
         d["prompt"], d["response"], d["label"] = r.get("prompt"), r.get("response"), r.get("label")

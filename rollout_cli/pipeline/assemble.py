@@ -14,11 +14,12 @@ import pyarrow as pa
 from ..core.errors import Location, Problem
 from ..inputs.registry import format_of
 from .records import dense_groups, id_inputs, locator, summary_only
+from .staleness import oldest_versions
 from .step import StepFields, compute_step
 from .validate import NormChunk, pre_schema
 
 # The staged columns finishing a step reads (besides what its caller keeps for itself).
-STEP_COLUMNS = ("_pos", "group_index", "_reward_value", "_mask_total")
+STEP_COLUMNS = ("_pos", "group_index", "_reward_value", "_mask_total", "weight_versions")
 
 
 @dataclass
@@ -58,6 +59,8 @@ class StepAssembler:
         self.opts = opts
         self.split = split
         self.content_groups = input_format is not None and format_of(input_format).content_groups
+        # how far behind a step a weight version is (the format's version_lag; None: not comparable)
+        self.version_lag = format_of(input_format).versions_behind if input_format is not None else None
         self.columns = None if columns is None else list(dict.fromkeys([*STEP_COLUMNS, *columns]))
         self.keep_text = keep_text
         self.chunks: list[NormChunk] = []  # per-record summaries only
@@ -106,11 +109,14 @@ class StepAssembler:
         id_state, explicit, group_index = id_inputs(self.chunks)
         if self.content_groups:  # keys of the prompt's content, the same in every chunk
             group_index, pre = dense_groups(group_index, pre)
+        oldest = None
+        if getattr(self.opts, "max_staleness", None) is not None and self.version_lag is not None:
+            oldest = oldest_versions(pre.column("weight_versions").to_pylist(), step, self.version_lag)
         sf = compute_step(
             id_state=id_state, explicit=explicit, group_index=group_index, problems=self.problems, where=where,
             row_pos=pre.column("_pos").to_numpy(), reward_values=pre.column("_reward_value").to_numpy(),
             mask_totals=pre.column("_mask_total").to_numpy(), split=self.split, step=step, opts=self.opts,
-            fail=fail, unknown_groups_ok=unknown_groups_ok, chunk=chunk,
+            fail=fail, unknown_groups_ok=unknown_groups_ok, chunk=chunk, oldest=oldest,
         )
         return AssembledStep(self.split, step, self.records, sf, pre, where, id_state, explicit, group_index,
                              self.problems)

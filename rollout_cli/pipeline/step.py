@@ -13,6 +13,7 @@ from .fields import group_fields, rollout_mask_sums, step_fields
 from .ids import assign_ids
 from .rewards import (SiblingRewardConflict, apply_reward_rule, expected_reward_rule, group_keys, group_labels,
                       slime_compat_note)
+from .staleness import stale_problem, stale_rollouts
 
 
 # the rule id of a valid sample rejected with its rollout (a sibling of an invalid one)
@@ -56,6 +57,7 @@ def compute_step(
     fail: bool,
     unknown_groups_ok: bool = False,
     chunk: int | None = None,
+    oldest: list | None = None,
 ) -> StepFields:
     """Ids over all parsed records; rejects (a rejected sample rejects its whole rollout); then
     rewards and mask sums over the surviving rows. `row_pos` gives each valid row's record
@@ -63,7 +65,10 @@ def compute_step(
     Rows without group_index fall in consecutive chunks of `chunk` rows (default
     --n-samples-per-prompt) and need one of the two; with `unknown_groups_ok` they are
     kept as one-sample groups and their rewards come back as NaN instead of an error (and so do a
-    step's rewards whose rollouts' siblings disagree under --reward-baseline rollout: an anomaly)."""
+    step's rewards whose rollouts' siblings disagree under --reward-baseline rollout: an anomaly).
+    `oldest`: per valid row, its oldest comparable weight version (staleness.oldest_versions),
+    for the staleness rule under `opts.max_staleness`: a stale rollout is rejected whole, also
+    with `fail` (a rejection by rule, not invalid input)."""
     n = len(id_state)
     idr = assign_ids(id_state, explicit, group_index, opts.rollout_id_scope, where)
     problems = sorted(list(problems) + idr.problems, key=lambda t: t[0])
@@ -77,6 +82,16 @@ def compute_step(
     bad_ids = np.unique(idr.ids[rejected & idr.assigned])
     if len(bad_ids):
         rejected |= idr.assigned & np.isin(idr.ids, bad_ids)
+    max_staleness = getattr(opts, "max_staleness", None)
+    if max_staleness is not None and oldest is not None and len(row_pos):
+        live = np.flatnonzero(~rejected[row_pos] & idr.assigned[row_pos])
+        worst = stale_rollouts([oldest[k] for k in live.tolist()], idr.ids[row_pos[live]], max_staleness, step)
+        for k in live.tolist():
+            p = int(row_pos[k])
+            rid = int(idr.ids[p])
+            if rid in worst:
+                rejected[p] = True
+                reason[p] = stale_problem(where(p), rid, *worst[rid], step, max_staleness)
     rejects: list[dict] = []
     if rejected.any():
         first_by_id: dict[int, int] = {}

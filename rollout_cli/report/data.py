@@ -90,7 +90,7 @@ def _step_view(rows, statuses: dict) -> tuple[dict, dict]:
     n = rows.num_rows
     rl = rows.column("response_length").to_numpy()
     tl = rows.column("total_length").to_numpy()
-    raw = rows.column("raw_reward").to_numpy()
+    raw = rows.column("raw_reward").to_numpy(zero_copy_only=False).astype(np.float64)  # NaN: not recorded
     rid = rows.column("rollout_id").to_numpy()
     ids, first, counts = np.unique(rid, return_index=True, return_counts=True) if n else (rid, rid, rid)
     extra = {
@@ -115,6 +115,9 @@ def _step_view(rows, statuses: dict) -> tuple[dict, dict]:
             "prompt_length": (tl - rl)[order].tolist(),
             "mask_sum": rows.column("mask_sum").to_numpy()[order].tolist(),
             "truncated": rows.column("truncated").to_numpy(zero_copy_only=False)[order].astype(np.int8).tolist(),
+            # the sample's weight versions, joined (null where none recorded)
+            "weight_versions": [", ".join(v) if v else None for v in
+                                (rows.column("weight_versions").to_pylist()[i] for i in order.tolist())],
         },
     }
     return extra, table
@@ -174,7 +177,7 @@ def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Pro
         trends[sd.step] = extra
         tables[sd.step] = table
         rl_all.append(sd.rows.column("response_length").to_numpy())
-        raw_all.append(sd.rows.column("raw_reward").to_numpy())
+        raw_all.append(sd.rows.column("raw_reward").to_numpy(zero_copy_only=False).astype(np.float64))
         rew_all.append(sd.rows.column("reward").to_numpy(zero_copy_only=False).astype(np.float64))
         if progress:
             progress(f"{split}: rows", len(tables), 0)

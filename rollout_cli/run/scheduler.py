@@ -15,6 +15,7 @@ from ..core.errors import InvalidInputError, Location, Problem, StepProblems
 from ..core.options import ConvertOptions
 from ..inputs.units import Unit
 from ..output import manifest as manifest_mod
+from ..pipeline.staleness import STALE_RULE
 from .failures import FailedPart, RunFailures, error_problems, parts_problems
 from .tasks import PartResult, PartTask, UnitResult
 
@@ -236,7 +237,8 @@ class Scheduler:
         fingerprints.collect(value.input.path)
         if self.on_done:
             self.on_done(value)
-        self.rejected += value.rejected
+        # invalid samples and their rollouts: --max-staleness's rejects are the rule's, not errors
+        self.rejected += sum(r.get("rule") != STALE_RULE for r in value.rejects)
         limit = self.opts.max_errors
         if self.opts.on_error == "skip" and limit is not None and self.rejected > limit:
             raise InvalidInputError(

@@ -170,16 +170,26 @@ def test_every_anomaly_kind_on_crafted_dumps(tmp_path):
         sample(0, 0, None, 1.0, mask=[1, 1]), sample(1, 0, None, 0.0), sample(2, 0, 4, 1.0, status="weird"), sample(3, 0, 4, 0.0),
     ])
     write_jsonl(dumps / "4.jsonl", [sample(0, None, None, 1.0), sample(1, None, None, 0.0)])
-    d = inspect_json(str(dumps))
+    write_jsonl(dumps / "5.jsonl", [  # lineage: a sample of two weight versions; a rollout too far behind (--max-staleness)
+        sample(0, 0, None, 1.0, weight_versions=["5", "6"]), sample(1, 0, None, 0.0, weight_versions=["6"]),
+        sample(2, 0, None, 0.5, weight_versions=["2"]),
+    ])
+    d = inspect_json(str(dumps), "--max-staleness", "1")
     found = {a["kind"] for a in d["anomalies"]}
     # rollout_mask_sum_mismatch needs converted output; sibling_reward_mismatch --reward-baseline rollout
     assert found == set(ANOMALY_KINDS) - {"rollout_mask_sum_mismatch", "sibling_reward_mismatch"}
     for a in d["anomalies"]:
         assert a["where"] and all("file" in w for w in a["where"]), a
-        assert a["step"] in (1, 2, 3, 4) and a["level"] in ("info", "warning", "error")
+        assert a["step"] in (1, 2, 3, 4, 5) and a["level"] in ("info", "warning", "error")
     lm = next(a for a in d["anomalies"] if a["kind"] == "loss_mask_length")
     assert lm["where"] == [{"file": str(dumps / "3.jsonl"), "line": 1}]
-    assert (d["summary"]["samples"], d["summary"]["rejected"]) == (20, 5)
+    assert (d["summary"]["samples"], d["summary"]["rejected"]) == (23, 6)
+    mv = next(a for a in d["anomalies"] if a["kind"] == "multi_version_sample")
+    assert (mv["where"], mv["weight_versions"]) == ([{"file": str(dumps / "5.jsonl"), "line": 1}], ["5", "6"])
+    st = next(a for a in d["anomalies"] if a["kind"] == "stale_rollout")
+    assert (st["where"], st["level"], st["rule"]) == ([{"file": str(dumps / "5.jsonl"), "line": 3}], "info", "weight_versions.stale")
+    step5 = d["summary"]["per_step"][-1]
+    assert (step5["weight_versions"], step5["multi_version_samples"], step5["rejected"]) == ({"5": 1, "6": 2}, 1, 1)
 
 
 def test_rollout_mask_sum_mismatch_on_converted(tmp_path):

@@ -16,6 +16,7 @@ from slime_cases import CASES, fresh_case
 from rollout_cli.core import hashing
 from rollout_cli.run.convert import convert
 from rollout_cli.core.errors import InvalidInputError, OutputError
+from rollout_cli.core.schema import SCHEMA_VERSION
 
 F32 = np.float32
 TOL = 2e-6
@@ -894,6 +895,6 @@ def test_resume_onto_an_output_of_schema_version_2_is_refused(tmp_path):
     assert (shard_bytes(out), (out / "manifest.json").read_bytes()) == before
     res = CliRunner().invoke(app, ["convert", str(src), str(out), "--overwrite", "--workers", "1", "-q"])
     assert res.exit_code == 0, res.output
-    assert json.loads((out / "manifest.json").read_text())["schema_version"] == 3
+    assert json.loads((out / "manifest.json").read_text())["schema_version"] == SCHEMA_VERSION
     assert verify_output(str(out))["ok"]
     assert [r["remove_sample"] for r in read_rows(out, step=1)] == [False, True, False, False]

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rollout_cli.core.errors import ExitCode, IntegrityError
-from rollout_cli.core.schema import train_schema
+from rollout_cli.core.schema import SCHEMA_VERSION, train_schema
 from rollout_cli.verify.check import check_output, verify_output
 from verify_damage import out  # noqa: F401 (the fixture)
 from verify_damage import (
@@ -129,7 +129,7 @@ def test_shards_must_carry_the_manifests_schema_version(out):
     res = verify_output(str(out), quick=True)
     assert fails(res) == {(shard["path"], "schema"), (shard["path"], "schema_version")}
     assert "missing column remove_sample" in res["failures"][0]["detail"]
-    assert "expected 3 (the manifest's)" in res["failures"][1]["detail"]
+    assert f"expected {SCHEMA_VERSION} (the manifest's)" in res["failures"][1]["detail"]
     pq.write_table(t, out / shard["path"])  # back to version 3, the rest made version 2
     as_schema_version_2(out)
     m = manifest(out)

@@ -53,8 +53,9 @@ def test_null_in_a_required_column_is_caught(out):
     m = manifest(out)
     shard = step_entry(m, 1)["shards"][0]
     t = pq.read_table(out / shard["path"])
-    i = t.schema.get_field_index("reward")
-    t = t.set_column(i, pa.field("reward", pa.float32()), pa.array([None] + t.column("reward").to_pylist()[1:], pa.float32()))
+    i = t.schema.get_field_index("rollout_mask_sum")  # reward is nullable from schema version 4 on
+    t = t.set_column(i, pa.field("rollout_mask_sum", pa.int64()),
+                     pa.array([None] + t.column("rollout_mask_sum").to_pylist()[1:], pa.int64()))
     pq.write_table(t, out / shard["path"])  # a nullable field: the schema check fails too
     refresh(out, shard)
     save_manifest(out, m)

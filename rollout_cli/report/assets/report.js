@@ -23,6 +23,15 @@
     return e;
   }
   function clear(e) { while (e.firstChild) e.removeChild(e.firstChild); return e; }
+  var NOT_RECORDED = "not recorded";  // a reward the framework did not record (inspect's wording)
+
+  function versionsText(p) {  // a step's weight versions, each with the samples holding it
+    var v = p.weight_versions || {}, ks = Object.keys(v);
+    if (!ks.length) return "";
+    return "; weight versions " + ks.map(function (k) { return k + " (" + v[k] + ")"; }).join(", ") +
+      (p.multi_version_samples ? ", " + p.multi_version_samples + " sample(s) of more than one" : "");
+  }
+
   function fmt(v) {
     if (v === null || v === undefined) return "-";
     if (typeof v === "number") {
@@ -72,7 +81,9 @@
     card("steps", s.steps); card("samples", s.samples); card("kept rows", s.rows); card("rejected", s.rejected);
     card("rollouts", s.rollouts); card("prompt groups", s.prompt_groups); card("response tokens", s.tokens.response);
     card("loss-mask sum", s.tokens.mask_sum); card("truncation rate", s.truncation_rate);
-    card("raw reward mean", s.rewards.raw_reward.mean); card("reward mean", s.rewards.reward.mean);
+    var unrecorded = s.rows && s.rewards_not_recorded === s.rows;  // the framework wrote no rewards
+    card("raw reward mean", unrecorded ? NOT_RECORDED : s.rewards.raw_reward.mean);
+    card("reward mean", unrecorded ? NOT_RECORDED : s.rewards.reward.mean);
     card("anomalies", Object.values(s.anomaly_counts).reduce(function (a, b) { return a + b; }, 0));
     box.appendChild(cards);
     s.notes.forEach(function (n) { box.appendChild(el("p", { cls: "muted", text: "note: " + n })); });
@@ -395,9 +406,11 @@
     fillSelect($("drill-group"), [null].concat(gvals), ["-"].concat(gvals.map(String)), state.group);
     $("drill-link").setAttribute("href", hashFor(state.step, state.rollout, state.group));
     var p = sd().inspect.summary.per_step.filter(function (q) { return q.step === state.step; })[0] || {};
+    var rewards = p.rows && p.rewards_not_recorded === p.rows ? "rewards " + NOT_RECORDED
+      : "reward mean " + fmt(p.reward_mean) + ", raw reward mean " + fmt(p.raw_reward_mean);
     $("drill-step-summary").textContent = "step " + state.step + ": " + fmt(p.samples) + " samples, " + fmt(p.rollouts) +
-      " rollouts, " + fmt(p.prompt_groups) + " prompt groups, reward mean " + fmt(p.reward_mean) + ", raw reward mean " +
-      fmt(p.raw_reward_mean) + ", truncation rate " + fmt(p.truncation_rate) + " (" + p.source + ")";
+      " rollouts, " + fmt(p.prompt_groups) + " prompt groups, " + rewards + ", truncation rate " + fmt(p.truncation_rate) +
+      versionsText(p) + " (" + p.source + ")";
 
     // the rows of the chosen rollout, or of every rollout of the chosen group
     var S = t.samples, pick = [], start = 0, rids = [];
@@ -414,7 +427,7 @@
     var title = state.rollout != null ? "rollout " + state.step + ":" + state.rollout : "prompt group " + state.group + " of step " + state.step;
     view.appendChild(el("h3", { text: title + ": " + pick.length + " sample(s) in " + rids.length + " rollout(s)" }));
     var table = el("table", { id: "drill-table" });
-    var cols = ["rollout", "sample_index", "group_index", "status", "reward", "raw_reward", "prompt_length", "response_length", "mask_sum", "truncated"];
+    var cols = ["rollout", "sample_index", "group_index", "status", "reward", "raw_reward", "prompt_length", "response_length", "mask_sum", "truncated", "weight_versions"];
     var hr = el("tr");
     cols.forEach(function (c) { hr.appendChild(el("th", { cls: c === "status" || c === "rollout" ? "" : "num", text: c.replace("_", " ") })); });
     table.appendChild(el("thead", null, hr));
@@ -424,10 +437,13 @@
     t.rollouts.id.forEach(function (id, i) { for (var j = 0; j < t.rollouts.n[i]; j++) rolloutOf[start + j] = id; start += t.rollouts.n[i]; });
     pick.forEach(function (j) {
       var tr = el("tr");
-      var vals = [rolloutOf[j], S.sample_index[j], S.group_index[j], sd().statuses[S.status[j]], S.reward[j], S.raw_reward[j],
-        S.prompt_length[j], S.response_length[j], S.mask_sum[j], S.truncated[j] ? "yes" : "no"];
+      var none = S.raw_reward[j] === null;  // not recorded by the framework
+      var vals = [rolloutOf[j], S.sample_index[j], S.group_index[j], sd().statuses[S.status[j]],
+        none ? NOT_RECORDED : S.reward[j], none ? NOT_RECORDED : S.raw_reward[j],
+        S.prompt_length[j], S.response_length[j], S.mask_sum[j], S.truncated[j] ? "yes" : "no",
+        S.weight_versions ? S.weight_versions[j] : null];
       vals.forEach(function (v, k) {
-        var td = el("td", { cls: k === 0 || k === 3 ? "" : "num" });
+        var td = el("td", { cls: k === 0 || k === 3 || k === 10 ? "" : "num" });
         if (k === 0 && state.rollout == null) td.appendChild(drillLink(state.step, v, null, String(v)));
         else td.textContent = fmt(v);
         tr.appendChild(td);
@@ -473,8 +489,10 @@
     var card = el("div", { cls: "sample" });
     card.appendChild(el("h3", { text: "sample " + (k + 1) + "/" + r.samples.length + " \u00b7 rollout " + r.step + ":" + r.rollout_id + " \u00b7 " + whereText([smp.where]) }));
     var facts = el("div", { cls: "facts" });
-    [["sample_index", smp.sample_index], ["group_index", smp.group_index], ["status", smp.status], ["reward", smp.reward],
-      ["raw_reward", smp.raw_reward], ["prompt", smp.prompt_length + " tok"], ["response", smp.response_length + " tok"],
+    var none = smp.raw_reward === null;
+    [["sample_index", smp.sample_index], ["group_index", smp.group_index], ["status", smp.status],
+      ["reward", none ? NOT_RECORDED : smp.reward], ["raw_reward", none ? NOT_RECORDED : smp.raw_reward],
+      ["weight versions", smp.weight_versions ? smp.weight_versions.join(", ") : null], ["prompt", smp.prompt_length + " tok"], ["response", smp.response_length + " tok"],
       ["loss mask", smp.mask_sum + "/" + smp.response_length + " trained"], ["source", smp.source_name]].forEach(function (f) {
       facts.appendChild(el("span", null, f[0] + " ", el("b", { text: fmt(f[1]) })));
     });
