@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ...core import storage
 from ...core.errors import InvalidInputError, Location, Problem
 from ..base import RawChunk
 from ..columns import columnar
@@ -15,22 +14,12 @@ CLASSES = tuple(f"skyrl.backends.skyrl_train.training_batch.{n}" for n in ("Trai
 CHUNK_ROWS = 256
 
 
-def load(path: str, display: str):
-    """The file's object as plain data, never running code from it."""
-    from ..pickled import PickleFormatError, UnsafePickleError, load_pickle
+def load(path: str, display: str, trust_pickle: bool = False):
+    """The file's object as plain data, through the restricted unpickler (never running code
+    from the file unless --trust-pickle)."""
+    from ..pickled import read_pickled
 
-    if storage.is_uri(path):
-        with storage.reading(display), storage.LocalCopy(path) as local:
-            return load(local, display)
-    try:
-        return load_pickle(path)
-    except UnsafePickleError as e:
-        raise InvalidInputError(f"{display}: references {e.global_name}, which no SkyRL dump holds: not read "
-                                "(unpickling it could run code)") from None
-    except PickleFormatError as e:
-        raise InvalidInputError(f"{display}: not a readable SkyRL dump: {e}") from None
-    except OSError as e:
-        raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
+    return read_pickled(path, display, trust_pickle)
 
 
 def batch_state(obj, display: str) -> dict:
@@ -44,7 +33,7 @@ def batch_state(obj, display: str) -> dict:
 
 def read(inp, request, info) -> Iterator[RawChunk]:
     """The registry's entry: the batch's rows, `CHUNK_ROWS` (or request.chunk_records) at a time."""
-    state = batch_state(load(inp.path, inp.display), inp.display)
+    state = batch_state(load(inp.path, inp.display, request.trust_pickle), inp.display)
     try:
         rows, notes = mapping.samples(state)
     except mapping.Bad as e:

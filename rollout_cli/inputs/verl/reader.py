@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ...core import storage
 from ...core.errors import InvalidInputError, Location, Problem
 from ..base import RawChunk
 from ..columns import columnar
@@ -15,27 +14,17 @@ CLASS = "verl.protocol.DataProto"
 CHUNK_ROWS = 256
 
 
-def load(path: str, display: str):
-    """The file's object as plain data, never running code from it."""
-    from ..pickled import PickleFormatError, UnsafePickleError, load_pickle
+def load(path: str, display: str, trust_pickle: bool = False):
+    """The file's object as plain data, through the restricted unpickler (never running code
+    from the file unless --trust-pickle)."""
+    from ..pickled import read_pickled
 
-    if storage.is_uri(path):
-        with storage.reading(display), storage.LocalCopy(path) as local:
-            return load(local, display)
-    try:
-        return load_pickle(path)
-    except UnsafePickleError as e:
-        raise InvalidInputError(f"{display}: references {e.global_name}, which no verl rollout-skip cache holds: "
-                                "not read (unpickling it could run code)") from None
-    except PickleFormatError as e:
-        raise InvalidInputError(f"{display}: not a readable verl DataProto: {e}") from None
-    except OSError as e:
-        raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
+    return read_pickled(path, display, trust_pickle)
 
 
 def read(inp, request, info) -> Iterator[RawChunk]:
     """The registry's entry: the batch's rows, `CHUNK_ROWS` (or request.chunk_records) at a time."""
-    obj = load(inp.path, inp.display)
+    obj = load(inp.path, inp.display, request.trust_pickle)
     name = getattr(obj, "class_name", None)
     if name != CLASS:
         raise InvalidInputError(f"{inp.display}: expected a pickled verl DataProto (the rollout-skip cache), "

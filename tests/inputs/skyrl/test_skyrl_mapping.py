@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 
 import numpy as np
 import pytest
@@ -10,8 +9,6 @@ import pytest
 from conftest import SAMPLE_DATA
 from rollout_cli.inputs.skyrl import mapping
 
-if str(SAMPLE_DATA) not in sys.path:
-    sys.path.insert(0, str(SAMPLE_DATA))
 _spec = importlib.util.spec_from_file_location("make_skyrl", SAMPLE_DATA / "make_skyrl.py")
 gen = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gen)
