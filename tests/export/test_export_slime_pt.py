@@ -233,3 +233,23 @@ def test_an_object_store_output_exports_as_the_local_one(s3, tmp_path):
     assert remote["files"] == local["files"] and remote["samples"] == local["samples"] > 0
     for f in local["files"]:
         assert (tmp_path / "remote" / f["path"]).read_bytes() == (tmp_path / "local" / f["path"]).read_bytes()
+
+
+def test_rewards_not_recorded_export_as_none_with_the_weight_versions(tmp_path, monkeypatch):
+    """reward=None where the framework recorded none (slime's default), said in a note; the
+    sample's weight_versions come back; an output of schema version 3 did not keep them."""
+    from lineage_cases import REWARDS, VERSIONS, jsonl_without_rewards, write_unrecorded
+    from old_outputs import schema_3_output
+
+    jsonl_without_rewards(monkeypatch)
+    convert([str(write_unrecorded(tmp_path / "in"))], str(tmp_path / "out"), copts())
+    res = export_slime_pt(str(tmp_path / "out"), str(tmp_path / "dest"))
+    one = torch.load(str(tmp_path / "dest" / "1.pt"), weights_only=True)["samples"]
+    assert [s["reward"] for s in one] == REWARDS and [s["weight_versions"] for s in one] == VERSIONS
+    assert all("raw_reward" not in s["metadata"] for s in one)
+    assert "4 sample(s) whose reward the framework did not record: exported with reward=None" in " ".join(res["notes"])
+    assert "weight_versions" not in res["notes"][0]
+    res = export_slime_pt(str(schema_3_output(tmp_path / "v3")), str(tmp_path / "dest3"))
+    old = torch.load(str(tmp_path / "dest3" / "3.pt"), weights_only=True)["samples"]
+    assert [s["weight_versions"] for s in old] == [[]] * 6 and "weight_versions" in res["notes"][0]
+    assert [s["reward"] for s in old] == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]

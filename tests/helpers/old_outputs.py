@@ -5,10 +5,14 @@ every shard (Parquet and its Arrow IPC copy) without the columns added since
 (core.schema.COLUMNS_SINCE: `remove_sample`), stamped version 2, and the manifest's
 `schema_version` 2 with the shards' new sizes and checksums. The rows are otherwise the ones
 version 2 wrote: a removed sample's loss mask was zeroed then too.
+
+`schema_3_output(dest)` copies to `dest` the output of schema version 3 that rollout-cli 0.2.0
+wrote (tests/snapshots/schema_v3_output/, its README says how), as that version left it.
 """
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -41,3 +45,12 @@ def as_schema_version_2(out) -> Path:
     m["schema_version"] = 2
     (out / "manifest.json").write_text(json.dumps(m, indent=1))
     return out
+
+
+SCHEMA_3 = Path(__file__).resolve().parents[1] / "snapshots" / "schema_v3_output"
+
+
+def schema_3_output(dest) -> Path:
+    dest = Path(dest)
+    shutil.copytree(SCHEMA_3, dest, ignore=shutil.ignore_patterns("README.md"))
+    return dest

@@ -888,3 +888,20 @@ def test_without_torch_the_error_names_the_extra():
     assert p.returncode == 0, p.stderr
     name, message = p.stdout.splitlines()
     assert name == "torch" and "pip install 'rollout-cli[torch]'" in message
+
+
+def test_rewards_not_recorded_load_as_nan_and_a_schema_3_output_loads(tmp_path, monkeypatch):
+    from lineage_cases import REWARDS, jsonl_without_rewards, write_unrecorded
+    from old_outputs import schema_3_output
+
+    jsonl_without_rewards(monkeypatch)
+    write_unrecorded(tmp_path / "in")
+    _convert([tmp_path / "in"], tmp_path / "out", shards=1)
+    b = open_dataset(tmp_path / "out").load(1, 0)
+    raw = b.raw_rewards.tolist()
+    assert [math.isnan(x) for x in raw] == [r is None for r in REWARDS]
+    assert [math.isnan(x) for x in b.rewards.tolist()] == [r is None for r in REWARDS]
+    assert raw[3] == 1.0 and raw[5] == 0.0
+    old = open_dataset(schema_3_output(tmp_path / "v3")).load(3, 0)  # written by schema version 3
+    assert old.raw_rewards.tolist() == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0] and not torch.isnan(old.rewards).any()
+    assert old.remove_samples.tolist() == [False] * 5 + [True]

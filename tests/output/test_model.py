@@ -278,3 +278,17 @@ def test_the_loader_refuses_a_shard_of_a_replaced_output(sample_out, tmp_path):
     for source in ("arrow", "parquet"):
         with pytest.raises(IntegrityError, match="replaced by another conversion"):
             ds.load(ds.steps[0], 1, source=source)
+
+
+def test_an_output_of_schema_version_3_written_by_that_version_reads(tmp_path):
+    """The committed output of schema version 3 (written before weight_versions and nullable
+    rewards) opens with that version's schema: no weight_versions, rewards not null."""
+    from old_outputs import schema_3_output
+    from rollout_cli.core.schema import train_schema
+
+    o = open_output(schema_3_output(tmp_path / "v3"))
+    assert o.schema_version == 3 and [s.step for s in o.steps] == [3]
+    t = o.table(3, 0, "train", verify=True)
+    assert t.schema.equals(train_schema(False, 3)) and "weight_versions" not in t.schema.names
+    assert not t.schema.field("reward").nullable and t.column("remove_sample").to_pylist()[-1] is True
+    assert t.equals(o.table(3, 0, "train", source="parquet", verify=True))

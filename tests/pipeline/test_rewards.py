@@ -297,3 +297,26 @@ def test_named_reward_rules_are_the_functions_convert_runs(name):
                                      rollout_batch_size=opts.rollout_batch_size)[1]
     got = apply_reward_rule("slime_positional", values, keys, ids, opts)
     assert np.array_equal(got, np.asarray(slime, dtype=np.float32), equal_nan=True)
+
+
+@pytest.mark.parametrize("rule", ["group", "group_rollout", "raw"])
+def test_rows_without_a_recorded_reward_take_no_part_and_stay_nan(rule):
+    """NaN (a reward the framework did not record): the rule runs over the recorded rows of
+    each group alone; the others stay NaN. Without any NaN nothing changes."""
+    from types import SimpleNamespace
+
+    from rollout_cli.pipeline.rewards import apply_reward_rule
+
+    opts = SimpleNamespace(advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=True,
+                           n_samples_per_prompt=None, sibling_reward="error")
+    values = np.array([np.nan, 1.0, np.nan, 0.0, 3.0, np.nan])
+    keys = [0, 0, 0, 0, 1, 1]
+    ids = np.arange(6)
+    got = apply_reward_rule(rule, values, keys, ids, opts)
+    assert np.isnan(got[[0, 2, 5]]).all()
+    recorded = apply_reward_rule(rule, values[[1, 3, 4]], [0, 0, 1], ids[[1, 3, 4]], opts)
+    assert np.array_equal(got[[1, 3, 4]], recorded)
+    if rule != "raw":
+        assert got[[1, 3, 4]].tolist() == pytest.approx([0.7071, -0.7071, 0.0], abs=1e-4)
+    everything = apply_reward_rule(rule, np.array([1.0, 0.0, 3.0]), [0, 0, 1], np.arange(3), opts)
+    assert np.array_equal(everything, recorded)

@@ -236,3 +236,16 @@ def test_trainer_section_rule_findings_are_audits(rules_run):
     assert all(e["cost"]["loss_weight"] for e in a["rules"] if e["field"] == "rollout_id")
     for mine, theirs in zip(d["trainer"]["audit"]["steps"], a["steps"]):
         assert mine["trainer_rules"] == theirs["trainer_rules"]
+
+
+def test_rewards_not_recorded_and_weight_versions_reach_the_page_data(tmp_path, monkeypatch):
+    from lineage_cases import jsonl_without_rewards, write_unrecorded
+
+    jsonl_without_rewards(monkeypatch)
+    d = collect([str(write_unrecorded(tmp_path / "in"))])["splits"]["train"]
+    p = d["inspect"]["summary"]["per_step"][0]
+    assert (p["weight_versions"], p["rewards_not_recorded"]) == ({"0": 1, "1": 6}, 4)
+    smp = d["steps"]["1"]["samples"]
+    assert smp["raw_reward"] == [None, None, None, 1, None, 0]
+    assert smp["weight_versions"] == ["1", "1", "1", "1", "0, 1", "1"]
+    assert d["distributions"]["raw_reward"]["n"] and sum(d["distributions"]["raw_reward"]["n"]) == 2

@@ -898,3 +898,24 @@ def test_resume_onto_an_output_of_schema_version_2_is_refused(tmp_path):
     assert json.loads((out / "manifest.json").read_text())["schema_version"] == SCHEMA_VERSION
     assert verify_output(str(out))["ok"]
     assert [r["remove_sample"] for r in read_rows(out, step=1)] == [False, True, False, False]
+
+
+def test_rewards_not_recorded_are_null_and_left_out_of_normalisation(tmp_path, monkeypatch):
+    """A format that records no rewards: its rows' reward, raw_reward and selected_reward are
+    null, and a prompt group is normalised over its recorded rewards; the output verifies."""
+    from lineage_cases import VERSIONS, jsonl_without_rewards, write_unrecorded
+    from rollout_cli.verify.check import verify_output
+
+    write_unrecorded(tmp_path / "in")
+    with pytest.raises(InvalidInputError, match="reward: expected a number, got null"):
+        convert([str(tmp_path / "in")], str(tmp_path / "refused"), _opts())  # JSONL records rewards
+    jsonl_without_rewards(monkeypatch)
+    convert([str(tmp_path / "in")], str(tmp_path / "out"), _opts())
+    rows = read_rows(tmp_path / "out", step=1)
+    assert [r["raw_reward"] for r in rows] == [None, None, None, 1.0, None, 0.0]
+    assert [r["selected_reward"] for r in rows] == [None, None, None, 1.0, None, 0.0]
+    assert [r["reward"] for r in rows][:5] == [None, None, None, pytest.approx(0.70710, abs=1e-4), None]
+    assert rows[5]["reward"] == pytest.approx(-0.70710, abs=1e-4)
+    assert [r["weight_versions"] for r in rows] == VERSIONS
+    res = verify_output(str(tmp_path / "out"))
+    assert res["ok"], res["failures"]

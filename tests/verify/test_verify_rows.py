@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from conftest import copts
 from rollout_cli.cli.app import app
 from rollout_cli.core.errors import ExitCode
 from rollout_cli.core.schema import train_schema
@@ -111,3 +112,39 @@ def test_an_output_of_schema_version_2_passes(out):
         res = verify_output(str(out), quick=quick)
         assert res["ok"], res["failures"]
         assert res["schema_version"] == 2
+
+
+def test_an_output_written_by_schema_version_3_passes(tmp_path):
+    """The committed output of schema version 3 (rewards not null, no weight_versions) verifies
+    against its version's schema, in full and quick mode."""
+    from old_outputs import schema_3_output
+
+    out = schema_3_output(tmp_path / "v3")
+    for quick in (False, True):
+        res = verify_output(str(out), quick=quick)
+        assert res["ok"], res["failures"]
+        assert res["schema_version"] == 3
+
+
+def test_null_rewards_pass_from_schema_version_4_only(tmp_path, monkeypatch):
+    """verify accepts rewards the framework did not record (null) in a version-4 output; the
+    same nulls in a version-3 output break its schema (rewards were not null then)."""
+    from lineage_cases import jsonl_without_rewards, write_unrecorded
+    from old_outputs import schema_3_output
+    from rollout_cli.run.convert import convert
+
+    jsonl_without_rewards(monkeypatch)
+    convert([str(write_unrecorded(tmp_path / "in"))], str(tmp_path / "out"), copts(mmap=True))
+    res = verify_output(str(tmp_path / "out"))
+    assert res["ok"] and res["schema_version"] == 4, res["failures"]
+    out = schema_3_output(tmp_path / "v3")
+    m = manifest(out)
+    shard = step_entry(m, 3)["shards"][0]
+    t = pq.read_table(out / shard["path"])
+    i = t.schema.get_field_index("reward")
+    t = t.set_column(i, pa.field("reward", pa.float32()), pa.array([None] + t.column("reward").to_pylist()[1:], pa.float32()))
+    pq.write_table(t, out / shard["path"])
+    refresh(out, shard)
+    save_manifest(out, m)
+    res = verify_output(str(out))
+    assert (shard["path"], "schema") in fails(res) and "reward: float, expected float not null" in str(res["failures"])
