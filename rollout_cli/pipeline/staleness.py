@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-import numpy as np
-
 from ..core.errors import Location, Problem
 
 STALE_RULE = "weight_versions.stale"  # the rule id of a sample rejected with its stale rollout
@@ -39,10 +37,11 @@ def oldest_versions(versions: Sequence[Sequence[str] | None], step: int,
     return out
 
 
-def stale_rollouts(oldest: list[tuple[int, str] | None], rollout_ids: np.ndarray, max_staleness: int,
+def stale_rollouts(oldest: list[tuple[int, str] | None], rollout_ids, max_staleness: int,
                    step: int) -> dict[int, tuple[int, str]]:
     """The rollouts (of rows with ids `rollout_ids`, aligned with `oldest`) whose oldest version
-    is more than `max_staleness` steps behind: rollout id -> (steps behind, the version)."""
+    is more than `max_staleness` steps behind: rollout id -> (steps behind, the version). No numpy
+    here: the converting process reads STALE_RULE."""
     worst: dict[int, tuple[int, str]] = {}
     for o, rid in zip(oldest, rollout_ids.tolist()):
         if o is not None and o[0] > max_staleness and (rid not in worst or o[0] > worst[rid][0]):
