@@ -66,6 +66,7 @@ class ReadInfo:
     step: int | None = None  # a .pt dump's own step key
     train_dump: bool = False  # slime's train-side .pt dump: no rollout samples
     lines: int = 0  # lines consumed (JSONL)
+    notes: list[str] = field(default_factory=list)  # what the reader left out or made of the file, said by convert
 
 
 @dataclass

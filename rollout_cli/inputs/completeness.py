@@ -103,3 +103,17 @@ def has_parquet_footer(path: str) -> bool:
 def parquet_missing(path: str) -> str | None:
     """What a Parquet file lacks to open as a whole (its footer), or None."""
     return None if has_parquet_footer(path) else "no Parquet footer"
+
+
+def pickle_missing(path: str) -> str | None:
+    """What a bare pickle (`pickle.dump`) lacks to be whole: its protocol mark at the start and
+    the STOP opcode (`.`) it ends with, or None."""
+    with _open(path) as f:
+        size = f.seek(0, 2)
+        if size < 3:
+            return "not a complete pickle"
+        f.seek(0)
+        head = f.read(1)
+        f.seek(size - 1)
+        tail = f.read(1)
+    return None if head == b"\x80" and tail == b"." else "not a complete pickle (no STOP at its end)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from . import atropos, jsonl, miles, nemo_rl, open_instruct, parquet, pipelinerl, prime_rl, roll, slime_pt
+from . import atropos, jsonl, miles, nemo_rl, open_instruct, parquet, pipelinerl, prime_rl, roll, skyrl, slime_pt, verl
 from .base import RawChunk, ReadInfo, ReadRequest
 from .format import Format
 
@@ -28,6 +28,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     roll.FORMAT,
     pipelinerl.FORMAT,
     open_instruct.FORMAT,
+    skyrl.FORMAT,
+    verl.FORMAT,
 )}
 STDIN_FORMAT = "jsonl"  # what `-` (stdin) is read as
 

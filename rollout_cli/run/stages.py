@@ -98,6 +98,7 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
     res.lines = reading.info.lines
     res.step_from_payload = reading.info.step
     res.train_dump = reading.info.train_dump
+    res.notes = reading.info.notes
     return res
 
 
@@ -306,7 +307,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         warnings=warnings,
         denominators=dict(sf.step_totals),
         schedule=schedule_info,
-        notes=sf.notes,
+        notes=[n for r in parts for n in r.notes] + sf.notes,
     )
 
 

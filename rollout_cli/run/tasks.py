@@ -41,6 +41,7 @@ class PartResult:
     train_dump: bool = False
     stopped: bool = False  # hit the problem budget
     start: int = 0  # the byte offset it starts at: parts are put in this order
+    notes: list[str] = field(default_factory=list)  # the reader's notes (inputs/base.ReadInfo.notes)
 
 
 @dataclass

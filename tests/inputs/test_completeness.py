@@ -59,3 +59,16 @@ def test_parquet_missing_names_the_footer(tmp_path):
     assert completeness.parquet_missing(str(t)) == "no Parquet footer"
     t.write_bytes(data[:4] + data[-8:])  # the magic bytes, but a footer longer than the file
     assert completeness.parquet_missing(str(t)) == "no Parquet footer"
+
+
+def test_pickle_missing_names_its_end(tmp_path):
+    import pickle
+
+    p = tmp_path / "b.pkl"
+    data = pickle.dumps({"rows": list(range(100))}, protocol=4)
+    p.write_bytes(data)
+    assert completeness.pickle_missing(str(p)) is None
+    p.write_bytes(data[:-1])  # cut before the STOP opcode
+    assert completeness.pickle_missing(str(p)) == "not a complete pickle (no STOP at its end)"
+    p.write_bytes(b"")
+    assert completeness.pickle_missing(str(p)) == "not a complete pickle"

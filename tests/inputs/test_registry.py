@@ -18,7 +18,8 @@ from rollout_cli.inputs.format import Format, _resolve
 from rollout_cli.inputs.registry import FORMATS, extension_format, extensions, format_of, read_input
 
 PKG = Path(registry.__file__).resolve().parents[1]
-NAMES = ["jsonl", "parquet", "pt", "nemo_rl", "miles", "prime_rl", "atropos", "roll", "pipelinerl", "open_instruct"]
+NAMES = ["jsonl", "parquet", "pt", "nemo_rl", "miles", "prime_rl", "atropos", "roll", "pipelinerl", "open_instruct",
+         "skyrl", "verl"]
 
 
 def test_the_names_are_those_input_format_takes():
@@ -29,7 +30,7 @@ def test_the_names_are_those_input_format_takes():
 def test_each_format_is_one_package_with_its_descriptor():
     pkgs = {"jsonl": "jsonl", "parquet": "parquet", "pt": "slime_pt", "nemo_rl": "nemo_rl", "miles": "miles",
             "prime_rl": "prime_rl", "atropos": "atropos", "roll": "roll", "pipelinerl": "pipelinerl",
-            "open_instruct": "open_instruct"}
+            "open_instruct": "open_instruct", "skyrl": "skyrl", "verl": "verl"}
     for name, pkg in pkgs.items():
         assert importlib.import_module(f"rollout_cli.inputs.{pkg}").FORMAT is FORMATS[name]
         refs = [FORMATS[name].reader, FORMATS[name].detector, FORMATS[name].splitter, FORMATS[name].train_reader,
@@ -55,7 +56,7 @@ def test_every_hook_resolves(name):
 
 def test_the_traits_of_each_format():
     assert [n for n, f in FORMATS.items() if f.detector] == ["nemo_rl", "miles", "prime_rl", "atropos", "roll",
-                                                             "pipelinerl", "open_instruct"]  # asked in this order
+                                                             "pipelinerl", "open_instruct", "skyrl", "verl"]  # asked in this order
     assert [n for n, f in FORMATS.items() if f.splitter] == ["jsonl", "parquet", "nemo_rl", "prime_rl"]
     assert [n for n, f in FORMATS.items() if f.content_groups] == ["nemo_rl"]
     assert [n for n, f in FORMATS.items() if f.payload_step] == ["pt"]
@@ -63,7 +64,7 @@ def test_the_traits_of_each_format():
     assert [n for n, f in FORMATS.items() if f.step_field] == ["jsonl", "parquet"]
     assert [n for n, f in FORMATS.items() if f.output_shard] == ["parquet"]
     assert [n for n, f in FORMATS.items() if f.no_train_side] == ["prime_rl", "atropos", "roll", "pipelinerl",
-                                                                  "open_instruct"]
+                                                                  "open_instruct", "skyrl", "verl"]
     assert [n for n, f in FORMATS.items() if f.units] == ["pipelinerl", "open_instruct"]  # files of several steps
 
 
@@ -112,7 +113,7 @@ def _format_branches(path: Path, root: Path = PKG) -> list[str]:
 
 
 def test_no_format_branch_outside_a_formats_package():
-    own = {PKG / "inputs" / d for d in ("jsonl", "parquet", "slime_pt", "nemo_rl", "miles", "prime_rl", "train_pt")}
+    own = {PKG / "inputs" / d for d in ("jsonl", "parquet", "slime_pt", "nemo_rl", "miles", "prime_rl", "skyrl", "verl", "train_pt")}
     files = [p for p in PKG.rglob("*.py") if not any(d in p.parents for d in own)]
     assert [b for p in files for b in _format_branches(p)] == []
 
@@ -146,7 +147,7 @@ def test_whole_file_checks_belong_to_their_formats(tmp_path):
 
     assert {n for n, f in FORMATS.items() if f.cut_off} == {"jsonl", "nemo_rl", "prime_rl", "atropos", "pipelinerl",
                                                         "open_instruct"}
-    assert {n for n, f in FORMATS.items() if f.whole} == {"pt", "parquet"}
+    assert {n for n, f in FORMATS.items() if f.whole} == {"pt", "parquet", "skyrl", "verl"}
     cut = tmp_path / "3.jsonl"
     cut.write_bytes(b'{"a": 1}\n{"a": [1, 2')
     assert FORMATS["jsonl"].cut_off_reason(str(cut)) == "it ends inside line 2"
@@ -154,3 +155,9 @@ def test_whole_file_checks_belong_to_their_formats(tmp_path):
     assert FORMATS["pt"].missing_whole(str(cut)) == "not a complete zip archive"
     assert FORMATS["parquet"].missing_whole(str(cut)) == "no Parquet footer"
     assert FORMATS["jsonl"].missing_whole(str(cut)) is None
+    assert FORMATS["skyrl"].missing_whole(str(cut)) == "not a complete pickle (no STOP at its end)"
+    pkl = tmp_path / "b.pkl"
+    pkl.write_bytes(__import__("pickle").dumps({"a": 1}, protocol=4))
+    assert FORMATS["verl"].missing_whole(str(pkl)) is None
+    pkl.write_bytes(pkl.read_bytes()[:-1])
+    assert FORMATS["verl"].missing_whole(str(pkl)) == "not a complete pickle (no STOP at its end)"

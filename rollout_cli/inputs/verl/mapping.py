@@ -1,0 +1,173 @@
+"""A verl DataProto from the rollout-skip cache, as plain data, to slime's sample fields.
+
+The DataProto (verl-project/verl@1dda039b9c63: verl/protocol.py:377-434) is the agent loop's
+output (verl/experimental/agent_loop/agent_loop.py:700-830, 1026-1118):
+
+- `prompts` [B, P], **left-padded**; `responses` [B, R], **right-padded**; `attention_mask`
+  [B, P+R] marks the real tokens of both (agent_loop.py:704-721, 749-751). Tokens are the
+  prompt's real tokens then the response's, told by the mask, never by a pad id.
+- `response_mask` [B, R]: 1 on LLM-generated tokens, 0 on tool/observation tokens and padding
+  (agent_loop.py:548-556): the loss mask.
+- `rollout_log_probs` [B, R] (with `calculate_log_probs`): the inference engine's log-prob of
+  each response token, 0 on padding (agent_loop.py:744-747).
+- `rm_scores` [B, R] (when the agent loop scores): the score on the last response token
+  (agent_loop.py:1064-1068); the reward is its sum. Without it the reward is not recorded (null).
+- non-tensor `uid`: the prompt's uuid, present only when no reward-loop workers run
+  (agent_loop.py:1073-1074); rows of one prompt are consecutive (`repeat(n, interleave=True)`,
+  verl/trainer/ppo/ray_trainer.py:1481-1491). Without it the prompt groups are consecutive
+  blocks of N rows, N from the `GBS{gbs}_N{n}_in{P}_out{R}` folder.
+- non-tensor `global_steps` / `min_global_steps` / `max_global_steps`: the version of the
+  weights that generated the row (the rollout server's, verl/workers/rollout/llm_server.py:284-286,
+  455-460), which is the step the trainer last finished: step - 1 in a synchronous run.
+  `weight_versions` holds the versions from min to max (one when they agree).
+
+verl records no stop reason in the batch: a response that fills the R width is `truncated` (what
+verl's own clip-ratio metric counts), any other `completed`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+STATUS = "completed"
+TRUNCATED = "truncated"
+REQUIRED = ("prompts", "responses", "attention_mask", "response_mask")
+
+
+class Bad(Exception):
+    """The batch cannot be mapped: the field (a key of the batch), why, and the row when one
+    row is at fault."""
+
+    def __init__(self, field: str | None, message: str, row: int | None = None):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message, self.row = field, message, row
+
+
+def _kind(v: Any) -> str:
+    return "null" if v is None else type(v).__name__
+
+
+def _blocks(mask: np.ndarray, trailing: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a [rows, width] 0/1 mask: the count of ones, and whether the row is that many
+    ones at its end after zeros (`trailing`) or at its start before zeros."""
+    n = np.count_nonzero(mask, axis=1)
+    cols = np.arange(mask.shape[1])[None, :]
+    want = cols >= (mask.shape[1] - n)[:, None] if trailing else cols < n[:, None]
+    return n, (mask == want).all(axis=1)
+
+
+def _groups(non_tensor: dict, rows: int, n: int | None) -> np.ndarray:
+    """Each row's prompt group: by `uid` (numbered in order of first appearance), else by
+    consecutive blocks of N rows."""
+    uid = non_tensor.get("uid")
+    if uid is not None:
+        if len(uid) != rows:
+            raise Bad("uid", f"expected one per row ({rows}), got {len(uid)}")
+        seen: dict = {}
+        out = np.empty(rows, dtype=np.int64)
+        for i, u in enumerate(uid):
+            if not isinstance(u, (str, int, np.integer, np.str_)):
+                raise Bad("uid", f"expected a string, got {_kind(u)}", i)
+            out[i] = seen.setdefault(u if isinstance(u, str) else str(u), len(seen))
+        return out
+    if n is None:
+        raise Bad("uid", "missing, and the file is not in a `GBS{gbs}_N{n}_in{P}_out{R}` folder that says "
+                         "how many rollouts each prompt has: the prompt groups cannot be told")
+    if n <= 0 or rows % n:
+        raise Bad("uid", f"missing, and the {rows} rows are not whole groups of N={n} (the folder's N) rollouts")
+    return np.arange(rows, dtype=np.int64) // n
+
+
+def _versions(non_tensor: dict, i: int) -> list[str] | None:
+    lo = non_tensor.get("min_global_steps")
+    hi = non_tensor.get("max_global_steps")
+    one = non_tensor.get("global_steps")
+    a = lo[i] if lo is not None else (one[i] if one is not None else None)
+    b = hi[i] if hi is not None else a
+    if a is None:
+        return None
+    for name, v in (("min_global_steps", a), ("max_global_steps", b)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise Bad(name, f"expected a weight version (an integer >= 0) or None, got {v!r}", i)
+    a, b = int(a), int(b)
+    if b < a:
+        raise Bad("max_global_steps", f"expected a version >= min_global_steps ({a}), got {b}", i)
+    return [str(a)] if a == b else [str(a), str(b)]
+
+
+def samples(tensors: Any, non_tensor: Any, n: int | None) -> list:
+    """The batch's rows as sample dicts (a row that cannot be mapped is its Bad instead).
+    `tensors` is the TensorDict's {key: array}, `non_tensor` the non-tensor batch's {key: array}
+    and `n` the rollouts per prompt from the folder's name. Raises Bad for the whole batch."""
+    if not isinstance(tensors, dict):
+        raise Bad("batch", f"expected the DataProto's TensorDict of tensors, got {_kind(tensors)}")
+    if not isinstance(non_tensor, dict):
+        raise Bad("non_tensor_batch", f"expected a dict of per-row arrays, got {_kind(non_tensor)}")
+    t = {}
+    for key in REQUIRED:
+        v = tensors.get(key)
+        if v is None:
+            raise Bad(key, "missing (the agent loop's output always holds it)")
+        if not isinstance(v, np.ndarray) or v.ndim != 2:
+            raise Bad(key, f"expected a [batch, length] tensor, got {getattr(v, 'shape', _kind(v))}")
+        t[key] = v
+    prompts, responses, am, rmask = t["prompts"], t["responses"], t["attention_mask"], t["response_mask"]
+    rows, pw = prompts.shape
+    rw = responses.shape[1]
+    for key, arr, width in (("responses", responses, rw), ("attention_mask", am, pw + rw), ("response_mask", rmask, rw)):
+        if arr.shape != (rows, width):
+            raise Bad(key, f"expected shape ({rows}, {width}), got {arr.shape}")
+    for key in ("prompts", "responses"):
+        if t[key].dtype.kind not in "iu":
+            raise Bad(key, f"expected integer token ids, got {t[key].dtype}")
+    optional = {}
+    for key in ("rollout_log_probs", "rm_scores"):
+        v = tensors.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, np.ndarray) or v.shape != (rows, rw):
+            raise Bad(key, f"expected shape ({rows}, {rw}), got {getattr(v, 'shape', _kind(v))}")
+        optional[key] = v
+    for key, v in non_tensor.items():
+        if key in ("uid", "global_steps", "min_global_steps", "max_global_steps") and len(v) != rows:
+            raise Bad(key, f"expected one value per row ({rows}), got {len(v)}")
+    group = _groups(non_tensor, rows, n)
+    lp, scores = optional.get("rollout_log_probs"), optional.get("rm_scores")
+    p, prompt_ok = _blocks(am[:, :pw], trailing=True)
+    r, resp_ok = _blocks(am[:, pw:], trailing=False)
+    on_response = np.arange(rw)[None, :] < r[:, None]
+    mask_bad = on_response & (rmask != 0) & (rmask != 1)
+    out: list = []
+    for i in range(rows):
+        pi, ri = int(p[i]), int(r[i])
+        if not prompt_ok[i]:
+            out.append(Bad("attention_mask", "expected a left-padded prompt: 0s, then the prompt's 1s", i))
+            continue
+        if not resp_ok[i]:
+            out.append(Bad("attention_mask", "expected a right-padded response: the response's 1s, then 0s", i))
+            continue
+        if ri == 0:
+            out.append(Bad("attention_mask", "expected a response of at least one token, got none", i))
+            continue
+        if mask_bad[i].any():
+            out.append(Bad("response_mask", f"expected 0/1, got {rmask[i][mask_bad[i]][0].item()!r}", i))
+            continue
+        try:
+            versions = _versions(non_tensor, i)
+        except Bad as e:
+            out.append(e)
+            continue
+        s = {
+            "rollout_id": i, "index": i, "group_index": int(group[i]),
+            "tokens": np.concatenate([prompts[i, pw - pi:], responses[i, :ri]]).astype(np.int64, copy=False),
+            "response_length": ri, "loss_mask": rmask[i, :ri].astype(np.int64),
+            "reward": None if scores is None else float(scores[i].sum(dtype=np.float64)),
+            "status": TRUNCATED if ri == rw else STATUS,
+        }
+        if lp is not None:
+            s["rollout_log_probs"] = lp[i, :ri].astype(np.float64)
+        if versions is not None:
+            s["weight_versions"] = versions
+        out.append(s)
+    return out
