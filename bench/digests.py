@@ -41,6 +41,12 @@ SAMPLE_CASES = [
     ("nemo_rl", "nemo_rl", []),
     ("prime_rl", "prime_rl", []),
     ("miles", "miles", []),
+    ("atropos", "atropos", []),
+    ("roll", "roll", []),
+    ("pipelinerl", "pipelinerl", []),
+    ("open_instruct", "open_instruct", []),
+    ("skyrl", "skyrl", []),
+    ("verl", "verl", []),
 ]
 
 
