@@ -15,9 +15,11 @@ plan. Rows are read from the memory-mapped Arrow IPC copies (the Parquet shard w
 is none): a rank reads the planning columns of the step's shards (rollout_position,
 rollout_id, group_index, total_length, the schedule columns) when it has to plan over the
 whole step (another world size, or a budget), and only its own rows of every other column.
-A micro-batch that is a run of one shard's rows is a set of views of the mapped file (no
-copy); one gathered from several places is copied once, each field's selected spans into one
-array (output/views.take_rows), from the shards unpacked as views.
+Each step is planned once per iterator, and the rank's rows of it (those of the micro-batches
+this worker hands out) are gathered once, in micro-batch order: one copy per field
+(output/views.take_ordered, from the shards unpacked as views), or none where they are one run
+of one shard's rows (views of the mapped file). Each micro-batch is then a run of those rows:
+views (output/views.slice_rows).
 
 Each batch carries the whole step's denominators (step_mask_sum, step_rollouts,
 step_samples, step_groups, from the manifest, checked against the rows) and each sample its
@@ -223,6 +225,7 @@ class BatchIterator:
         # where the next batch is: step index, micro-batch within the step, index in the stream
         self._i, self._k, self._g = 0, 0, 0
         self._plan_of: tuple[int, list[np.ndarray], np.ndarray] | None = None  # (step index, mbs, shard starts)
+        self._take: _Take | None = None  # this rank's rows of the current step, gathered
         self._pieces: dict[int, _Piece] = {}
         self._verified: set[str] = set()
 
@@ -243,16 +246,16 @@ class BatchIterator:
         while True:
             if self._i >= len(self.steps):
                 raise StopIteration
-            mbs = self._plan(self._i)[0]
-            if self._k >= len(mbs):
+            count = len(self._plan(self._i)[0])
+            if self._k >= count:
                 self._i, self._k = self._i + 1, 0
                 continue
             i, k, g = self._i, self._k, self._g
             self._k, self._g = k + 1, g + 1
-            if self._k == len(mbs):  # the step's last: the next batch is the next step's first
+            if self._k == count:  # the step's last: the next batch is the next step's first
                 self._i, self._k = i + 1, 0
             if g % self.num_workers == self.worker:
-                return self._batch(i, k)
+                return self._batch(i, k, g)
 
     # -- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -303,7 +306,7 @@ class BatchIterator:
         after shard) and the shards' first rows; cached for the current step."""
         if self._plan_of is not None and self._plan_of[0] == i:
             return self._plan_of[1], self._plan_of[2]
-        self._pieces = {}
+        self._pieces, self._take = {}, None
         step = self.steps[i]
         shards = self.output.step(step, self.split).shards
         if self.native and self.max_tokens is None:
@@ -334,10 +337,7 @@ class BatchIterator:
 
     def _columns(self, pieces: list[_Piece]) -> partition.StepColumns:
         def col(name, fill=None):
-            parts = []
-            for p in pieces:
-                a = p.batch.column(name)
-                parts.append((a.fill_null(fill) if fill is not None and a.null_count else a).to_numpy(zero_copy_only=False))
+            parts = [views.Reader(p.batch, p.region, p.path).fixed(name, fill) for p in pieces]
             return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
         sched = [self._schedule_columns(p) for p in pieces]
@@ -366,31 +366,59 @@ class BatchIterator:
             p.arrays = views.unpack(p.batch, p.region, p.path, step=step, schema_version=self.output.schema_version)
         return p.arrays
 
-    def _gather(self, step: int, rows: np.ndarray, starts: np.ndarray) -> tuple[dict, str]:
-        """The rows (indices into the step's rows) unpacked as one batch's arrays, and the path
-        of the first shard they come from (for messages): views of the mapped shard where they
-        are one run of one shard, else one copy of each field (output/views.take_rows)."""
-        if not len(rows):
-            r = self.rank if self.rank < self.num_shards else 0
-            return views.take_rows([(self._arrays(step, r), rows)]), self._piece(step, r).path
-        shard_of = np.searchsorted(starts, rows, side="right") - 1
-        cuts = [0, *(np.flatnonzero(shard_of[1:] != shard_of[:-1]) + 1).tolist(), len(rows)]
-        parts = [(int(shard_of[a]), rows[a:b] - starts[int(shard_of[a])]) for a, b in zip(cuts[:-1], cuts[1:])]
-        return views.take_rows([(self._arrays(step, r), local) for r, local in parts]), self._piece(step, parts[0][0]).path
-
-    def _batch(self, i: int, k: int):
+    def _gather(self, i: int, k: int, g: int) -> "_Take":
+        """This rank's rows of step index i that this worker hands out from micro-batch k on
+        (k has index g in the stream), gathered once in micro-batch order: one take per field
+        (output/views.take_ordered: views of the mapped shard where the rows are one run of one
+        shard's), each micro-batch then a run of them."""
         step = self.steps[i]
         mbs, starts = self._plan(i)
-        arrays, path = self._gather(step, mbs[k], starts)
+        ks = [j for j in range(k, len(mbs)) if (g + j - k) % self.num_workers == self.worker]
+        sizes = [len(mbs[j]) for j in ks]
+        rows = np.concatenate([mbs[j] for j in ks]) if ks else np.zeros(0, np.int64)
+        if len(rows):
+            shard_of = np.searchsorted(starts, rows, side="right") - 1
+            sources = sorted(set(shard_of.tolist()))
+        else:
+            shard_of, sources = rows, [self.rank if self.rank < self.num_shards else 0]
+        srcs = [self._arrays(step, r) for r in sources]
+        which = np.searchsorted(np.asarray(sources, np.int64), shard_of)
+        arrays = views.take_ordered(srcs, which, rows - starts[shard_of] if len(rows) else rows)
+        path = self._piece(step, sources[0]).path
         want = self.output.step(step, self.split).denominators
+        fixed = {}
         for name in STEP_FIELDS:
             v = want.get(name)
             if not isinstance(v, int):
                 continue
-            if len(mbs[k]) and arrays[name] != v:
+            if len(rows) and arrays[name] != v:
                 raise IntegrityError(f"{path}: {name} {arrays[name]} in its rows, the manifest says {v}")
-            arrays[name] = v
+            fixed[name] = v
         if not (self.native and self.max_tokens is None):  # not the converted schedule: no slime micro-batch ids
-            arrays["optimizer_steps"] = arrays["micro_batch_ids"] = None
-        return self.make(arrays, step=step, shard=self.rank, split=self.split, micro_batch_index=k,
-                         num_micro_batches=len(mbs))
+            fixed["optimizer_steps"] = fixed["micro_batch_ids"] = None
+        ends = np.cumsum(sizes).tolist()
+        at = {j: (e - n, e) for j, n, e in zip(ks, sizes, ends)}
+        return _Take(i, at, arrays, views._offsets(arrays["response_lengths"], np.int64), fixed, len(mbs))
+
+    def _batch(self, i: int, k: int, g: int):
+        t = self._take
+        if t is None or t.i != i or k not in t.at:
+            t = self._take = self._gather(i, k, g)
+        lo, hi = t.at[k]
+        arrays = views.slice_rows(t.arrays, lo, hi, t.rcu)
+        arrays.update(t.fixed)
+        return self.make(arrays, step=self.steps[i], shard=self.rank, split=self.split, micro_batch_index=k,
+                         num_micro_batches=t.count)
+
+
+@dataclass
+class _Take:
+    """One step's rows of a rank as gathered (BatchIterator._gather): micro-batch -> its run
+    [lo, hi) of `arrays`, the response offsets, the step's values to set, the micro-batch count."""
+
+    i: int
+    at: dict[int, tuple[int, int]]
+    arrays: dict
+    rcu: np.ndarray
+    fixed: dict
+    count: int

@@ -4,10 +4,15 @@ gets, and how a rank's rows split into micro-batches. Pure functions on the plan
 
 Ranks. At the output's own shard count, rank r takes shard r as converted. At any other world
 size the step's rows, in step order (rollout_position), are repartitioned over the ranks by
-tokens with pipeline/plan.py's `plan_shards`, the Karmarkar-Karp largest differencing that
-`convert` balances shards with: whole rollouts (or, for an output converted with
---keep-groups, whole prompt groups: pipeline/plan.group_units) are the units, so a rollout
-never spans two ranks. The same rows give the same ranks on every machine.
+tokens with `lpt` (longest processing time first: units heaviest first, ties in step order,
+each to the rank with the fewest tokens so far, ties to the lowest rank, kept in a heap): whole
+rollouts (or, for an output converted with --keep-groups, whole prompt groups:
+pipeline/plan.group_units) are the units, so a rollout never spans two ranks. Not
+pipeline/plan.py's Karmarkar-Karp that `convert` balances shards with (that one stays as it
+is: the shards' bytes depend on it): its Python merges of k-way partial solutions cost tens of
+milliseconds a step, LPT well under one, and over a step's hundreds of units it balances as
+well (bench/loader.py's balance table: within max(1.05 x slime's partitioner, the largest
+unit's bound) on every step). The same rows give the same ranks on every machine.
 
 Micro-batches. Without a token budget a rank's rows are one micro-batch, except that an
 output converted with `--schedule slime` is served at its own shard count exactly as converted
@@ -32,10 +37,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..pipeline.plan import group_units, plan_shards
+import heapq
+
+from ..pipeline.plan import group_units
 from ..pipeline.schedule import split_to
 
-__all__ = ["StepColumns", "rank_rows", "pack", "equalise", "runs", "plan_step"]
+__all__ = ["StepColumns", "lpt", "rank_rows", "pack", "equalise", "runs", "plan_step"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,23 @@ class StepColumns:
         return len(self.shard)
 
 
+def lpt(weights: np.ndarray, k: int) -> list[np.ndarray]:
+    """Unit indices per part (each ascending) of `weights` split into k parts by longest
+    processing time first: heaviest unit first (ties: lower index first), each to the part
+    with the least weight so far (ties: lower part). Parts are then ordered by their smallest
+    member (empty ones last), so the result depends on the weights only."""
+    w = np.asarray(weights, dtype=np.int64)
+    order = np.lexsort((np.arange(len(w)), -w))
+    part = np.empty(len(w), dtype=np.int64)
+    heap = [(0, j) for j in range(k)]
+    for i, n in zip(order.tolist(), w[order].tolist()):
+        load, j = heap[0]
+        part[i] = j
+        heapq.heapreplace(heap, (load + n, j))
+    members = [np.flatnonzero(part == j) for j in range(k)]
+    return sorted(members, key=lambda m: (not len(m), int(m[0]) if len(m) else 0))
+
+
 def rank_rows(cols: StepColumns, world_size: int, num_shards: int, keep_groups: bool = False) -> list[np.ndarray]:
     """Each rank's rows (ascending indices into the step's rows). At `num_shards` ranks, shard r's
     rows; else whole rollouts (keep_groups: whole prompt groups) balanced by tokens."""
@@ -66,29 +90,45 @@ def rank_rows(cols: StepColumns, world_size: int, num_shards: int, keep_groups: 
         units = group_units([None if g < 0 else int(g) for g in gi.tolist()], ids)
     else:
         units = ids
-    plan = plan_shards(units, cols.tokens[order], world_size)
-    return [np.sort(order[rows]) for rows in plan.rows]
+    if world_size == 1 or not len(ids):
+        return [np.sort(order)] + [np.zeros(0, np.int64) for _ in range(world_size - 1)]
+    # units numbered in order of first appearance (step order)
+    _, first, inverse = np.unique(units, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    number = np.empty_like(by_first)
+    number[by_first] = np.arange(len(by_first))
+    unit = number[inverse.reshape(-1)]
+    weights = np.bincount(unit, weights=cols.tokens[order].astype(np.float64), minlength=len(by_first)).astype(np.int64)
+    rank_of_unit = np.empty(len(by_first), dtype=np.int64)
+    for r, members in enumerate(lpt(weights, world_size)):
+        rank_of_unit[members] = r
+    rank_of_row = np.empty(len(order), dtype=np.int64)
+    rank_of_row[order] = rank_of_unit[unit]
+    return [np.flatnonzero(rank_of_row == r) for r in range(world_size)]
 
 
 def pack(lengths: np.ndarray, max_tokens: int) -> list[list[int]]:
     """First-fit decreasing: local indices per micro-batch, each ascending; micro-batches in
     the order they were opened (the first holds the longest sample). The same bins as
-    pipeline/schedule.first_fit over the lengths sorted longest first (ties in row order);
-    the first micro-batch with room is found in numpy, not by a Python scan of the bins."""
-    order = np.lexsort((np.arange(len(lengths)), -np.asarray(lengths, dtype=np.int64)))
-    room = np.empty(len(lengths), dtype=np.int64)  # tokens left per micro-batch (at most one per sample)
+    pipeline/schedule.first_fit over the lengths sorted longest first (ties in row order)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.lexsort((np.arange(len(lengths)), -lengths))
+    room: list[int] = []  # tokens left per micro-batch
     bins: list[list[int]] = []
-    for i in order.tolist():
-        n = int(lengths[i])
-        if bins:
-            fits = room[:len(bins)] >= n
-            j = int(fits.argmax())
-            if fits[j]:
+    shortest = int(lengths.min()) if len(lengths) else 0
+    live = 0  # micro-batches before this one have no room for the shortest sample: never scanned
+    for i, n in zip(order.tolist(), lengths[order].tolist()):
+        for j in range(live, len(room)):
+            if room[j] >= n:
                 bins[j].append(i)
                 room[j] -= n
-                continue
-        room[len(bins)] = max_tokens - n
-        bins.append([i])
+                if j == live:
+                    while live < len(room) and room[live] < shortest:
+                        live += 1
+                break
+        else:
+            room.append(max_tokens - n)
+            bins.append([i])
     return [sorted(b) for b in bins]
 
 

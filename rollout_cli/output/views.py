@@ -26,7 +26,8 @@ from ..core.errors import IntegrityError
 from ..core.schema import COLUMNS_SINCE, SCHEDULE_COLUMNS, train_schema
 from ..pipeline.fields import STEP_FIELDS
 
-__all__ = ["Region", "Reader", "Ragged", "large_folios", "check_schema", "unpack", "one_batch", "READ_COLUMNS"]
+__all__ = ["Region", "Reader", "Ragged", "large_folios", "check_schema", "unpack", "one_batch", "take_rows",
+           "take_ordered", "slice_rows", "READ_COLUMNS"]
 
 # The columns the loader reads; their Arrow types come from the train-row schema.
 _NEEDED = ("step", "rollout_id", "sample_index", "group_index", "tokens", "response_length", "total_length",
@@ -413,10 +414,12 @@ def take_rows(parts: list[tuple[dict, np.ndarray]]) -> dict:
     return out
 
 
-def slice_rows(a: dict, lo: int, hi: int) -> dict:
-    """Rows [lo, hi) of an unpacked shard: views (the offsets rebased, a small copy)."""
+def slice_rows(a: dict, lo: int, hi: int, rcu: np.ndarray | None = None) -> dict:
+    """Rows [lo, hi) of an unpacked shard: views (the offsets rebased, a small copy). `rcu`:
+    the response offsets of `a` (_offsets of its response_lengths), when the caller has them."""
     cu = a["cu_seqlens"]
-    rcu = _offsets(a["response_lengths"], np.int64)
+    if rcu is None:
+        rcu = _offsets(a["response_lengths"], np.int64)
     out = {}
     for name, v in a.items():
         if name == "cu_seqlens":
@@ -427,11 +430,105 @@ def slice_rows(a: dict, lo: int, hi: int) -> dict:
             out[name] = None if v is None else v[int(rcu[lo]):int(rcu[hi])]
         elif name == "extras":
             out[name] = {k: None if e is None else e.slice(lo, hi) if isinstance(e, Ragged) else e[lo:hi]
-                         for k, e in v.items()}
+                         for k, e in v.items()} if v else {}
         elif isinstance(v, (np.ndarray, list)):
             out[name] = v[lo:hi]
         else:
             out[name] = v
+    return out
+
+
+def take_ordered(sources: list[dict], which: np.ndarray, local: np.ndarray) -> dict:
+    """Rows of unpacked shards (unpack()'s dicts) in any order, as one unpacked dict: row j is
+    row local[j] of sources[which[j]]. One run of one source's rows is a set of views (no
+    copy); else each field is one copy: a fixed-width field one take per source, a per-token
+    field one slice copy per run of rows adjacent in their source. A field one source lacks
+    (None) and another has is filled as take_rows fills it."""
+    which = np.asarray(which, dtype=np.int64)
+    local = np.asarray(local, dtype=np.int64)
+    n = len(which)
+    if not n:
+        return slice_rows(sources[0], 0, 0)
+    w0 = int(which[0])
+    if (which == w0).all() and int(local[-1]) - int(local[0]) + 1 == n and (np.diff(local) == 1).all():
+        return slice_rows(sources[w0], int(local[0]), int(local[-1]) + 1)
+    picks = [np.flatnonzero(which == s) for s in range(len(sources))]
+    used = [s for s, p in enumerate(picks) if len(p)]
+
+    def fixed(have: list, fill) -> np.ndarray:
+        dtype = next(h.dtype for h in have if h is not None)
+        out = np.empty(n, dtype)
+        for s in used:
+            p = picks[s]
+            out[p] = have[s][local[p]] if have[s] is not None else fill
+        return out
+
+    def spans(values: list, offsets: list, dtype) -> tuple[np.ndarray, np.ndarray]:
+        start, lens = np.empty(n, np.int64), np.empty(n, np.int64)
+        for s in used:
+            p, lp = picks[s], local[picks[s]]
+            start[p] = offsets[s][lp]
+            lens[p] = offsets[s][lp + 1] - start[p]
+        dst = _offsets(lens, np.int64)
+        out = np.empty(int(dst[-1]), dtype)
+        cuts = [0, *(np.flatnonzero((which[1:] != which[:-1]) | (start[1:] != start[:-1] + lens[:-1])) + 1).tolist(), n]
+        at = dst[cuts].tolist()
+        for lo, hi, src, st in zip(at[:-1], at[1:], which[cuts[:-1]].tolist(), start[cuts[:-1]].tolist()):
+            v = values[src]
+            if hi == lo:
+                continue
+            if v is None:
+                out[lo:hi] = np.nan
+            else:
+                out[lo:hi] = v[st:st + hi - lo]
+        return out, lens
+
+    first = sources[used[0]]
+    out: dict = {k: v for k, v in first.items() if isinstance(v, int)}  # the step's values
+    out["response_lengths"] = fixed([a["response_lengths"] for a in sources], 0)
+    out["total_lengths"] = fixed([a["total_lengths"] for a in sources], 0)
+    out["cu_seqlens"] = _offsets(out["total_lengths"], np.int32)
+    out["tokens"] = spans([a["tokens"] for a in sources], [a["cu_seqlens"] for a in sources], first["tokens"].dtype)[0]
+    rcus = [_offsets(a["response_lengths"], np.int64) for a in sources]
+    for name in _RESPONSE_FIELDS:
+        have = [a[name] for a in sources]
+        if all(have[s] is None for s in used):
+            out[name] = None
+            continue
+        dtype = next(have[s].dtype for s in used if have[s] is not None)
+        out[name] = spans(have, rcus, dtype)[0]
+    for name, v in first.items():
+        if name in out or name == "extras":
+            continue
+        have = [a[name] for a in sources]
+        live = [have[s] for s in used]
+        if isinstance(v, (np.ndarray, type(None))) and any(isinstance(h, np.ndarray) for h in live):
+            fill = _NULL_FILL.get(name)
+            if fill is None and any(h is None for h in live):
+                out[name] = None  # (the --schedule slime ids: set on every shard of a step or none)
+                continue
+            out[name] = fixed(have, fill)
+        elif all(h is None for h in live):
+            out[name] = None
+        else:  # a list (source_names)
+            out[name] = [None if have[s] is None else have[s][i] for s, i in zip(which.tolist(), local.tolist())]
+    extras = {}
+    for name in first["extras"]:
+        have = [a["extras"].get(name) for a in sources]
+        live = [have[s] for s in used if have[s] is not None]
+        if not live:
+            extras[name] = None
+        elif isinstance(live[0], Ragged):
+            values, lens = spans([None if h is None else h.values for h in have],
+                                 [np.zeros(len(a["response_lengths"]) + 1, np.int64) if h is None else h.offsets
+                                  for h, a in zip(have, sources)], live[0].values.dtype)
+            extras[name] = Ragged(values, _offsets(lens, np.int64))
+        elif isinstance(live[0], np.ndarray):
+            k = live[0].dtype.kind
+            extras[name] = fixed(have, np.nan if k == "f" else (False if k == "b" else -1))
+        else:
+            extras[name] = [None if have[s] is None else have[s][i] for s, i in zip(which.tolist(), local.tolist())]
+    out["extras"] = extras
     return out
 
 

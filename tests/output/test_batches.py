@@ -312,3 +312,56 @@ def test_the_parquet_shards_give_the_same_batches(out4):
         arrow = [key(b) for b in o.iter_batches(1, **kw)]
         parquet = [key(b) for b in o.iter_batches(1, source="parquet", **kw)]
         assert arrow == parquet and arrow
+
+
+def test_take_ordered_gives_the_rows_in_the_order_asked(out4):
+    o = open_output(out4)
+    t0, t1 = o.table(1, 0), o.table(1, 1)
+    t0 = t0.set_column(t0.schema.get_field_index("rollout_log_probs"), "rollout_log_probs",
+                       pa.nulls(t0.num_rows, pa.list_(pa.float32())))
+    a0, a1 = (views.unpack(t.combine_chunks().to_batches()[0], None, "x", step=1, schema_version=o.schema_version)
+              for t in (t0, t1))
+    which, local = np.array([1, 0, 0, 1, 0]), np.array([1, 2, 0, 0, 1])
+    got = Batch.from_arrays(views.take_ordered([a0, a1], which, local))
+    want = [Batch.from_arrays(views.take_rows([((a0, a1)[w], np.array([r]))])) for w, r in zip(which, local)]
+    assert got.tokens.tolist() == [t for b in want for t in b.tokens.tolist()]
+    assert got.cu_seqlens.tolist() == np.concatenate([[0], np.cumsum([b.num_tokens for b in want])]).tolist()
+    lp = got.rollout_log_probs
+    assert np.array_equal(lp, np.concatenate([b.rollout_log_probs if b.rollout_log_probs is not None
+                                              else np.full(len(b.loss_mask), np.nan, np.float32) for b in want]),
+                          equal_nan=True)
+    assert np.isnan(lp).sum() == sum(int(a0["response_lengths"][r]) for w, r in zip(which, local) if w == 0)
+    for name in ("loss_mask", "rollout_ids", "rollout_positions", "rewards", "truncated"):
+        assert getattr(got, name).tolist() == [x for b in want for x in getattr(b, name).tolist()], name
+    assert got.status == [b.status[0] for b in want]
+    # one run of one shard's rows: views, no copy
+    run = views.take_ordered([a0, a1], np.array([1, 1]), np.array([0, 1]))
+    assert np.shares_memory(run["tokens"], a1["tokens"])
+
+
+def test_a_ranks_rows_of_a_step_are_gathered_once_and_served_as_views(out4):
+    seen = defaultdict(set)
+    n = 0
+    for b in open_output(out4).iter_batches(1, world_size=3, max_tokens=BUDGET):
+        if b.num_samples:
+            for name in ("tokens", "loss_mask", "rollout_ids"):
+                assert getattr(b, name).base is not None, name
+                seen[(b.step, name)].add(id(getattr(b, name).base))
+            n += 1
+    assert n > len(seen) // 3  # several micro-batches a step
+    assert all(len(bases) == 1 for bases in seen.values())  # each field of a step: one array, sliced
+
+
+def test_the_data_path_does_not_import_pandas(out4):
+    code = ("import sys\n"
+            "from rollout_cli import open_output\n"
+            f"o = open_output({out4!r})\n"
+            "for kw in (dict(world_size=3, max_tokens=" + str(BUDGET) + "), dict(max_tokens=" + str(BUDGET) + "), {}):\n"
+            "    for r in range(kw.get('world_size', 4)):\n"
+            "        for b in o.iter_batches(r, **kw):\n"
+            "            pass\n"
+            "print('pandas' in sys.modules)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(ROOT),
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "False"

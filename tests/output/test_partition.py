@@ -144,3 +144,20 @@ def test_ranks_are_balanced_about_as_well_as_slimes_partitioner(ws):
     ours, theirs = per.max() / per.mean(), slime.max() / slime.mean()
     assert ours <= max(1.05 * theirs, tokens.max() / per.mean()), (ours, theirs)
     assert ours < 1.01
+
+
+def test_lpt_is_longest_processing_time_first_with_ties_to_the_lower_index_and_part():
+    from rollout_cli.output.partition import lpt
+
+    w = np.array([5, 9, 5, 7, 6, 1])
+    # heaviest first: 9 (i1) -> p0, 7 (i3) -> p1, 6 (i4) -> p2, 5 (i0) -> p2 (6 < 7 < 9), 5 (i2) -> p1 (7 < 9 < 11),
+    # 1 (i5) -> p0 (9 < 11 < 12); parts ordered by their smallest member
+    assert [m.tolist() for m in lpt(w, 3)] == [[0, 4], [1, 5], [2, 3]]
+    assert [m.tolist() for m in lpt(np.array([4, 4]), 3)] == [[0], [1], []]
+    rng = np.random.default_rng(2)
+    w = rng.integers(1, 5000, 700)
+    parts = lpt(w, 6)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(700))
+    loads = [int(w[p].sum()) for p in parts]
+    assert max(loads) - min(loads) <= w.max()  # LPT's bound: no part exceeds another by more than one unit
+    assert [p.tolist() for p in lpt(w, 6)] == [p.tolist() for p in parts]
