@@ -85,8 +85,12 @@ def trailing_blocks(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row of a [rows, width] 0/1 mask: the count of ones, and whether the row is that
     many ones at its end after zeros (anything else, another value among them, is not)."""
     n = np.count_nonzero(mask, axis=1)
-    cols = np.arange(mask.shape[1])
-    ok = (mask == (cols[None, :] >= (mask.shape[1] - n)[:, None])).all(axis=1)
+    if mask.shape[1] == 0:
+        return n, np.ones(len(mask), dtype=bool)
+    # 0s then 1s: never decreasing, from at least 0 to at most 1 (and no fraction between)
+    ok = (mask[:, 1:] >= mask[:, :-1]).all(axis=1) & (mask[:, 0] >= 0) & (mask[:, -1] <= 1)
+    if mask.dtype.kind not in "biu":
+        ok &= ((mask == 0) | (mask == 1)).all(axis=1)
     return n, ok
 
 
