@@ -1,6 +1,8 @@
 #!/usr/bin/env python
 """One step's pickled batch of SkyRL, verl and ROLL: the restricted unpickler
-(rollout_cli.inputs.pickled.load_pickle) against the frameworks' own way back, a plain
+(rollout_cli.inputs.pickled.load_pickle), and the whole reader (``read_input`` over the file,
+every chunk consumed: unpickling plus the mapping onto samples), each against the frameworks'
+own way back, a plain
 ``pickle.load`` with stand-in classes whose ``__setstate__`` ``torch.load``s the embedded tensor
 bytes (tensordict from PyPI imported), as sample_data/pickled_writers.py's
 ``load_with_standins`` does.
@@ -8,9 +10,12 @@ bytes (tensordict from PyPI imported), as sample_data/pickled_writers.py's
 Each file is written by sample_data/pickled_writers.py: B rows of a prompt of P and a response
 of R tokens (int64 ids and masks, float32 log-probs and advantages; SkyRL also a bfloat16
 tensor; verl and ROLL object arrays in ``non_tensor_batch``: strings, dicts, message lists, and
-ROLL's object arrays of object arrays). Runs alternate (ours, theirs, ours, ...) from a warm page
-cache; prints the median wall time of each and the speed ratio (theirs / ours: 1.0 is as fast,
-the target is >= 0.8).
+ROLL's object arrays of object arrays), in each framework's own layout (ROLL: prompt and
+response in one right-padded sequence, a full-width ``response_mask`` 0 on the prompt, and
+``infer_logprobs`` one narrower, shifted by one). Runs alternate (ours, theirs, ours, ...)
+from a warm page cache; prints, per framework, the median wall time of each for the unpickler ("unpickle") and
+the whole reader ("reader"), and the speed ratio (theirs / ours: 1.0 is as fast, the target is
+>= 0.8).
 
 Usage: python bench/pickled.py [--rows B] [--prompt P] [--response R] [--runs N] [--quick] [--out FILE]
 """
@@ -33,7 +38,9 @@ sys.path.insert(0, str(ROOT / "sample_data"))
 
 import pickled_writers as W  # noqa: E402
 
+from rollout_cli.inputs.discover import discover  # noqa: E402
 from rollout_cli.inputs.pickled import load_pickle  # noqa: E402
+from rollout_cli.inputs.registry import read_input  # noqa: E402
 
 
 def _arrays(rng, b: int, p: int, r: int) -> dict[str, np.ndarray]:
@@ -68,7 +75,12 @@ def write_files(d: Path, b: int, p: int, r: int) -> dict[str, Path]:
                "messages": [np.array([np.array([{"role": "user", "content": "hi " * 20}], dtype=object),
                                       np.array(["tool", 3], dtype=object)], dtype=object) for _ in range(b)],
                "env_ids": np.arange(b)}
-    roll = W.write_roll(d / "roll", 1, {**arr, "infer_logprobs": arr["log_probs"], "scores": arr["advantages"]},
+    s = p + r
+    roll = W.write_roll(d / "roll", 1, {"input_ids": arr["input_ids"], "attention_mask": arr["attention_mask"],
+                                       "position_ids": arr["position_ids"],
+                                       "response_mask": np.concatenate([np.zeros((b, p), np.int64), arr["response_mask"]], 1),
+                                       "infer_logprobs": rng.standard_normal((b, s - 1)).astype(np.float32),
+                                       "scores": rng.standard_normal((b, s)).astype(np.float32)},
                         roll_nt, {"global_step": 1})
     return {"skyrl": skyrl, "verl": verl, "roll": roll}
 
@@ -82,14 +94,30 @@ def _time(fn) -> float:
     return dt
 
 
-def measure(path: Path, runs: int) -> dict:
+def read_all(inp) -> int:
+    """The whole reader: every chunk of the file consumed; the rows mapped (a row that is a
+    problem not counted)."""
+    return sum(len(chunk) - len(chunk.problems) for chunk in read_input(inp))
+
+
+def _pair(ours_fn, theirs_fn, runs: int) -> dict:
     ours, theirs = [], []
-    load_pickle(path), W.load_with_standins(path)  # warm: page cache, imports (torch, tensordict)
     for _ in range(runs):
-        ours.append(_time(lambda: load_pickle(path)))
-        theirs.append(_time(lambda: W.load_with_standins(path)))
+        ours.append(_time(ours_fn))
+        theirs.append(_time(theirs_fn))
     o, t = statistics.median(ours), statistics.median(theirs)
-    return {"bytes": path.stat().st_size, "ours_s": o, "theirs_s": t, "speed_ratio": round(t / o, 3)}
+    return {"ours_s": o, "theirs_s": t, "speed_ratio": round(t / o, 3)}
+
+
+def measure(path: Path, runs: int) -> dict:
+    """The unpickler's figures (top level) and the whole reader's ("reader"), against the same
+    baseline."""
+    (inp,), _, _ = discover([str(path)])
+    load_pickle(path), W.load_with_standins(path)  # warm: page cache, imports (torch, tensordict)
+    rows = read_all(inp)
+    out = {"bytes": path.stat().st_size, **_pair(lambda: load_pickle(path), lambda: W.load_with_standins(path), runs)}
+    out["reader"] = {"rows": rows, **_pair(lambda: read_all(inp), lambda: W.load_with_standins(path), runs)}
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -108,8 +136,9 @@ def main(argv: list[str] | None = None) -> dict:
         results = {name: measure(path, args.runs) for name, path in files.items()}
     report = {"rows": args.rows, "prompt": args.prompt, "response": args.response, "runs": args.runs, "results": results}
     for name, r in results.items():
-        print(f"{name:6s} {r['bytes'] / 2**20:8.1f} MiB  ours {r['ours_s'] * 1e3:8.1f} ms  "
-              f"pickle.load+torch.load {r['theirs_s'] * 1e3:8.1f} ms  speed ratio {r['speed_ratio']:.2f}x")
+        for what, x in (("unpickle", r), ("reader", r["reader"])):
+            print(f"{name:6s} {what:8s} {r['bytes'] / 2**20:8.1f} MiB  ours {x['ours_s'] * 1e3:8.1f} ms  "
+                  f"pickle.load+torch.load {x['theirs_s'] * 1e3:8.1f} ms  speed ratio {x['speed_ratio']:.2f}x")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -73,3 +73,22 @@ def list_array(arrays: list, dtype=None) -> tuple[pa.Array, np.ndarray, np.ndarr
         offsets = offsets.astype(np.int32)
         return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask), offsets, values
     return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask), offsets, values
+
+
+def spans(arr: np.ndarray, start: np.ndarray, length: np.ndarray, dtype, valid: np.ndarray | None = None) -> pa.Array:
+    """One Arrow list array over the rows of a 2-D array: row i is
+    ``arr[i, start[i]:start[i] + length[i]]`` cast to `dtype`, null where `valid` is False.
+    One concatenate of the rows' views and one cast per column: the same array as list_array of
+    the rows' slices, without a numpy call per row and field."""
+    n = arr.shape[0]
+    length = np.asarray(length, dtype=np.int64)
+    if valid is not None:
+        length = np.where(valid, length, 0)
+    parts = [arr[i, s:s + k] for i, s, k in zip(range(n), np.asarray(start).tolist(), length.tolist()) if k]
+    values = (np.concatenate(parts) if parts else np.zeros(0, arr.dtype)).astype(dtype, copy=False)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(length, out=offsets[1:])
+    mask = None if valid is None or valid.all() else pa.array(~valid)
+    if offsets[-1] < 2**31:
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values), mask=mask)
+    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask)

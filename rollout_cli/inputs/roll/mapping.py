@@ -106,9 +106,17 @@ def _ids(np, non_tensor: dict, rows: int) -> dict[str, list[str]]:
     return out
 
 
-def batch_samples(np, proto: Any) -> list[dict | Bad]:
-    """The samples of one DataProto's rows, in row order: a row that cannot be mapped is its Bad
-    (with `.row`); a batch that cannot be read at all raises Bad."""
+class Plan:
+    """A batch checked and laid out in whole-batch arrays: row i's tokens are the first n[i]
+    of input_ids, its response starts at p0[i]; `bad` maps a row that cannot be mapped to its
+    Bad (`.row` set)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def plan(np, proto: Any) -> Plan:
+    """The DataProto checked (a batch that cannot be read at all raises Bad) and laid out."""
     if not hasattr(proto, "get"):
         raise Bad(None, f"expected ROLL's DataProto, got {type(proto).__name__}")
     t, rows, cols = _tensors(np, proto.get("batch"))
@@ -121,50 +129,96 @@ def batch_samples(np, proto: Any) -> list[dict | Bad]:
             meta_cols.append((name, v))
     groups: dict[str, int] = {}
     rollouts: dict[str, int] = {}
-    ids_, am_, rm_, sc_ = t["input_ids"], t["attention_mask"], t["response_mask"], t["scores"]
-    lp_ = t.get("infer_logprobs")
-    out: list = []
-    for b in range(rows):
-        gid = groups.setdefault(ids["traj_group_id"][b], len(groups))
-        rid = rollouts.setdefault(ids["traj_id"][b], len(rollouts))
-        try:
-            out.append(_row(np, b, ids_[b], am_[b], rm_[b], sc_[b], None if lp_ is None else lp_[b], gid, rid, meta_cols))
-        except Bad as e:
-            e.row = b
-            out.append(e)
-    return out
-
-
-def _row(np, b, ids, am, rm, sc, lp, gid, rid, meta_cols) -> dict:
+    gid = [groups.setdefault(g, len(groups)) for g in ids["traj_group_id"]]
+    rid = [rollouts.setdefault(r, len(rollouts)) for r in ids["traj_id"]]
+    tok, am, rm, sc = t["input_ids"], t["attention_mask"], t["response_mask"], t["scores"]
     real = am != 0
-    n = int(real.sum())
-    if not real[:n].all():
-        raise Bad("attention_mask", "expected 1 on the real tokens then 0 (right padding)")
-    if (rm[n:] != 0).any():
-        raise Bad("response_mask", f"expected 0 past the {n} real tokens (attention_mask)")
-    if not np.isin(rm, (0, 1)).all():
-        raise Bad("response_mask", "expected 0/1 values")
-    tokens = ids[:n].astype(np.int64)
-    if n and (int(tokens.min()) < 0 or int(tokens.max()) > _INT32_MAX):
-        raise Bad("input_ids", f"expected token ids in [0, {_INT32_MAX}]")
-    mask = rm[:n].astype(np.int64)
-    hits = np.flatnonzero(mask)
-    p0 = int(hits[0]) if len(hits) else n
-    reward = float(np.sum(sc, dtype=np.float64))
-    if not np.isfinite(reward):
-        raise Bad("scores", f"expected finite scores, got a sum of {reward}")
-    s = {"group_index": gid, "rollout_id": rid, "tokens": tokens, "response_length": n - p0,
-         "loss_mask": mask[p0:], "reward": reward, "status": "completed"}
-    if lp is not None:
-        # infer_logprobs[j-1] is token j's: token 0 has none (0.0, as ROLL pads the prompt)
-        s["rollout_log_probs"] = np.concatenate([np.zeros(1), lp.astype(np.float64)])[p0:n] if n else np.zeros(0)
+    n = np.count_nonzero(real, axis=1)
+    within = np.arange(cols)[None, :] < n[:, None]
+    resp = (rm != 0) & within
+    p0 = np.where(resp.any(axis=1), resp.argmax(axis=1), n)
+    reward = sc.sum(axis=1, dtype=np.float64)
+    # a row's first failing check, in this order, is its Bad
+    checks = (
+        ((real != within).any(axis=1), lambda i: Bad("attention_mask", "expected 1 on the real tokens then 0 (right padding)", i)),
+        (((rm != 0) & ~within).any(axis=1), lambda i: Bad("response_mask", f"expected 0 past the {int(n[i])} real tokens (attention_mask)", i)),
+        (~((rm == 0) | (rm == 1)).all(axis=1), lambda i: Bad("response_mask", "expected 0/1 values", i)),
+        ((((tok < 0) | (tok > _INT32_MAX)) & within).any(axis=1), lambda i: Bad("input_ids", f"expected token ids in [0, {_INT32_MAX}]", i)),
+        (~np.isfinite(reward), lambda i: Bad("scores", f"expected finite scores, got a sum of {float(reward[i])}", i)),
+    )
+    bad: dict = {}
+    for failed, why in checks:
+        for i in np.flatnonzero(failed).tolist():
+            if i not in bad:
+                bad[i] = why(i)
+    return Plan(rows=rows, gid=gid, rid=rid, tokens=tok, rm=rm, lp=t.get("infer_logprobs"), n=n, p0=p0,
+                reward=reward, meta_cols=meta_cols, bad=bad)
+
+
+def _metadata(np, p: Plan, b: int) -> dict:
     md = {}
-    for name, col in meta_cols:
+    for name, col in p.meta_cols:
         v = _plain(np, col[b])
         if v is not None:
             md[name] = v
-    if md:
-        s["metadata"] = md
-    if isinstance(md.get("tag"), str) and md["tag"]:
-        s["source"] = md["tag"]  # the env's tag (its type): the sample's source
-    return s
+    return md
+
+
+def columns(np, p: Plan, a: int, b: int) -> dict:
+    """Rows a..b-1 as the reader contract's columns (inputs/base.py; a Bad row's entries null):
+    each list field one Arrow list array cut from the 2-D tensors in whole-batch numpy."""
+    from ..columns import spans
+
+    valid = np.array([i not in p.bad for i in range(a, b)], dtype=bool)
+    if not valid.any():
+        return {}
+    ok = valid.tolist()
+    n, p0 = p.n[a:b], p.p0[a:b]
+
+    def col(values):
+        return [v if k else None for v, k in zip(values, ok)]
+
+    out = {"group_index": col(p.gid[a:b]), "rollout_id": col(p.rid[a:b]),
+           "tokens": spans(p.tokens[a:b], np.zeros_like(n), n, np.int64, valid),
+           "response_length": col((n - p0).tolist()),
+           "loss_mask": spans(p.rm[a:b], p0, n - p0, np.int64, valid),
+           "reward": col(p.reward[a:b].tolist()), "status": col(["completed"] * (b - a))}
+    if p.lp is not None:
+        # infer_logprobs[j-1] is token j's: token 0 has none (0.0, as ROLL pads the prompt)
+        lp = p.lp[a:b]
+        if ((p0 == 0) & (n > 0) & valid).any():
+            out["rollout_log_probs"] = spans(np.concatenate([np.zeros((b - a, 1), lp.dtype), lp], axis=1),
+                                             p0, n - p0, np.float64, valid)
+        else:
+            out["rollout_log_probs"] = spans(lp, p0 - 1, n - p0, np.float64, valid)
+    mds = [_metadata(np, p, i) if k else {} for i, k in zip(range(a, b), ok)]
+    if any(mds):
+        out["metadata"] = [md or None for md in mds]
+    sources = [md["tag"] if isinstance(md.get("tag"), str) and md["tag"] else None for md in mds]
+    if any(x is not None for x in sources):
+        out["source"] = sources  # the env's tag (its type): the sample's source
+    return out
+
+
+def batch_samples(np, proto: Any) -> list[dict | Bad]:
+    """The samples of one DataProto's rows, in row order: a row that cannot be mapped is its Bad
+    (with `.row`); a batch that cannot be read at all raises Bad."""
+    p = plan(np, proto)
+    out: list = []
+    for b in range(p.rows):
+        if b in p.bad:
+            out.append(p.bad[b])
+            continue
+        n, p0 = int(p.n[b]), int(p.p0[b])
+        s = {"group_index": p.gid[b], "rollout_id": p.rid[b], "tokens": p.tokens[b, :n].astype(np.int64),
+             "response_length": n - p0, "loss_mask": p.rm[b, p0:n].astype(np.int64),
+             "reward": float(p.reward[b]), "status": "completed"}
+        if p.lp is not None:
+            s["rollout_log_probs"] = np.concatenate([np.zeros(1), p.lp[b].astype(np.float64)])[p0:n] if n else np.zeros(0)
+        md = _metadata(np, p, b)
+        if md:
+            s["metadata"] = md
+        if isinstance(md.get("tag"), str) and md["tag"]:
+            s["source"] = md["tag"]  # the env's tag (its type): the sample's source
+        out.append(s)
+    return out

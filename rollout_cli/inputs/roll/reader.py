@@ -1,7 +1,8 @@
 """Reading ROLL's rollout mock dumps: the pickled `DataProto` loaded as plain data by the
 restricted unpickler (inputs/pickled: no pickle code runs, ROLL, torch and tensordict need not
 be installed; only `--trust-pickle` runs a global off its list), its rows mapped onto samples by
-mapping.py. One file is one step, read whole.
+mapping.py. One file is one step, read whole; each chunk in columnar form cut from the
+batch's tensors (mapping.columns).
 """
 from __future__ import annotations
 
@@ -24,20 +25,18 @@ def read(inp, request, info) -> Iterator:
 
     from ...core.errors import InvalidInputError, Location, Problem
     from ..base import RawChunk
-    from ..columns import columnar
-    from .mapping import Bad, batch_samples
+    from .mapping import Bad, columns, plan
 
     display = inp.display
     proto = load(inp.path, display, request.trust_pickle)
     try:
-        samples = batch_samples(np, proto)
+        p = plan(np, proto)
     except Bad as e:
         raise InvalidInputError(f"{display}: {e.field}: {e.message}" if e.field else f"{display}: {e.message}") from None
     del proto
     size = request.chunk_records or CHUNK_ROWS
-    for a in range(0, len(samples), size):
-        part = samples[a:a + size]
-        problems = {i: Problem(Location(display, "row", a + i), s.field, s.message, "roll.row")
-                    for i, s in enumerate(part) if isinstance(s, Bad)}
-        records = [None if isinstance(s, Bad) else s for s in part]
-        yield columnar(RawChunk(display, "row", list(range(a, a + len(part))), records, problems))
+    for a in range(0, p.rows, size):
+        b = min(a + size, p.rows)
+        problems = {i - a: Problem(Location(display, "row", i), s.field, s.message, "roll.row")
+                    for i, s in sorted(p.bad.items()) if a <= i < b}
+        yield RawChunk(display, "row", list(range(a, b)), None, problems, columns(np, p, a, b))

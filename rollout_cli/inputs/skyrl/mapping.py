@@ -25,7 +25,7 @@ SkyRL records no status: `completed`.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -85,14 +85,33 @@ def trailing_blocks(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row of a [rows, width] 0/1 mask: the count of ones, and whether the row is that
     many ones at its end after zeros (anything else, another value among them, is not)."""
     n = np.count_nonzero(mask, axis=1)
-    cols = np.arange(mask.shape[1])
-    ok = (mask == (cols[None, :] >= (mask.shape[1] - n)[:, None])).all(axis=1)
+    if mask.shape[1] == 0:
+        return n, np.ones(len(mask), dtype=bool)
+    # 0s then 1s: never decreasing, from at least 0 to at most 1 (and no fraction between)
+    ok = (mask[:, 1:] >= mask[:, :-1]).all(axis=1) & (mask[:, 0] >= 0) & (mask[:, -1] <= 1)
+    if mask.dtype.kind not in "biu":
+        ok &= ((mask == 0) | (mask == 1)).all(axis=1)
     return n, ok
 
 
-def samples(state: Any) -> tuple[list, list[str]]:
-    """The batch's rows as sample dicts (a row that cannot be mapped is its Bad instead), and
-    what is worth saying about the batch. Raises Bad for what is wrong with the whole batch."""
+class Plan(NamedTuple):
+    """The checked batch, row by row in whole-batch arrays: the first `real` rows are samples,
+    row i's tokens the trailing n[i] of sequences, its response the trailing r[i] of the
+    response width; `bad` maps a row that cannot be mapped to its Bad."""
+
+    real: int
+    group: np.ndarray
+    seq: np.ndarray
+    loss: np.ndarray
+    lp: np.ndarray | None
+    n: np.ndarray
+    r: np.ndarray
+    bad: dict
+
+
+def plan(state: Any) -> tuple[Plan, list[str]]:
+    """The batch checked and laid out (see Plan), and what is worth saying about the batch.
+    Raises Bad for what is wrong with the whole batch."""
     if not isinstance(state, dict) or not isinstance(state.get("batch_dict"), dict):
         got = f"keys {sorted(map(str, state))[:6]}" if isinstance(state, dict) else _kind(state)
         raise Bad("batch_dict", f"expected a SkyRL TensorBatch's state {{batch_dict, batch_size, device, metadata}}, got {got}")
@@ -138,25 +157,67 @@ def samples(state: Any) -> tuple[list, list[str]]:
     r, resp_ok = trailing_blocks(resp)
     on_response = np.arange(rwidth)[None, :] >= (rwidth - r)[:, None]
     loss_bad = on_response & (loss != 0) & (loss != 1)
+    # a row's first failing check, in this order, is its Bad
+    checks = (
+        (~att_ok, lambda i: Bad("attention_mask", "expected left padding: 0s, then the real tokens' 1s", i)),
+        (~resp_ok, lambda i: Bad("response_mask", "expected a right-aligned response: 0s, then the response's 1s", i)),
+        ((r == 0) | (r > n), lambda i: Bad("response_mask", f"expected a response of 1 to {int(n[i])} tokens (the row's real tokens), got {int(r[i])}", i)),
+        (loss_bad.any(axis=1), lambda i: Bad("loss_mask", f"expected 0/1 on the response, got {loss[i][loss_bad[i]][0].item()!r}", i)),
+    )
+    bad: dict = {}
+    for failed, why in checks:
+        for i in np.flatnonzero(failed).tolist():
+            if i not in bad:
+                bad[i] = why(i)
+    return Plan(real, group, seq[:real], loss, None if lp is None else lp[:real], n, r, bad), notes
+
+
+def columns(p: Plan, a: int, b: int) -> dict:
+    """Rows a..b-1 as the reader contract's columns (inputs/base.py; a Bad row's entries null):
+    each list field one Arrow list array cut from the 2-D tensors in whole-batch numpy."""
+    from ..columns import spans
+
+    valid = np.ones(b - a, dtype=bool)
+    for i in p.bad:
+        if a <= i < b:
+            valid[i - a] = False
+    if not valid.any():
+        return {}
+    ids = [i if ok else None for i, ok in zip(range(a, b), valid.tolist())]
+    n, r = p.n[a:b], p.r[a:b]
+    width, rwidth = p.seq.shape[1], p.loss.shape[1]
+    out = {
+        "rollout_id": ids, "index": ids,
+        "group_index": [g if ok else None for g, ok in zip(p.group[a:b].tolist(), valid.tolist())],
+        "tokens": spans(p.seq[a:b], width - n, n, np.int64, valid),
+        "response_length": [x if ok else None for x, ok in zip(r.tolist(), valid.tolist())],
+        "loss_mask": spans(p.loss[a:b], rwidth - r, r, np.int64, valid),
+        "reward": [None] * (b - a),
+        "status": [STATUS if ok else None for ok in valid.tolist()],
+    }
+    if p.lp is not None:
+        out["rollout_log_probs"] = spans(p.lp[a:b], rwidth - r, r, np.float64, valid)
+    return out
+
+
+def samples(state: Any) -> tuple[list, list[str]]:
+    """The batch's rows as sample dicts (a row that cannot be mapped is its Bad instead), and
+    what is worth saying about the batch. Raises Bad for what is wrong with the whole batch."""
+    p, notes = plan(state)
+    width, rwidth = p.seq.shape[1], p.loss.shape[1]
     out: list = []
-    for i in range(real):
-        ni, ri = int(n[i]), int(r[i])
-        if not att_ok[i]:
-            out.append(Bad("attention_mask", "expected left padding: 0s, then the real tokens' 1s", i))
-        elif not resp_ok[i]:
-            out.append(Bad("response_mask", "expected a right-aligned response: 0s, then the response's 1s", i))
-        elif ri == 0 or ri > ni:
-            out.append(Bad("response_mask", f"expected a response of 1 to {ni} tokens (the row's real tokens), got {ri}", i))
-        elif loss_bad[i].any():
-            out.append(Bad("loss_mask", f"expected 0/1 on the response, got {loss[i][loss_bad[i]][0].item()!r}", i))
-        else:
-            s = {
-                "rollout_id": i, "index": i, "group_index": int(group[i]),
-                "tokens": seq[i, width - ni:].astype(np.int64, copy=False),
-                "response_length": ri, "loss_mask": loss[i, rwidth - ri:].astype(np.int64),
-                "reward": None, "status": STATUS,
-            }
-            if lp is not None:
-                s["rollout_log_probs"] = lp[i, rwidth - ri:].astype(np.float64)
-            out.append(s)
+    for i in range(p.real):
+        if i in p.bad:
+            out.append(p.bad[i])
+            continue
+        ni, ri = int(p.n[i]), int(p.r[i])
+        s = {
+            "rollout_id": i, "index": i, "group_index": int(p.group[i]),
+            "tokens": p.seq[i, width - ni:].astype(np.int64, copy=False),
+            "response_length": ri, "loss_mask": p.loss[i, rwidth - ri:].astype(np.int64),
+            "reward": None, "status": STATUS,
+        }
+        if p.lp is not None:
+            s["rollout_log_probs"] = p.lp[i, rwidth - ri:].astype(np.float64)
+        out.append(s)
     return out, notes

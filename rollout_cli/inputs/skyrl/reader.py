@@ -1,13 +1,13 @@
 """Read a SkyRL training-batch dump: the restricted unpickler (inputs/pickled) gives the
 batch as plain data, mapping.py its rows as slime samples; rows handed on in chunks, each
-numbered by its row in the batch (0-based)."""
+numbered by its row in the batch (0-based), each chunk in columnar form cut from the
+batch's tensors (mapping.columns)."""
 from __future__ import annotations
 
 from typing import Iterator
 
 from ...core.errors import InvalidInputError, Location, Problem
 from ..base import RawChunk
-from ..columns import columnar
 from . import mapping
 
 CLASSES = tuple(f"skyrl.backends.skyrl_train.training_batch.{n}" for n in ("TrainingInputBatch", "TensorBatch"))
@@ -35,17 +35,14 @@ def read(inp, request, info) -> Iterator[RawChunk]:
     """The registry's entry: the batch's rows, `CHUNK_ROWS` (or request.chunk_records) at a time."""
     state = batch_state(load(inp.path, inp.display, request.trust_pickle), inp.display)
     try:
-        rows, notes = mapping.samples(state)
+        plan, notes = mapping.plan(state)
     except mapping.Bad as e:
         raise InvalidInputError(f"{inp.display}: {e.field}: {e.message}") from None
+    del state
     info.notes.extend(f"{inp.display}: {n}" for n in notes)
     size = request.chunk_records or CHUNK_ROWS
-    for a in range(0, len(rows), size):
-        records, problems = [], {}
-        for k, r in enumerate(rows[a:a + size]):
-            if isinstance(r, mapping.Bad):
-                problems[k] = Problem(Location(inp.display, "row", a + k), r.field, r.message, "skyrl.row")
-                records.append(None)
-            else:
-                records.append(r)
-        yield columnar(RawChunk(inp.display, "row", list(range(a, a + len(records))), records, problems))
+    for a in range(0, plan.real, size):
+        b = min(a + size, plan.real)
+        problems = {i - a: Problem(Location(inp.display, "row", i), r.field, r.message, "skyrl.row")
+                    for i, r in sorted(plan.bad.items()) if a <= i < b}
+        yield RawChunk(inp.display, "row", list(range(a, b)), None, problems, mapping.columns(plan, a, b))

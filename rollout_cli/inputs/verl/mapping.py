@@ -26,7 +26,7 @@ verl's own clip-ratio metric counts), any other `completed`.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -96,10 +96,27 @@ def _versions(non_tensor: dict, i: int) -> list[str] | None:
     return [str(a)] if a == b else [str(a), str(b)]
 
 
-def samples(tensors: Any, non_tensor: Any, n: int | None) -> list:
-    """The batch's rows as sample dicts (a row that cannot be mapped is its Bad instead).
-    `tensors` is the TensorDict's {key: array}, `non_tensor` the non-tensor batch's {key: array}
-    and `n` the rollouts per prompt from the folder's name. Raises Bad for the whole batch."""
+class Plan(NamedTuple):
+    """The checked batch in whole-batch arrays: row i's tokens are the trailing p[i] of its
+    prompt then the leading r[i] of its response; `bad` maps a row that cannot be mapped to its
+    Bad, `versions` a row to its weight versions (None: not recorded)."""
+
+    prompts: np.ndarray
+    responses: np.ndarray
+    rmask: np.ndarray
+    lp: np.ndarray | None
+    reward: np.ndarray | None
+    group: np.ndarray
+    p: np.ndarray
+    r: np.ndarray
+    bad: dict
+    versions: list
+
+
+def plan(tensors: Any, non_tensor: Any, n: int | None) -> Plan:
+    """The batch checked and laid out (see Plan). `tensors` is the TensorDict's {key: array},
+    `non_tensor` the non-tensor batch's {key: array} and `n` the rollouts per prompt from the
+    folder's name. Raises Bad for the whole batch."""
     if not isinstance(tensors, dict):
         raise Bad("batch", f"expected the DataProto's TensorDict of tensors, got {_kind(tensors)}")
     if not isinstance(non_tensor, dict):
@@ -138,36 +155,83 @@ def samples(tensors: Any, non_tensor: Any, n: int | None) -> list:
     r, resp_ok = _blocks(am[:, pw:], trailing=False)
     on_response = np.arange(rw)[None, :] < r[:, None]
     mask_bad = on_response & (rmask != 0) & (rmask != 1)
-    out: list = []
+    # a row's first failing check, in this order, is its Bad
+    checks = (
+        (~prompt_ok, lambda i: Bad("attention_mask", "expected a left-padded prompt: 0s, then the prompt's 1s", i)),
+        (~resp_ok, lambda i: Bad("attention_mask", "expected a right-padded response: the response's 1s, then 0s", i)),
+        (r == 0, lambda i: Bad("attention_mask", "expected a response of at least one token, got none", i)),
+        (mask_bad.any(axis=1), lambda i: Bad("response_mask", f"expected 0/1, got {rmask[i][mask_bad[i]][0].item()!r}", i)),
+    )
+    bad: dict = {}
+    for failed, why in checks:
+        for i in np.flatnonzero(failed).tolist():
+            if i not in bad:
+                bad[i] = why(i)
+    versions: list = [None] * rows
     for i in range(rows):
-        pi, ri = int(p[i]), int(r[i])
-        if not prompt_ok[i]:
-            out.append(Bad("attention_mask", "expected a left-padded prompt: 0s, then the prompt's 1s", i))
+        if i not in bad:
+            try:
+                versions[i] = _versions(non_tensor, i)
+            except Bad as e:
+                bad[i] = e
+    reward = None if scores is None else scores.sum(axis=1, dtype=np.float64)
+    return Plan(prompts, responses, rmask, lp, reward, group, p, r, bad, versions)
+
+
+def columns(pl: Plan, a: int, b: int) -> dict:
+    """Rows a..b-1 as the reader contract's columns (inputs/base.py; a Bad row's entries null):
+    each list field one Arrow list array cut from the 2-D tensors in whole-batch numpy."""
+    from ..columns import spans
+
+    valid = np.array([i not in pl.bad for i in range(a, b)], dtype=bool)
+    if not valid.any():
+        return {}
+    ok = valid.tolist()
+    p, r = pl.p[a:b], pl.r[a:b]
+    pw, rw = pl.prompts.shape[1], pl.responses.shape[1]
+
+    def col(values):
+        return [v if k else None for v, k in zip(values, ok)]
+
+    ids = col(range(a, b))
+    # the prompt's trailing tokens and the response's leading ones are one span of the two side by side
+    both = np.concatenate([pl.prompts[a:b], pl.responses[a:b]], axis=1)
+    out = {
+        "rollout_id": ids, "index": ids, "group_index": col(pl.group[a:b].tolist()),
+        "tokens": spans(both, pw - p, p + r, np.int64, valid),
+        "response_length": col(r.tolist()), "loss_mask": spans(pl.rmask[a:b], np.zeros_like(r), r, np.int64, valid),
+        "reward": [None] * (b - a) if pl.reward is None else col(pl.reward[a:b].tolist()),
+        "status": col([TRUNCATED if x == rw else STATUS for x in r.tolist()]),
+    }
+    if pl.lp is not None:
+        out["rollout_log_probs"] = spans(pl.lp[a:b], np.zeros_like(r), r, np.float64, valid)
+    versions = pl.versions[a:b]
+    if any(v is not None for v in versions):
+        out["weight_versions"] = versions
+    return out
+
+
+def samples(tensors: Any, non_tensor: Any, n: int | None) -> list:
+    """The batch's rows as sample dicts (a row that cannot be mapped is its Bad instead); the
+    arguments as plan's. Raises Bad for the whole batch."""
+    pl = plan(tensors, non_tensor, n)
+    pw, rw = pl.prompts.shape[1], pl.responses.shape[1]
+    out: list = []
+    for i in range(len(pl.p)):
+        if i in pl.bad:
+            out.append(pl.bad[i])
             continue
-        if not resp_ok[i]:
-            out.append(Bad("attention_mask", "expected a right-padded response: the response's 1s, then 0s", i))
-            continue
-        if ri == 0:
-            out.append(Bad("attention_mask", "expected a response of at least one token, got none", i))
-            continue
-        if mask_bad[i].any():
-            out.append(Bad("response_mask", f"expected 0/1, got {rmask[i][mask_bad[i]][0].item()!r}", i))
-            continue
-        try:
-            versions = _versions(non_tensor, i)
-        except Bad as e:
-            out.append(e)
-            continue
+        pi, ri = int(pl.p[i]), int(pl.r[i])
         s = {
-            "rollout_id": i, "index": i, "group_index": int(group[i]),
-            "tokens": np.concatenate([prompts[i, pw - pi:], responses[i, :ri]]).astype(np.int64, copy=False),
-            "response_length": ri, "loss_mask": rmask[i, :ri].astype(np.int64),
-            "reward": None if scores is None else float(scores[i].sum(dtype=np.float64)),
+            "rollout_id": i, "index": i, "group_index": int(pl.group[i]),
+            "tokens": np.concatenate([pl.prompts[i, pw - pi:], pl.responses[i, :ri]]).astype(np.int64, copy=False),
+            "response_length": ri, "loss_mask": pl.rmask[i, :ri].astype(np.int64),
+            "reward": None if pl.reward is None else float(pl.reward[i]),
             "status": TRUNCATED if ri == rw else STATUS,
         }
-        if lp is not None:
-            s["rollout_log_probs"] = lp[i, :ri].astype(np.float64)
-        if versions is not None:
-            s["weight_versions"] = versions
+        if pl.lp is not None:
+            s["rollout_log_probs"] = pl.lp[i, :ri].astype(np.float64)
+        if pl.versions[i] is not None:
+            s["weight_versions"] = pl.versions[i]
         out.append(s)
     return out

@@ -7,7 +7,6 @@ from typing import Iterator
 
 from ...core.errors import InvalidInputError, Location, Problem
 from ..base import RawChunk
-from ..columns import columnar
 from . import detect, mapping
 
 CLASS = "verl.protocol.DataProto"
@@ -32,18 +31,16 @@ def read(inp, request, info) -> Iterator[RawChunk]:
     if obj.get("batch") is None:
         raise InvalidInputError(f"{inp.display}: batch: the DataProto holds no tensors")
     try:
-        rows = mapping.samples(dict(obj["batch"]), obj.get("non_tensor_batch") or {},
-                               detect.rollouts_per_prompt(inp.path))
+        plan = mapping.plan(dict(obj["batch"]), obj.get("non_tensor_batch") or {},
+                            detect.rollouts_per_prompt(inp.path))
     except mapping.Bad as e:
         where = f"{inp.display}:row {e.row}" if e.row is not None else inp.display
         raise InvalidInputError(f"{where}: {e.field}: {e.message}") from None
+    del obj
     size = request.chunk_records or CHUNK_ROWS
-    for a in range(0, len(rows), size):
-        records, problems = [], {}
-        for k, r in enumerate(rows[a:a + size]):
-            if isinstance(r, mapping.Bad):
-                problems[k] = Problem(Location(inp.display, "row", a + k), r.field, r.message, "verl.row")
-                records.append(None)
-            else:
-                records.append(r)
-        yield columnar(RawChunk(inp.display, "row", list(range(a, a + len(records))), records, problems))
+    rows = len(plan.p)
+    for a in range(0, rows, size):
+        b = min(a + size, rows)
+        problems = {i - a: Problem(Location(inp.display, "row", i), r.field, r.message, "verl.row")
+                    for i, r in sorted(plan.bad.items()) if a <= i < b}
+        yield RawChunk(inp.display, "row", list(range(a, b)), None, problems, mapping.columns(plan, a, b))

@@ -110,3 +110,39 @@ def test_a_batch_not_of_the_agentic_layout_is_named_by_field(change, field, mess
     with pytest.raises(Bad) as e:
         batch_samples(np, p)
     assert e.value.field == field and message in e.value.message
+
+
+def _odd_rows():
+    """Rows for every branch of the columnar cut: a response from token 0 (the shifted
+    log-probs' missing first entry), no response, out-of-range ids, a 2 in the response mask."""
+    first = {"segments": [(True, [5, 6, 7], [-0.5, -0.25, -0.75])], "score": 2.0, "group": "g1", "traj": "g1_0"}
+    none = {"segments": [(False, [5, 6], [0.0, 0.0])], "score": 0.5, "group": "g1", "traj": "g1_1"}
+    p = proto([two_turns(), first, none, two_turns("g2", "g2_0"), two_turns("g2", "g2_1"), two_turns("g2", "g2_2")])
+    p["batch"]["input_ids"][3, 1] = -4
+    rm = p["batch"]["response_mask"].astype(np.int64)
+    rm[4, 4] = 2
+    p["batch"]["response_mask"] = rm
+    return p
+
+
+@pytest.mark.parametrize("logprobs", [True, False])
+@pytest.mark.parametrize("size", [1, 2, 4])
+def test_the_reader_s_columns_are_the_sample_dicts_columns(size, logprobs):
+    from rollout_cli.inputs.base import RawChunk
+    from rollout_cli.inputs.columns import columnar
+    from rollout_cli.inputs.roll.mapping import columns, plan
+
+    p = _odd_rows()
+    if not logprobs:
+        del p["batch"]["infer_logprobs"]
+    rows = batch_samples(np, p)
+    assert [type(r).__name__ for r in rows] == ["dict", "dict", "dict", "Bad", "Bad", "dict"]
+    assert rows[1]["rollout_log_probs"].tolist()[1:] == [-0.25, -0.75] if logprobs else True
+    pl = plan(np, p)
+    for a in range(0, len(rows), size):
+        b = min(a + size, len(rows))
+        part = [None if isinstance(r, Bad) else r for r in rows[a:b]]
+        want, got = columnar(RawChunk("f", "row", list(range(a, b)), part)).columns, columns(np, pl, a, b)
+        assert list(got) == list(want)
+        for k in want:
+            assert (got[k].equals(want[k]) and got[k].type == want[k].type) if hasattr(want[k], "equals") else got[k] == want[k], k

@@ -111,3 +111,26 @@ def test_a_batch_that_is_not_skyrl_s():
         mapping.samples(st)
     with pytest.raises(mapping.Bad, match="batch_dict: expected a SkyRL TensorBatch's state"):
         mapping.samples({"rows": []})
+
+
+def _as_columns(rows, a, b):
+    """The reference: rows a..b-1's sample dicts put in columnar form one by one."""
+    from rollout_cli.inputs.base import RawChunk
+    from rollout_cli.inputs.columns import columnar
+
+    part = [None if isinstance(r, mapping.Bad) else r for r in rows[a:b]]
+    return columnar(RawChunk("f", "row", list(range(a, b)), part)).columns
+
+
+@pytest.mark.parametrize("kind", ["good", "attention", "response", "loss", "long_response"])
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_the_reader_s_columns_are_the_sample_dicts_columns(kind, size):
+    st = state(*gen.layout(GROUPS)) if kind == "good" else _broken(kind)
+    rows, _ = mapping.samples(st)
+    plan, _ = mapping.plan(st)
+    for a in range(0, len(rows), size):
+        b = min(a + size, len(rows))
+        want, got = _as_columns(rows, a, b), mapping.columns(plan, a, b)
+        assert list(got) == list(want)
+        for k in want:
+            assert (got[k].equals(want[k]) and got[k].type == want[k].type) if hasattr(want[k], "equals") else got[k] == want[k], k

@@ -104,3 +104,31 @@ def test_a_bad_batch_names_its_field(change, field, words):
     with pytest.raises(mapping.Bad) as e:
         mapping.samples(tensors, non_tensor, 2)
     assert e.value.field == field and words in e.value.message, e.value
+
+
+@pytest.mark.parametrize("kind", ["good", "prompt_hole", "mask", "version", "no_versions"])
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_the_reader_s_columns_are_the_sample_dicts_columns(kind, size):
+    from rollout_cli.inputs.base import RawChunk
+    from rollout_cli.inputs.columns import columnar
+
+    tensors, non_tensor, _ = gen.layout(GROUPS, P, R, step=3)
+    if kind == "prompt_hole":
+        tensors["attention_mask"][1, P - 2] = 0
+    elif kind == "mask":
+        tensors["response_mask"][3, 0] = 2
+    elif kind == "version":
+        non_tensor["min_global_steps"][0] = "two"
+    elif kind == "no_versions":
+        for k in ("global_steps", "min_global_steps", "max_global_steps"):
+            non_tensor.pop(k, None)
+    rows = mapping.samples(tensors, non_tensor, 2)
+    assert any(r["status"] == "truncated" for r in rows if isinstance(r, dict))  # a response filling the width
+    plan = mapping.plan(tensors, non_tensor, 2)
+    for a in range(0, len(rows), size):
+        b = min(a + size, len(rows))
+        part = [None if isinstance(r, mapping.Bad) else r for r in rows[a:b]]
+        want, got = columnar(RawChunk("f", "row", list(range(a, b)), part)).columns, mapping.columns(plan, a, b)
+        assert list(got) == list(want)
+        for k in want:
+            assert (got[k].equals(want[k]) and got[k].type == want[k].type) if hasattr(want[k], "equals") else got[k] == want[k], k
