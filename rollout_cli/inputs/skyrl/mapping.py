@@ -191,12 +191,14 @@ def columns(p: Plan, a: int, b: int) -> dict:
         "group_index": [g if ok else None for g, ok in zip(p.group[a:b].tolist(), valid.tolist())],
         "tokens": spans(p.seq[a:b], width - n, n, np.int64, valid),
         "response_length": [x if ok else None for x, ok in zip(r.tolist(), valid.tolist())],
-        "loss_mask": spans(p.loss[a:b], rwidth - r, r, np.int64, valid),
+        "loss_mask": spans(p.loss[a:b], rwidth - r, r, np.uint8, valid),  # 0/1, checked by plan()
         "reward": [None] * (b - a),
         "status": [STATUS if ok else None for ok in valid.tolist()],
     }
     if p.lp is not None:
-        out["rollout_log_probs"] = spans(p.lp[a:b], rwidth - r, r, np.float64, valid)
+        # kept float32 when the dump is: validation reads log-probs as float32 either way
+        lp_type = np.float32 if p.lp.dtype == np.float32 else np.float64
+        out["rollout_log_probs"] = spans(p.lp[a:b], rwidth - r, r, lp_type, valid)
     return out
 
 
