@@ -181,16 +181,18 @@ def columns(np, p: Plan, a: int, b: int) -> dict:
     out = {"group_index": col(p.gid[a:b]), "rollout_id": col(p.rid[a:b]),
            "tokens": spans(p.tokens[a:b], np.zeros_like(n), n, np.int64, valid),
            "response_length": col((n - p0).tolist()),
-           "loss_mask": spans(p.rm[a:b], p0, n - p0, np.int64, valid),
+           "loss_mask": spans(p.rm[a:b], p0, n - p0, np.uint8, valid),  # 0/1, checked by plan()
            "reward": col(p.reward[a:b].tolist()), "status": col(["completed"] * (b - a))}
     if p.lp is not None:
         # infer_logprobs[j-1] is token j's: token 0 has none (0.0, as ROLL pads the prompt)
         lp = p.lp[a:b]
+        # kept float32 when the dump is: validation reads log-probs as float32 either way
+        lp_type = np.float32 if lp.dtype == np.float32 else np.float64
         if ((p0 == 0) & (n > 0) & valid).any():
             out["rollout_log_probs"] = spans(np.concatenate([np.zeros((b - a, 1), lp.dtype), lp], axis=1),
-                                             p0, n - p0, np.float64, valid)
+                                             p0, n - p0, lp_type, valid)
         else:
-            out["rollout_log_probs"] = spans(lp, p0 - 1, n - p0, np.float64, valid)
+            out["rollout_log_probs"] = spans(lp, p0 - 1, n - p0, lp_type, valid)
     mds = [_metadata(np, p, i) if k else {} for i, k in zip(range(a, b), ok)]
     if any(mds):
         out["metadata"] = [md or None for md in mds]

@@ -199,12 +199,12 @@ def columns(pl: Plan, a: int, b: int) -> dict:
     out = {
         "rollout_id": ids, "index": ids, "group_index": col(pl.group[a:b].tolist()),
         "tokens": spans(both, pw - p, p + r, np.int64, valid),
-        "response_length": col(r.tolist()), "loss_mask": spans(pl.rmask[a:b], np.zeros_like(r), r, np.int64, valid),
+        "response_length": col(r.tolist()), "loss_mask": spans(pl.rmask[a:b], np.zeros_like(r), r, np.uint8, valid),
         "reward": [None] * (b - a) if pl.reward is None else col(pl.reward[a:b].tolist()),
         "status": col([TRUNCATED if x == rw else STATUS for x in r.tolist()]),
     }
     if pl.lp is not None:
-        out["rollout_log_probs"] = spans(pl.lp[a:b], np.zeros_like(r), r, np.float64, valid)
+        out["rollout_log_probs"] = spans(pl.lp[a:b], np.zeros_like(r), r, np.float32 if pl.lp.dtype == np.float32 else np.float64, valid)
     versions = pl.versions[a:b]
     if any(v is not None for v in versions):
         out["weight_versions"] = versions
