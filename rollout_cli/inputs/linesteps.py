@@ -116,3 +116,49 @@ def _spans(data: bytes) -> Iterator[tuple[int, int]]:
             return
         yield pos, nl
         pos = nl + 1
+
+
+def read_chunks(inp, request, info, samples_of: Callable[[object], list], bad: type, rule: str) -> Iterator:
+    """The reader loop of a format whose units are a step's lines (`lines(inp)`): each line parsed
+    (NaN and Infinity allowed, inputs/jsonl/lenient.py) and mapped by `samples_of(obj)` to its
+    samples, which raises `bad` (an exception with `field` and `message`) for a line it cannot map; that line
+    becomes one record holding its problem, under rule `rule`. Records keep their own file and
+    line; a chunk never spans two files."""
+    import orjson
+
+    from ..core.errors import Location, Problem
+    from .base import RawChunk, line_json_error
+    from .columns import columnar
+    from .jsonl.lenient import loads
+    from .jsonl.reader import CHUNK_BYTES, CHUNK_RECORDS
+
+    chunk_records = request.chunk_records or CHUNK_RECORDS
+    numbers: list[int] = []
+    records: list = []
+    problems: dict = {}
+    held = 0
+    source = None
+    count = 0
+    for path, line_no, buf, a, b in lines(inp):
+        count += 1
+        if source is not None and path != source and records:
+            yield columnar(RawChunk(source, "line", numbers, records, problems))
+            numbers, records, problems, held = [], [], {}, 0
+        source = path
+        try:
+            samples = samples_of(loads(memoryview(buf)[a:b]))
+        except orjson.JSONDecodeError as e:
+            problems[len(records)] = Problem(Location(path, "line", line_no), None, line_json_error(e), "json.invalid")
+            samples = [None]
+        except bad as e:
+            problems[len(records)] = Problem(Location(path, "line", line_no), e.field, e.message, rule)
+            samples = [None]
+        numbers.extend([line_no] * len(samples))
+        records.extend(samples)
+        held += b - a
+        if len(records) >= chunk_records or held >= CHUNK_BYTES:
+            yield columnar(RawChunk(source, "line", numbers, records, problems))
+            numbers, records, problems, held = [], [], {}, 0
+    if records:
+        yield columnar(RawChunk(source, "line", numbers, records, problems))
+    info.lines = count

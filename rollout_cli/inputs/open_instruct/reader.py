@@ -111,42 +111,8 @@ def read(inp, request, info) -> Iterator:
     """The registry's entry: the records of one step (its copy kept, detect.py), each with its
     own file and line."""
     import numpy as np
-    import orjson
 
-    from ...core.errors import Location, Problem
-    from ..base import RawChunk, line_json_error
-    from ..columns import columnar
-    from ..jsonl.lenient import loads
-    from ..jsonl.reader import CHUNK_BYTES, CHUNK_RECORDS
-    from ..linesteps import lines
+    from ..linesteps import read_chunks
 
-    chunk_records = request.chunk_records or CHUNK_RECORDS
-    numbers: list[int] = []
-    records: list = []
-    problems: dict = {}
-    held = 0
-    source = None
-    count = 0
-    for path, line_no, buf, a, b in lines(inp):
-        count += 1
-        if source is not None and path != source and records:
-            yield columnar(RawChunk(source, "line", numbers, records, problems))
-            numbers, records, problems, held = [], [], {}, 0
-        source = path
-        try:
-            rec = record_sample(np, loads(memoryview(buf)[a:b]), inp.step, request.keep_text)
-        except orjson.JSONDecodeError as e:
-            problems[len(records)] = Problem(Location(path, "line", line_no), None, line_json_error(e), "json.invalid")
-            rec = None
-        except Bad as e:
-            problems[len(records)] = Problem(Location(path, "line", line_no), e.field, e.message, "open_instruct.record")
-            rec = None
-        numbers.append(line_no)
-        records.append(rec)
-        held += b - a
-        if len(records) >= chunk_records or held >= CHUNK_BYTES:
-            yield columnar(RawChunk(source, "line", numbers, records, problems))
-            numbers, records, problems, held = [], [], {}, 0
-    if records:
-        yield columnar(RawChunk(source, "line", numbers, records, problems))
-    info.lines = count
+    return read_chunks(inp, request, info, lambda rec: [record_sample(np, rec, inp.step, request.keep_text)],
+                       Bad, "open_instruct.record")

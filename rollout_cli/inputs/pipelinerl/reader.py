@@ -139,42 +139,8 @@ def read(inp, request, info) -> Iterator:
     group's samples with its line's number and file (a line that cannot be mapped is one record
     holding its problem)."""
     import numpy as np
-    import orjson
 
-    from ...core.errors import Location, Problem
-    from ..base import RawChunk, line_json_error
-    from ..columns import columnar
-    from ..jsonl.lenient import loads
-    from ..jsonl.reader import CHUNK_BYTES, CHUNK_RECORDS
-    from ..linesteps import lines
+    from ..linesteps import read_chunks
 
-    chunk_records = request.chunk_records or CHUNK_RECORDS
-    numbers: list[int] = []
-    records: list = []
-    problems: dict = {}
-    held = 0
-    source = None
-    count = 0
-    for path, line_no, buf, a, b in lines(inp):
-        count += 1
-        if source is not None and path != source and records:
-            yield columnar(RawChunk(source, "line", numbers, records, problems))
-            numbers, records, problems, held = [], [], {}, 0
-        source = path
-        try:
-            samples = group_samples(np, loads(memoryview(buf)[a:b]), inp.step, request.keep_text)
-        except orjson.JSONDecodeError as e:
-            problems[len(records)] = Problem(Location(path, "line", line_no), None, line_json_error(e), "json.invalid")
-            samples = [None]
-        except Bad as e:
-            problems[len(records)] = Problem(Location(path, "line", line_no), e.field, e.message, "pipelinerl.record")
-            samples = [None]
-        numbers.extend([line_no] * len(samples))
-        records.extend(samples)
-        held += b - a
-        if len(records) >= chunk_records or held >= CHUNK_BYTES:
-            yield columnar(RawChunk(source, "line", numbers, records, problems))
-            numbers, records, problems, held = [], [], {}, 0
-    if records:
-        yield columnar(RawChunk(source, "line", numbers, records, problems))
-    info.lines = count
+    return read_chunks(inp, request, info, lambda rec: group_samples(np, rec, inp.step, request.keep_text),
+                       Bad, "pipelinerl.record")
