@@ -15,16 +15,27 @@ one rotating), median of --reps after one warm-up round:
 
   load           ds = open_dataset(OUT); ds.load(step, shard) for every step and shard
                  (today's path: one PackedBatch per step and rank at the converted world size)
-  iter-torch     ds = open_dataset(OUT); ds.iter_batches(rank, world_size=W, max_tokens=B) for
-                 every rank
-  iter-numpy     open_output(OUT).iter_batches(rank, world_size=W, max_tokens=B,
-                 backend="numpy") for every rank (no torch)
+  iter-torch     ds = open_dataset(OUT); one ds.iter_batches(rank, world_size=W, max_tokens=B)
+                 per rank, consumed together, micro-batch k of every rank in turn (a single
+                 controller serving every rank, as slime's rollout manager splits a step: the
+                 iterators of one opened output share its mapped shards and each step's plan)
+  iter-numpy     the same from open_output(OUT).iter_batches(..., backend="numpy") (no torch)
+  iter-per-rank  open_output(OUT).iter_batches(rank, ..., backend="numpy") on a fresh output per
+                 rank, rank after rank: what a trainer running one rank per process pays (each
+                 rank maps every shard of a step and plans the whole step itself)
+  copy-floor     `load`'s batches, each copied whole (every array, one memcpy each) into one
+                 buffer reused throughout, then checksummed there: the least any loader that
+                 copies the bytes it serves once can cost (a repartition at another world size
+                 has to: a rank's rows lie in every shard), with no planning and no Python
+                 per row; its ratio bounds what the iterators can reach on this machine
 
-The consumer XORs every byte of every array of every batch (`np.bitwise_xor.reduce` over
-uint64 views, the tail as uint8): the bytes are read once, as a trainer's copy would. Reported:
-tokens/s (tokens = the samples' total lengths), bytes touched per second, wall and CPU medians,
-and each method's tokens/s over `load`'s (target: iter at >= 0.8x). An untimed pass first checks
-that every method serves the same samples (count, token sum, token-id sum).
+The consumer XORs every byte of every batch, taken whole as it lies in memory
+(`batch.buffers()`: a repartitioned micro-batch is one block, a shard's views are one buffer an
+array; `np.bitwise_xor.reduce` over uint64 views, the tail as uint8): the bytes are read once,
+as a trainer's one copy to the device would. Reported: tokens/s (tokens = the samples' total
+lengths), bytes touched per second, wall and CPU medians, and each method's tokens/s over
+`load`'s (target: iter at >= 0.8x). An untimed pass first checks that every method serves the
+same samples (count, token sum, token-id sum).
 
 Balance, per step: max/mean tokens per rank of the repartition at W; the same for slime's
 partitioner (`get_seqlen_balanced_partitions(total_lengths, W, equal_size=True)`, which is
@@ -66,7 +77,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import run_whole  # noqa: E402  (the step sizes of a whole run)
 
-METHODS = ("load", "iter-torch", "iter-numpy")
+METHODS = ("load", "iter-torch", "iter-numpy", "iter-per-rank", "copy-floor")
 # --quick: 48 short samples a step (both generators take these arguments)
 QUICK_GEN = ["--num-samples", "48", "--mean-tokens", "300", "--min-tokens", "64", "--max-tokens", "1200"]
 TARGET_RATIO = 0.8
@@ -140,19 +151,38 @@ def touch(a: np.ndarray) -> int:
     return x
 
 
-def batch_arrays(batch) -> list[np.ndarray]:
-    """Every array of a batch (a PackedBatch's tensors through .numpy(), or the numpy
-    backend's arrays), by field name order."""
-    if hasattr(batch, "tensors"):
-        return [t.numpy() for _, t in sorted(batch.tensors().items())]
-    return [v for _, v in sorted(batch.arrays().items())]
+def batch_buffers(batch) -> list[np.ndarray]:
+    """The memory a batch's arrays lie in (PackedBatch.buffers() through .numpy(), or the numpy
+    backend's Batch.buffers())."""
+    return [b if isinstance(b, np.ndarray) else b.numpy() for b in batch.buffers()]
+
+
+class Copied:
+    """A batch whose buffers() copies every one of its arrays into one staging buffer, reused
+    for every batch, and hands that (copy-floor)."""
+
+    stage = np.empty(0, np.uint8)
+
+    def __init__(self, batch):
+        self.batch = batch
+        self.tokens = batch.tokens
+        self.response_lengths = batch.response_lengths
+
+    def buffers(self) -> list[np.ndarray]:
+        parts = batch_buffers(self.batch)
+        total = sum(p.nbytes for p in parts)
+        if Copied.stage.nbytes < total:
+            Copied.stage = np.empty(total, np.uint8)
+            Copied.stage[:] = 0  # written once before: reuse costs no page faults
+        np.concatenate(parts, out=Copied.stage[:total])
+        return [Copied.stage[:total]]
 
 
 def consume(batches) -> dict:
     """Touch every byte of every batch; counts of what was served."""
     x, nbytes, tokens, batches_n = 0, 0, 0, 0
     for b in batches:
-        for a in batch_arrays(b):
+        for a in batch_buffers(b):
             x ^= touch(a)
             nbytes += a.nbytes
         tokens += int(b.tokens.shape[0])
@@ -162,21 +192,26 @@ def consume(batches) -> dict:
 
 def streams(method: str, out: str, ranks: int, world_size: int, max_tokens: int | None, steps: list[int]):
     """The batches `method` serves, for every rank, in order."""
-    if method == "load":
+    if method in ("load", "copy-floor"):
         from rollout_cli.loader import open_dataset
 
         ds = open_dataset(out)
-        return (ds.load(s, r) for s in steps for r in range(ds.num_shards))
+        wrap = Copied if method == "copy-floor" else (lambda b: b)
+        return (wrap(ds.load(s, r)) for s in steps for r in range(ds.num_shards))
+    from rollout_cli.output.model import open_output
+
+    if method == "iter-per-rank":
+        return (b for r in range(ranks)
+                for b in open_output(out).iter_batches(r, world_size=world_size, max_tokens=max_tokens, backend="numpy"))
     if method == "iter-torch":
         from rollout_cli.loader import open_dataset
 
         ds = open_dataset(out)
-        return (b for r in range(ranks) for b in ds.iter_batches(r, world_size=world_size, max_tokens=max_tokens))
-    from rollout_cli.output.model import open_output
-
-    o = open_output(out)
-    return (b for r in range(ranks)
-            for b in o.iter_batches(r, world_size=world_size, max_tokens=max_tokens, backend="numpy"))
+        its = [ds.iter_batches(r, world_size=world_size, max_tokens=max_tokens) for r in range(ranks)]
+    else:
+        o = open_output(out)
+        its = [o.iter_batches(r, world_size=world_size, max_tokens=max_tokens, backend="numpy") for r in range(ranks)]
+    return (b for group in zip(*its) for b in group)  # every rank's micro-batch k, then k + 1, step after step
 
 
 def served(method: str, out: str, ranks: int, world_size: int, max_tokens: int | None, steps: list[int]) -> dict:
@@ -413,10 +448,13 @@ def main(argv=None) -> int:
     }
     t = res["throughput"]
     res["ratio_iter_torch"], res["ratio_iter_numpy"] = t["iter-torch"]["ratio_to_load"], t["iter-numpy"]["ratio_to_load"]
+    res["ratio_iter_per_rank"] = t["iter-per-rank"]["ratio_to_load"]
+    res["ratio_copy_floor"] = t["copy-floor"]["ratio_to_load"]
     g = res["gpu"]
     res["meets"] = {  # each figure against its target
         "throughput_torch": res["ratio_iter_torch"] is not None and res["ratio_iter_torch"] >= TARGET_RATIO,
         "throughput_numpy": res["ratio_iter_numpy"] is not None and res["ratio_iter_numpy"] >= TARGET_RATIO,
+        "throughput_per_rank": res["ratio_iter_per_rank"] is not None and res["ratio_iter_per_rank"] >= TARGET_RATIO,
         "balance": res["balance"]["steps_ok"] == res["balance"]["steps_total"],
         "gpu": None if g is None else g["ratio"]["batch_to_cuda"] >= TARGET_RATIO,
     }

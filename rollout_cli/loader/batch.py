@@ -19,12 +19,12 @@ except ModuleNotFoundError as e:  # torch is an extra: say which
                               "torch: pip install 'rollout-cli[torch]'", name="torch") from None
 
 from ..core.errors import UsageError
+from ..output.gather import BLOCK_FIELDS, block_layout
 from ..output.views import Ragged
 from . import slime
 
 __all__ = ["PackedBatch"]
 
-_STAGING_ALIGN = 64
 
 
 @dataclass(eq=False, repr=False)
@@ -119,8 +119,14 @@ class PackedBatch:
         """A batch whose tensors are views of the numpy arrays `arrays` (output/views.unpack's
         form: field name -> array, None, or a list for source_names); `meta`: step, shard, split."""
         arrays = dict(arrays)
-        arrays["extras"] = {k: _map_value(v, torch.from_numpy) for k, v in (arrays.get("extras") or {}).items()}
-        return cls(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}, **meta)
+        block = arrays.pop("_block", None)  # the one buffer the arrays lie in (output/gather.take_blocks)
+        for name in BLOCK_FIELDS:  # every array field (the rest are ints, strings, None)
+            v = arrays.get(name)
+            if v is not None:
+                arrays[name] = torch.from_numpy(v)
+        extras = arrays.get("extras")
+        arrays["extras"] = {k: _map_value(v, torch.from_numpy) for k, v in extras.items()} if extras else {}
+        return cls(**arrays, **meta, _staging=None if block is None else torch.from_numpy(block))
 
     # -- shape ------------------------------------------------------------------------------
     @property
@@ -151,6 +157,17 @@ class PackedBatch:
                 out[f.name] = v
         return out
 
+    def buffers(self) -> list[torch.Tensor]:
+        """The memory the batch's tensors lie in, as few contiguous uint8 tensors as there are:
+        its staging buffer where it has one (a gathered micro-batch's block, or pin_memory()'s),
+        else each tensor; then each extra's. To move or checksum a batch whole."""
+        out = [self._staging] if self._staging is not None else [
+            t.reshape(-1).view(torch.uint8) for t in self.tensors().values()]
+        for v in self.extras.values():
+            out.extend(p.reshape(-1).view(torch.uint8) for p in ((v.values, v.offsets) if isinstance(v, Ragged) else (v,))
+                       if isinstance(p, torch.Tensor))
+        return out
+
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
@@ -162,11 +179,15 @@ class PackedBatch:
         Also what `DataLoader(pin_memory=True)` calls."""
         if self.device.type != "cpu":
             raise ValueError(f"pin_memory: the batch is on {self.device}, not the CPU")
-        if self._staging is not None:
+        if self._staging is not None and self._staging.is_pinned():
             return self
         if not torch.cuda.is_available():
             warnings.warn("pin_memory: no CUDA device, so the batch is left unpinned", RuntimeWarning, stacklevel=2)
             return self
+        if self._staging is not None:  # one block already (a gathered micro-batch): one copy of it
+            pinned = torch.empty(self._staging.numel(), dtype=torch.uint8, pin_memory=True)
+            pinned.copy_(self._staging)
+            return replace(self._views_of(pinned), _staging=pinned)
         return self._stage(pin=True)
 
     def _stage(self, pin: bool) -> "PackedBatch":
@@ -313,12 +334,5 @@ def _slice_value(v, start: int, end: int):
 
 
 def _staging_layout(items: dict[str, torch.Tensor]) -> tuple[dict[str, tuple[int, int]], int]:
-    layout = {}
-    off = 0
-    for name, t in items.items():
-        off = -(-off // _STAGING_ALIGN) * _STAGING_ALIGN
-        nbytes = t.numel() * t.element_size()
-        layout[name] = (off, nbytes)
-        off += nbytes
-    return layout, off
-
+    # output/gather.block_layout: the layout a gathered micro-batch's block already has
+    return block_layout([(name, t.numel() * t.element_size()) for name, t in items.items()])

@@ -15,11 +15,12 @@ plan. Rows are read from the memory-mapped Arrow IPC copies (the Parquet shard w
 is none): a rank reads the planning columns of the step's shards (rollout_position,
 rollout_id, group_index, total_length, the schedule columns) when it has to plan over the
 whole step (another world size, or a budget), and only its own rows of every other column.
-Each step is planned once per iterator, and the rank's rows of it (those of the micro-batches
-this worker hands out) are gathered once, in micro-batch order: one copy per field
-(output/views.take_ordered, from the shards unpacked as views), or none where they are one run
-of one shard's rows (views of the mapped file). Each micro-batch is then a run of those rows:
-views (output/views.slice_rows).
+Each step is planned once (once per opened output: its iterators share the mapped shards and
+the plans, output/stepcache.py), and the rank's rows of it (those of the micro-batches this
+worker hands out) are gathered once, in micro-batch order, into one copy in which each
+micro-batch is one block (output/gather.take_blocks: PackedBatch's staging layout, so moving a
+batch is one copy), in memory reused once let go of (output/gather.Arena); or not copied at
+all where they are one run of one shard's rows (views of the mapped file).
 
 Each batch carries the whole step's denominators (step_mask_sum, step_rollouts,
 step_samples, step_groups, from the manifest, checked against the rows) and each sample its
@@ -39,7 +40,7 @@ import pyarrow as pa
 
 from ..core.errors import IntegrityError, UsageError
 from ..pipeline.fields import STEP_FIELDS
-from . import partition, views
+from . import gather, partition, stepcache, views
 from .files import check_digest, check_rows, check_size, ranges, read_parquet
 
 __all__ = ["Batch", "BatchIterator", "read_shard", "identity", "BACKENDS", "STATE_FORMAT"]
@@ -86,6 +87,8 @@ class Batch:
     extras: dict = field(default_factory=dict)
     micro_batch_index: int = 0
     num_micro_batches: int = 1
+    # the one buffer every array lies in (output/gather.take_blocks), None for views of a shard
+    _block: np.ndarray | None = field(default=None, repr=False)
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, Any], **meta) -> "Batch":
@@ -118,7 +121,18 @@ class Batch:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every numpy array of the batch by field name (None fields and extras left out)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray)}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name != "_block" and isinstance(getattr(self, f.name), np.ndarray)}
+
+    def buffers(self) -> list[np.ndarray]:
+        """The memory the batch's arrays lie in, as few contiguous uint8 arrays as there are:
+        its one block (output/gather.BLOCK_FIELDS' layout, the gaps zeroed) where it was
+        gathered, else each array; then each extra's. To move or checksum a batch whole."""
+        out = [self._block] if self._block is not None else [a.reshape(-1).view(np.uint8) for a in self.arrays().values()]
+        for v in self.extras.values():
+            parts = (v.values, v.offsets) if isinstance(v, views.Ragged) else (v,)
+            out.extend(p.reshape(-1).view(np.uint8) for p in parts if isinstance(p, np.ndarray))
+        return out
 
 
 def identity(output, split: str) -> str:
@@ -226,8 +240,8 @@ class BatchIterator:
         self._i, self._k, self._g = 0, 0, 0
         self._plan_of: tuple[int, list[np.ndarray], np.ndarray] | None = None  # (step index, mbs, shard starts)
         self._take: _Take | None = None  # this rank's rows of the current step, gathered
-        self._pieces: dict[int, _Piece] = {}
-        self._verified: set[str] = set()
+        self._cache = stepcache.of(output)  # shards and plans shared with the output's other iterators
+        self._arena = gather.Arena()  # the gathers' memory (gather.Arena: reused once let go of)
 
     def __repr__(self) -> str:
         return (f"BatchIterator({self.output.root!r}, split={self.split!r}, rank={self.rank}, world_size={self.world_size}, "
@@ -306,7 +320,7 @@ class BatchIterator:
         after shard) and the shards' first rows; cached for the current step."""
         if self._plan_of is not None and self._plan_of[0] == i:
             return self._plan_of[1], self._plan_of[2]
-        self._pieces, self._take = {}, None
+        self._take = None
         step = self.steps[i]
         shards = self.output.step(step, self.split).shards
         if self.native and self.max_tokens is None:
@@ -318,12 +332,19 @@ class BatchIterator:
             local = partition.runs(*sched) if sched is not None and n else [list(range(n))]
             mbs = [starts[self.rank] + np.asarray(b, dtype=np.int64) for b in local] or [np.zeros(0, np.int64)]
         else:
-            pieces = [self._piece(step, r) for r in range(len(shards))]
-            starts = np.concatenate([[0], np.cumsum([p.batch.num_rows for p in pieces])]).astype(np.int64)
-            cols = self._columns(pieces)
-            mbs = partition.plan_step(cols, self.world_size, self.num_shards, self.max_tokens, self.keep_groups)[self.rank]
+            key = (self.split, step, self.source, self.world_size, self.max_tokens, self.keep_groups)
+            plans, starts = self._cache.plan(key, lambda: self._plan_all(step, len(shards)))
+            mbs = plans[self.rank]
         self._plan_of = (i, mbs, starts)
         return mbs, starts
+
+    def _plan_all(self, step: int, num_shards: int) -> tuple[list[list[np.ndarray]], np.ndarray]:
+        """Every rank's micro-batches of the step (partition.plan_step) and the shards' first rows."""
+        pieces = [self._piece(step, r) for r in range(num_shards)]
+        starts = np.concatenate([[0], np.cumsum([p.batch.num_rows for p in pieces])]).astype(np.int64)
+        plans = partition.plan_step(self._columns(pieces), self.world_size, self.num_shards, self.max_tokens,
+                                    self.keep_groups)
+        return plans, starts
 
     @staticmethod
     def _schedule_columns(piece: _Piece) -> tuple[np.ndarray, np.ndarray] | None:
@@ -352,12 +373,13 @@ class BatchIterator:
 
     # -- reading ------------------------------------------------------------------------------
     def _piece(self, step: int, r: int) -> _Piece:
-        if r not in self._pieces:
-            verify = self.verify and (step, r) not in self._verified
-            self._pieces[r] = _Piece(*read_shard(self.output, step, r, self.split, self.source, verify))
-            if verify:
-                self._verified.add((step, r))
-        return self._pieces[r]
+        key = (self.split, step, self.source)
+        check = self.verify and not self._cache.verified(key + (r,))  # a digest is checked once per shard
+        piece = self._cache.piece(key, r, lambda: _Piece(*read_shard(self.output, step, r, self.split, self.source,
+                                                                     check)), fresh=check)
+        if check:
+            self._cache.mark_verified(key + (r,))
+        return piece
 
     def _arrays(self, step: int, r: int) -> dict:
         """Shard r of the step unpacked (output/views.unpack: views of the mapped file), once."""
@@ -368,9 +390,10 @@ class BatchIterator:
 
     def _gather(self, i: int, k: int, g: int) -> "_Take":
         """This rank's rows of step index i that this worker hands out from micro-batch k on
-        (k has index g in the stream), gathered once in micro-batch order: one take per field
-        (output/views.take_ordered: views of the mapped shard where the rows are one run of one
-        shard's), each micro-batch then a run of them."""
+        (k has index g in the stream), gathered once in micro-batch order: views of the mapped
+        shard where they are one run of one shard's rows (output/gather.Slicer), else one copy
+        in which each micro-batch is one block (output/gather.take_blocks, in this iterator's
+        Arena)."""
         step = self.steps[i]
         mbs, starts = self._plan(i)
         ks = [j for j in range(k, len(mbs)) if (g + j - k) % self.num_workers == self.worker]
@@ -383,7 +406,18 @@ class BatchIterator:
             shard_of, sources = rows, [self.rank if self.rank < self.num_shards else 0]
         srcs = [self._arrays(step, r) for r in sources]
         which = np.searchsorted(np.asarray(sources, np.int64), shard_of)
-        arrays = views.take_ordered(srcs, which, rows - starts[shard_of] if len(rows) else rows)
+        local = rows - starts[shard_of] if len(rows) else rows
+        scheduled = self.native and self.max_tokens is None  # the converted schedule: slime's micro-batch ids
+        ends = np.cumsum(sizes).tolist()
+        if not len(rows) or (len(sources) == 1 and (np.diff(local) == 1).all()):
+            slicer = gather.Slicer(gather.take_ordered(srcs, which, local))
+            at = {j: (e - n, e) for j, n, e in zip(ks, sizes, ends)}
+            serve, values = (lambda j: slicer(*at[j])), slicer.a
+        else:
+            blocks = gather.take_blocks(srcs, which, local, sizes, self._arena.empty,
+                                       () if scheduled else ("optimizer_steps", "micro_batch_ids"))
+            at = {j: x for x, j in enumerate(ks)}
+            serve, values = (lambda j: dict(blocks[at[j]])), blocks[0]
         path = self._piece(step, sources[0]).path
         want = self.output.step(step, self.split).denominators
         fixed = {}
@@ -391,21 +425,20 @@ class BatchIterator:
             v = want.get(name)
             if not isinstance(v, int):
                 continue
-            if len(rows) and arrays[name] != v:
-                raise IntegrityError(f"{path}: {name} {arrays[name]} in its rows, the manifest says {v}")
+            if len(rows) and values[name] != v:
+                raise IntegrityError(f"{path}: {name} {values[name]} in its rows, the manifest says {v}")
             fixed[name] = v
-        if not (self.native and self.max_tokens is None):  # not the converted schedule: no slime micro-batch ids
+        if not scheduled:
             fixed["optimizer_steps"] = fixed["micro_batch_ids"] = None
-        ends = np.cumsum(sizes).tolist()
-        at = {j: (e - n, e) for j, n, e in zip(ks, sizes, ends)}
-        return _Take(i, at, arrays, views._offsets(arrays["response_lengths"], np.int64), fixed, len(mbs))
+        return _Take(i, at, serve, fixed, len(mbs))
 
     def _batch(self, i: int, k: int, g: int):
         t = self._take
         if t is None or t.i != i or k not in t.at:
+            t = self._take = None
+            self._arena.reset()  # the memory of batches no longer referred to, written again
             t = self._take = self._gather(i, k, g)
-        lo, hi = t.at[k]
-        arrays = views.slice_rows(t.arrays, lo, hi, t.rcu)
+        arrays = t.serve(k)
         arrays.update(t.fixed)
         return self.make(arrays, step=self.steps[i], shard=self.rank, split=self.split, micro_batch_index=k,
                          num_micro_batches=t.count)
@@ -413,12 +446,12 @@ class BatchIterator:
 
 @dataclass
 class _Take:
-    """One step's rows of a rank as gathered (BatchIterator._gather): micro-batch -> its run
-    [lo, hi) of `arrays`, the response offsets, the step's values to set, the micro-batch count."""
+    """One step's rows of a rank as gathered (BatchIterator._gather): the micro-batches it
+    holds, `serve(k)` giving micro-batch k's arrays, the step's values to set, the micro-batch
+    count."""
 
     i: int
-    at: dict[int, tuple[int, int]]
-    arrays: dict
-    rcu: np.ndarray
+    at: dict
+    serve: Callable[[int], dict]
     fixed: dict
     count: int

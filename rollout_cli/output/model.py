@@ -139,6 +139,8 @@ class Output:
     manifest: Mapping[str, Any] = field(repr=False)  # the whole manifest, as read
     _index: Mapping[tuple[str, int], Step] = field(repr=False, compare=False, default_factory=dict)
     _warned: set = field(repr=False, compare=False, default_factory=set)
+    # what this output's batch iterators share (output/stepcache.py)
+    _shared: dict = field(repr=False, compare=False, default_factory=dict)
     # the manifest file as it was when read (inode, size, mtime); None on an object store
     stamp: tuple[int, int, int] | None = field(repr=False, compare=False, default=None)
 

@@ -58,8 +58,9 @@ def test_quick_mode_writes_the_summary(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     res = json.loads(results.read_text())
     assert {"config", "served", "same_samples", "throughput", "balance", "gpu", "ratio_iter_torch",
-            "ratio_iter_numpy", "target_ratio", "meets"} <= set(res)
-    assert set(res["meets"]) == {"throughput_torch", "throughput_numpy", "balance", "gpu"} and res["meets"]["gpu"] is None
+            "ratio_iter_numpy", "ratio_iter_per_rank", "target_ratio", "meets"} <= set(res)
+    assert set(res["meets"]) == {"throughput_torch", "throughput_numpy", "throughput_per_rank", "balance", "gpu"}
+    assert res["meets"]["gpu"] is None
     assert res["same_samples"] is True and res["gpu"] is None
     c = res["config"]
     assert (c["steps"], c["shards"], c["world_size"], c["max_tokens"], c["quick"]) == (3, 2, 3, 2048, True)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rollout_cli.output.manifest import ManifestError
+from rollout_cli.output import gather
 from rollout_cli.output.model import open_output
 from rollout_cli.loader import Dataset, PackedBatch, open_dataset
 from rollout_cli.run.convert import ConvertOptions, convert
@@ -183,5 +184,27 @@ def test_the_numpy_batch_has_packed_batchs_fields():
     import dataclasses
 
     torch_only = {"schedule", "_whole_batch", "_staging"}
-    assert [f.name for f in dataclasses.fields(Batch)] == [f.name for f in dataclasses.fields(PackedBatch)
-                                                            if f.name not in torch_only]
+    assert [f.name for f in dataclasses.fields(Batch) if f.name != "_block"] == [
+        f.name for f in dataclasses.fields(PackedBatch) if f.name not in torch_only]
+    # a gathered micro-batch's block and PackedBatch's staging buffer: one layout, this order
+    tensors = [f.name for f in dataclasses.fields(PackedBatch) if "Tensor" in str(f.type) and f.name != "_staging"]
+    assert tensors == list(gather.BLOCK_FIELDS)
+
+
+def test_a_gathered_micro_batch_is_one_staging_buffer(out4):
+    """A repartitioned micro-batch's tensors lie in one block laid out as PackedBatch's staging
+    buffer: pin_memory and to(device) copy it once; a copy of it rebuilds the same batch."""
+    seen = 0
+    for b in open_dataset(out4).iter_batches(1, world_size=3, max_tokens=BUDGET):
+        if not b.num_samples:
+            continue
+        assert b._staging is not None and b.buffers()[0] is not None
+        assert b.buffers()[0].data_ptr() == b._staging.data_ptr()
+        again = b._views_of(b._staging.clone())  # what to(device) makes of the one copied buffer
+        for name, t in b.tensors().items():
+            assert torch.equal(getattr(again, name), t), name
+            assert getattr(again, name).data_ptr() != t.data_ptr()
+        seen += 1
+    assert seen
+    native = next(iter(open_dataset(out4).iter_batches(1)))  # views of the shard: no block
+    assert native._staging is None and len(native.buffers()) >= len(native.tensors())

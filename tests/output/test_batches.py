@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, copts, make_sample, write_jsonl
 
 from rollout_cli.core.errors import IntegrityError, UsageError
-from rollout_cli.output import views
+from rollout_cli.output import gather, views
 from rollout_cli.output.batches import Batch, BatchIterator
 from rollout_cli.output.model import open_output
 from rollout_cli.run.convert import convert
@@ -290,19 +290,19 @@ def test_take_rows_fills_what_one_shard_lacks_and_copies_once(out4):
     a0, a1 = (views.unpack(t.combine_chunks().to_batches()[0], None, "x", step=1, schema_version=o.schema_version)
               for t in (t0, t1))
     assert a0["rollout_log_probs"] is None and a0["source_names"] is None
-    out = views.take_rows([(a0, np.array([0, 2])), (a1, np.array([1]))])
+    out = gather.take_rows([(a0, np.array([0, 2])), (a1, np.array([1]))])
     b = Batch.from_arrays(out)
     rcu = b.response_cu_seqlens
     assert np.isnan(b.rollout_log_probs[:rcu[2]]).all() and rcu[2] == a0["response_lengths"][[0, 2]].sum()
-    r1 = views.slice_rows(a1, 1, 2)
+    r1 = gather.slice_rows(a1, 1, 2)
     assert b.rollout_log_probs[rcu[2]:].tolist() == r1["rollout_log_probs"].tolist()
     assert b.source_names == [None, None, "s1"]
-    assert b.tokens.tolist() == (views.slice_rows(a0, 0, 1)["tokens"].tolist() + views.slice_rows(a0, 2, 3)["tokens"].tolist()
+    assert b.tokens.tolist() == (gather.slice_rows(a0, 0, 1)["tokens"].tolist() + gather.slice_rows(a0, 2, 3)["tokens"].tolist()
                                  + r1["tokens"].tolist())
     assert b.cu_seqlens[-1] == len(b.tokens) and b.status == [a0["extras"]["status"][0], a0["extras"]["status"][2],
                                                              a1["extras"]["status"][1]]
     # one run of one shard: views, no copy
-    run = views.take_rows([(a1, np.array([0, 1]))])
+    run = gather.take_rows([(a1, np.array([0, 1]))])
     assert np.shares_memory(run["tokens"], a1["tokens"]) and not np.shares_memory(out["tokens"], a1["tokens"])
 
 
@@ -322,8 +322,8 @@ def test_take_ordered_gives_the_rows_in_the_order_asked(out4):
     a0, a1 = (views.unpack(t.combine_chunks().to_batches()[0], None, "x", step=1, schema_version=o.schema_version)
               for t in (t0, t1))
     which, local = np.array([1, 0, 0, 1, 0]), np.array([1, 2, 0, 0, 1])
-    got = Batch.from_arrays(views.take_ordered([a0, a1], which, local))
-    want = [Batch.from_arrays(views.take_rows([((a0, a1)[w], np.array([r]))])) for w, r in zip(which, local)]
+    got = Batch.from_arrays(gather.take_ordered([a0, a1], which, local))
+    want = [Batch.from_arrays(gather.take_rows([((a0, a1)[w], np.array([r]))])) for w, r in zip(which, local)]
     assert got.tokens.tolist() == [t for b in want for t in b.tokens.tolist()]
     assert got.cu_seqlens.tolist() == np.concatenate([[0], np.cumsum([b.num_tokens for b in want])]).tolist()
     lp = got.rollout_log_probs
@@ -335,7 +335,7 @@ def test_take_ordered_gives_the_rows_in_the_order_asked(out4):
         assert getattr(got, name).tolist() == [x for b in want for x in getattr(b, name).tolist()], name
     assert got.status == [b.status[0] for b in want]
     # one run of one shard's rows: views, no copy
-    run = views.take_ordered([a0, a1], np.array([1, 1]), np.array([0, 1]))
+    run = gather.take_ordered([a0, a1], np.array([1, 1]), np.array([0, 1]))
     assert np.shares_memory(run["tokens"], a1["tokens"])
 
 
