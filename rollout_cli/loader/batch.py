@@ -19,7 +19,7 @@ except ModuleNotFoundError as e:  # torch is an extra: say which
                               "torch: pip install 'rollout-cli[torch]'", name="torch") from None
 
 from ..core.errors import UsageError
-from ..output.gather import BLOCK_FIELDS, block_layout
+from ..output.gather import block_layout
 from ..output.views import Ragged
 from . import slime
 
@@ -120,7 +120,7 @@ class PackedBatch:
         form: field name -> array, None, or a list for source_names); `meta`: step, shard, split."""
         arrays = dict(arrays)
         block = arrays.pop("_block", None)  # the one buffer the arrays lie in (output/gather.take_blocks)
-        for name in BLOCK_FIELDS:  # every array field (the rest are ints, strings, None)
+        for name in _TENSOR_FIELDS:  # (the rest are ints, strings, None)
             v = arrays.get(name)
             if v is not None:
                 arrays[name] = torch.from_numpy(v)
@@ -314,6 +314,10 @@ class PackedBatch:
 PER_SAMPLE = ("response_lengths", "total_lengths", "rewards", "raw_rewards", "rollout_ids", "sample_indices",
               "group_indices", "rollout_mask_sums", "group_mask_sums", "group_rollouts", "truncated",
               "remove_samples", "round_numbers", "rollout_positions", "optimizer_steps", "micro_batch_ids")
+
+
+# the tensor fields, in declaration order (output/batches.ARRAY_FIELDS, a gathered block's layout)
+_TENSOR_FIELDS = tuple(f.name for f in fields(PackedBatch) if "Tensor" in str(f.type) and f.name != "_staging")
 
 
 def _map_value(v, fn):

@@ -43,7 +43,7 @@ from ..pipeline.fields import STEP_FIELDS
 from . import gather, partition, stepcache, views
 from .files import check_digest, check_rows, check_size, ranges, read_parquet
 
-__all__ = ["Batch", "BatchIterator", "read_shard", "identity", "BACKENDS", "STATE_FORMAT"]
+__all__ = ["Batch", "BatchIterator", "read_shard", "identity", "BACKENDS", "STATE_FORMAT", "ARRAY_FIELDS"]
 
 BACKENDS = ("numpy", "torch")
 STATE_FORMAT = "rollout_cli.batches/1"
@@ -126,13 +126,18 @@ class Batch:
 
     def buffers(self) -> list[np.ndarray]:
         """The memory the batch's arrays lie in, as few contiguous uint8 arrays as there are:
-        its one block (output/gather.BLOCK_FIELDS' layout, the gaps zeroed) where it was
+        its one block (output/gather.block_layout over ARRAY_FIELDS, the gaps zeroed) where it was
         gathered, else each array; then each extra's. To move or checksum a batch whole."""
         out = [self._block] if self._block is not None else [a.reshape(-1).view(np.uint8) for a in self.arrays().values()]
         for v in self.extras.values():
             parts = (v.values, v.offsets) if isinstance(v, views.Ragged) else (v,)
             out.extend(p.reshape(-1).view(np.uint8) for p in parts if isinstance(p, np.ndarray))
         return out
+
+
+# the array fields, in the order Batch (and PackedBatch) declare them: a gathered micro-batch's
+# block lays them out in this order (output/gather.take_blocks)
+ARRAY_FIELDS = tuple(f.name for f in fields(Batch) if "np.ndarray" in str(f.type) and f.name != "_block")
 
 
 def identity(output, split: str) -> str:
@@ -414,7 +419,7 @@ class BatchIterator:
             at = {j: (e - n, e) for j, n, e in zip(ks, sizes, ends)}
             serve, values = (lambda j: slicer(*at[j])), slicer.a
         else:
-            blocks = gather.take_blocks(srcs, which, local, sizes, self._arena.empty,
+            blocks = gather.take_blocks(srcs, which, local, sizes, ARRAY_FIELDS, self._arena.empty,
                                        () if scheduled else ("optimizer_steps", "micro_batch_ids"))
             at = {j: x for x, j in enumerate(ks)}
             serve, values = (lambda j: dict(blocks[at[j]])), blocks[0]

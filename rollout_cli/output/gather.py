@@ -1,9 +1,9 @@
 """Rows of unpacked shards (output/views.unpack's dicts, views of the mapped files) taken
-into new arrays: `take_rows` (each shard's rows in turn), `take_ordered` (rows in any order, one
-copy a field), `take_blocks` (rows cut into micro-batches, each micro-batch's arrays one block:
-PackedBatch's staging layout, so a batch moves in one copy), `slice_rows` / `Slicer` (a run of
-rows as views), and the `Arena` the copies are written into, its memory reused once nothing
-refers to it. A run of one shard's rows is never copied: views of the mapped file."""
+into new arrays: `take_ordered` (rows in any order, one copy a field), `take_blocks` (rows cut
+into micro-batches, each micro-batch's arrays one block laid out by `block_layout`, PackedBatch's
+staging layout, so a batch moves in one copy), `slice_rows` / `Slicer` (a run of rows as
+views), and the `Arena` the copies are written into, its memory reused once nothing refers to
+it. A run of one shard's rows is never copied: views of the mapped file."""
 from __future__ import annotations
 
 import sys
@@ -12,7 +12,7 @@ import numpy as np
 
 from .views import Ragged
 
-__all__ = ["Arena", "take_rows", "take_ordered", "take_blocks", "block_layout", "BLOCK_FIELDS", "BLOCK_ALIGN",
+__all__ = ["Arena", "take_ordered", "take_blocks", "block_layout", "BLOCK_ALIGN",
            "slice_rows", "Slicer"]
 
 
@@ -76,55 +76,6 @@ _RESPONSE_FIELDS = ("loss_mask", "rollout_log_probs", "teacher_log_probs")
 _NULL_FILL = {"round_numbers": -1}
 
 
-def take_rows(parts: list[tuple[dict, np.ndarray]]) -> dict:
-    """Rows of unpacked shards (unpack()'s dicts) as one unpacked dict: `parts` is (arrays,
-    ascending row indices) per shard, taken in that order. One run of one shard's rows is a set
-    of views (no copy); else each field is one copy of the selected spans (np.concatenate of
-    views of the sources). A field one shard lacks (None) and another has is filled as unpack
-    fills a null: NaN over the spans of the log-probs, -1 for round numbers, None in lists."""
-    live = [(a, np.asarray(r, dtype=np.int64)) for a, r in parts if len(r)]
-    if not live:
-        return slice_rows(parts[0][0], 0, 0)
-    if len(live) == 1:
-        a, rows = live[0]
-        if int(rows[-1]) - int(rows[0]) + 1 == len(rows):
-            return slice_rows(a, int(rows[0]), int(rows[-1]) + 1)
-    first = live[0][0]
-    out: dict = {k: v for k, v in first.items() if isinstance(v, int)}  # the step's values
-    resp = [a["response_lengths"][rows] for a, rows in live]
-    tot = [a["total_lengths"][rows] for a, rows in live]
-    out["response_lengths"], out["total_lengths"] = np.concatenate(resp), np.concatenate(tot)
-    out["cu_seqlens"] = _offsets(out["total_lengths"], np.int32)
-    out["tokens"] = _spans([(a["tokens"], a["cu_seqlens"], rows) for a, rows in live], np.int32)
-    rcus = [_offsets(a["response_lengths"], np.int64) for a, _ in live]
-    for name in _RESPONSE_FIELDS:
-        have = [a[name] for a, _ in live]
-        if all(v is None for v in have):
-            out[name] = None
-            continue
-        dtype = next(v.dtype for v in have if v is not None)
-        out[name] = _spans([(v if v is not None else np.full(int(rcu[-1]), np.nan, dtype), rcu, rows)
-                            for v, rcu, (_, rows) in zip(have, rcus, live)], dtype)
-    for name, v in first.items():
-        if name in out or name == "extras":
-            continue
-        have = [a[name] for a, _ in live]
-        if isinstance(v, (np.ndarray, type(None))) and any(isinstance(h, np.ndarray) for h in have):
-            fill = _NULL_FILL.get(name)
-            if fill is None and any(h is None for h in have):
-                out[name] = None  # (the --schedule slime ids: set on every shard of a step or none)
-                continue
-            out[name] = np.concatenate([h[rows] if h is not None else np.full(len(rows), fill, np.int64)
-                                        for h, (_, rows) in zip(have, live)])
-        elif all(h is None for h in have):
-            out[name] = None
-        else:  # a list (source_names)
-            out[name] = [h[i] if h is not None else None for h, (_, rows) in zip(have, live) for i in rows.tolist()]
-    out["extras"] = {name: _take_extra([(a["extras"].get(name), rows) for a, rows in live])
-                     for name in first["extras"]}
-    return out
-
-
 def slice_rows(a: dict, lo: int, hi: int, rcu: np.ndarray | None = None) -> dict:
     """Rows [lo, hi) of an unpacked shard: views (the offsets rebased, a small copy). `rcu`:
     the response offsets of `a` (_offsets of its response_lengths), when the caller has them."""
@@ -171,7 +122,7 @@ def take_ordered(sources: list[dict], which: np.ndarray, local: np.ndarray, empt
     row local[j] of sources[which[j]]. One run of one source's rows is a set of views (no
     copy); else each field is one copy: a fixed-width field one take per source, a per-token
     field one slice copy per run of rows adjacent in their source. A field one source lacks
-    (None) and another has is filled as take_rows fills it."""
+    (None) and another has is filled: NaN log-probs, the field's null fill (-1, NaN, false), None."""
     which = np.asarray(which, dtype=np.int64)
     local = np.asarray(local, dtype=np.int64)
     n = len(which)
@@ -273,14 +224,10 @@ def take_ordered(sources: list[dict], which: np.ndarray, local: np.ndarray, empt
     return out
 
 
-# A micro-batch's block: its arrays, in this order (PackedBatch's and Batch's field order),
-# each starting at a multiple of BLOCK_ALIGN bytes from the block's start. One buffer a
-# batch: one pin, one host-to-device copy (loader/batch.py's staging buffer has this layout).
+# A micro-batch's block: its arrays one after another, in the order the batch declares them
+# (output/batches.ARRAY_FIELDS, which is PackedBatch's), each at a multiple of BLOCK_ALIGN
+# bytes from the block's start. One buffer a batch: one pin, one host-to-device copy.
 BLOCK_ALIGN = 64
-BLOCK_FIELDS = ("tokens", "cu_seqlens", "loss_mask", "response_lengths", "total_lengths", "rewards", "raw_rewards",
-                "rollout_ids", "sample_indices", "group_indices", "rollout_mask_sums", "group_mask_sums",
-                "group_rollouts", "truncated", "remove_samples", "rollout_log_probs", "teacher_log_probs",
-                "round_numbers", "rollout_positions", "optimizer_steps", "micro_batch_ids")
 
 
 def block_layout(items: list[tuple[str, int]]) -> tuple[dict[str, tuple[int, int]], int]:
@@ -294,12 +241,12 @@ def block_layout(items: list[tuple[str, int]]) -> tuple[dict[str, tuple[int, int
     return layout, off
 
 
-def take_blocks(sources: list[dict], which: np.ndarray, local: np.ndarray, sizes: list[int], empty=np.empty,
-                drop: tuple[str, ...] = ()) -> list[dict]:
+def take_blocks(sources: list[dict], which: np.ndarray, local: np.ndarray, sizes: list[int], order: tuple[str, ...],
+                empty=np.empty, drop: tuple[str, ...] = ()) -> list[dict]:
     """Rows of unpacked shards (as take_ordered: row j is row local[j] of sources[which[j]]),
     cut into consecutive micro-batches of `sizes` rows, each micro-batch's arrays laid out in
-    one block (block_layout over BLOCK_FIELDS; the block as "_block", gaps zeroed) in one
-    allocation of `empty`. Fields named in `drop` are left out, None (set them after). Extras
+    one block (block_layout over the array fields in `order`; the block as "_block", gaps
+    zeroed) in one allocation of `empty`. Fields named in `drop` are left out, None (set them after). Extras
     stay outside the blocks (slices of one copy each)."""
     which = np.asarray(which, dtype=np.int64)
     local = np.asarray(local, dtype=np.int64)
@@ -335,7 +282,7 @@ def take_blocks(sources: list[dict], which: np.ndarray, local: np.ndarray, sizes
         if name not in drop and any(have[s] is not None for s in range(len(sources)) if len(picks[s])):
             ragged[name] = (have, res_start, res_len, res_mb)
     dtypes, counts = {}, {}
-    for name in BLOCK_FIELDS:
+    for name in order:
         if name in drop:
             continue
         if name in ragged:
@@ -417,37 +364,3 @@ def _offsets(lengths: np.ndarray, dtype) -> np.ndarray:
     np.cumsum(lengths, out=out[1:])
     return out
 
-
-def _spans(sources: list[tuple[np.ndarray, np.ndarray, np.ndarray]], dtype) -> np.ndarray:
-    """The spans [offsets[i], offsets[i+1]) of `values` for the rows i, of each source in turn,
-    concatenated (adjacent spans merged): one copy."""
-    views = []
-    for values, offsets, rows in sources:
-        starts, ends = offsets[rows].tolist(), offsets[rows + 1].tolist()
-        a, b = starts[0], ends[0]
-        for s, e in zip(starts[1:], ends[1:]):
-            if s == b:
-                b = e
-            else:
-                views.append(values[a:b])
-                a, b = s, e
-        views.append(values[a:b])
-    return np.concatenate(views) if views else np.empty(0, dtype)
-
-
-def _take_extra(have: list[tuple[object, np.ndarray]]):
-    """An extra column's rows of each shard (None where the shard has it null throughout)."""
-    present = [v for v, _ in have if v is not None]
-    if not present:
-        return None
-    kind = present[0]
-    if isinstance(kind, Ragged):
-        values = _spans([(v.values, v.offsets, rows) if v is not None else (kind.values[:0], np.zeros(len(rows) + 1, np.int64), np.zeros(len(rows), np.int64))
-                         for v, rows in have], kind.values.dtype)
-        lengths = np.concatenate([np.diff(v.offsets)[rows] if v is not None else np.zeros(len(rows), np.int64)
-                                  for v, rows in have])
-        return Ragged(values, _offsets(lengths, np.int64))
-    if isinstance(kind, np.ndarray):
-        fill = np.nan if kind.dtype.kind == "f" else (False if kind.dtype.kind == "b" else -1)
-        return np.concatenate([v[rows] if v is not None else np.full(len(rows), fill, kind.dtype) for v, rows in have])
-    return [v[i] if v is not None else None for v, rows in have for i in rows.tolist()]

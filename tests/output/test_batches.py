@@ -278,7 +278,7 @@ def test_the_numpy_backend_works_without_torch(out4):
     assert next(it).rollout_positions.tolist() == positions and it.state_dict() == state  # same in every process
 
 
-def test_take_rows_fills_what_one_shard_lacks_and_copies_once(out4):
+def test_take_ordered_fills_what_one_shard_lacks_and_copies_once(out4):
     o = open_output(out4)
     t0, t1 = o.table(1, 0), o.table(1, 1)
     assert t0.num_rows >= 3 and t1.num_rows >= 2
@@ -290,7 +290,7 @@ def test_take_rows_fills_what_one_shard_lacks_and_copies_once(out4):
     a0, a1 = (views.unpack(t.combine_chunks().to_batches()[0], None, "x", step=1, schema_version=o.schema_version)
               for t in (t0, t1))
     assert a0["rollout_log_probs"] is None and a0["source_names"] is None
-    out = gather.take_rows([(a0, np.array([0, 2])), (a1, np.array([1]))])
+    out = gather.take_ordered([a0, a1], np.array([0, 0, 1]), np.array([0, 2, 1]))
     b = Batch.from_arrays(out)
     rcu = b.response_cu_seqlens
     assert np.isnan(b.rollout_log_probs[:rcu[2]]).all() and rcu[2] == a0["response_lengths"][[0, 2]].sum()
@@ -302,7 +302,7 @@ def test_take_rows_fills_what_one_shard_lacks_and_copies_once(out4):
     assert b.cu_seqlens[-1] == len(b.tokens) and b.status == [a0["extras"]["status"][0], a0["extras"]["status"][2],
                                                              a1["extras"]["status"][1]]
     # one run of one shard: views, no copy
-    run = gather.take_rows([(a1, np.array([0, 1]))])
+    run = gather.take_ordered([a0, a1], np.array([1, 1]), np.array([0, 1]))
     assert np.shares_memory(run["tokens"], a1["tokens"]) and not np.shares_memory(out["tokens"], a1["tokens"])
 
 
@@ -323,7 +323,7 @@ def test_take_ordered_gives_the_rows_in_the_order_asked(out4):
               for t in (t0, t1))
     which, local = np.array([1, 0, 0, 1, 0]), np.array([1, 2, 0, 0, 1])
     got = Batch.from_arrays(gather.take_ordered([a0, a1], which, local))
-    want = [Batch.from_arrays(gather.take_rows([((a0, a1)[w], np.array([r]))])) for w, r in zip(which, local)]
+    want = [Batch.from_arrays(gather.slice_rows((a0, a1)[w], r, r + 1)) for w, r in zip(which, local)]
     assert got.tokens.tolist() == [t for b in want for t in b.tokens.tolist()]
     assert got.cu_seqlens.tolist() == np.concatenate([[0], np.cumsum([b.num_tokens for b in want])]).tolist()
     lp = got.rollout_log_probs

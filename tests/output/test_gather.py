@@ -7,6 +7,7 @@ import numpy as np
 from test_batches import BUDGET, out4  # noqa: F401  (the 4-shard output fixture)
 
 from rollout_cli.output import gather, views
+from rollout_cli.output.batches import ARRAY_FIELDS
 from rollout_cli.output.model import open_output
 
 
@@ -114,7 +115,7 @@ def test_take_blocks_gives_take_ordered_rows_one_block_a_micro_batch(out4):  # n
         sizes = np.diff(np.concatenate([[0], cuts, [n]])).tolist()  # some micro-batches empty
         whole = gather.take_ordered(srcs, which, local)
         arena = gather.Arena()
-        got = gather.take_blocks(srcs, which, local, sizes, arena.empty)
+        got = gather.take_blocks(srcs, which, local, sizes, ARRAY_FIELDS, arena.empty)
         assert len(got) == len(sizes)
         lo = 0
         for size, d in zip(sizes, got):
@@ -123,7 +124,7 @@ def test_take_blocks_gives_take_ordered_rows_one_block_a_micro_batch(out4):  # n
             block = d.pop("_block")
             _same(want, d)
             # every array a view of the block, where block_layout puts it; the gaps zero
-            items = [(k, d[k].nbytes) for k in gather.BLOCK_FIELDS if isinstance(d.get(k), np.ndarray)]
+            items = [(k, d[k].nbytes) for k in ARRAY_FIELDS if isinstance(d.get(k), np.ndarray)]
             layout, total = gather.block_layout(items)
             assert block.nbytes == total and block.ctypes.data % gather.BLOCK_ALIGN == 0
             covered = np.zeros(total, bool)
@@ -135,10 +136,10 @@ def test_take_blocks_gives_take_ordered_rows_one_block_a_micro_batch(out4):  # n
 
 def test_take_blocks_leaves_out_what_it_is_told_and_serves_nothing_as_empty(out4):  # noqa: F811
     srcs = _sources(out4)
-    got = gather.take_blocks(srcs, np.array([0, 1]), np.array([0, 0]), [2], drop=("rollout_log_probs", "rollout_ids"))
+    got = gather.take_blocks(srcs, np.array([0, 1]), np.array([0, 0]), [2], ARRAY_FIELDS, drop=("rollout_log_probs", "rollout_ids"))
     assert got[0]["rollout_log_probs"] is None and got[0]["rollout_ids"] is None  # for the caller to set
     assert got[0]["tokens"].base is got[0]["_block"].base
-    empty = gather.take_blocks(srcs, np.zeros(0, np.int64), np.zeros(0, np.int64), [0, 0])
+    empty = gather.take_blocks(srcs, np.zeros(0, np.int64), np.zeros(0, np.int64), [0, 0], ARRAY_FIELDS)
     assert len(empty) == 2 and all(d["_block"] is None and len(d["tokens"]) == 0 for d in empty)
 
 
