@@ -11,7 +11,9 @@ Pickles empty, so an output handed to a spawned DataLoader worker starts it afre
 """
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -31,6 +33,7 @@ class StepCache:
 
     def __init__(self):
         self._lock = threading.Lock()
+        _LIVE.add(self)
         self._pieces: OrderedDict[tuple, dict[int, Any]] = OrderedDict()
         self._plans: OrderedDict[tuple, Any] = OrderedDict()
         self._verified: set[tuple] = set()
@@ -78,6 +81,20 @@ class StepCache:
             while len(self._plans) > PLANS_KEPT:
                 self._plans.popitem(last=False)
             return got
+
+
+# a DataLoader worker forked while another thread held a cache's lock would wait forever on it:
+# the child starts every cache's lock afresh (what it holds stays valid: private mappings)
+_LIVE: "weakref.WeakSet[StepCache]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for cache in list(_LIVE):
+        cache._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def of(output) -> StepCache:

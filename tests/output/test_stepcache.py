@@ -62,3 +62,22 @@ def test_the_cache_is_bounded_and_pickles_empty():
     back = pickle.loads(pickle.dumps(c))
     assert isinstance(back, stepcache.StepCache) and not back._pieces and not back._plans
 
+
+
+def test_a_forked_child_gets_fresh_locks():
+    import os
+
+    c = stepcache.StepCache()
+    c._lock.acquire()  # as if another thread held it at the fork
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: the cache answers instead of waiting forever
+            import signal
+
+            signal.alarm(20)  # a lock inherited held would hang: die instead
+            ok = c.plan(("k",), lambda: "made") == "made"
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        c._lock.release()
