@@ -101,6 +101,10 @@ class Batch:
                 return extras[name]
         raise AttributeError(f"{type(self).__name__} has no field or column {name!r}")
 
+    def __getstate__(self) -> dict:
+        # pickled, each array travels on its own: the block too would send every byte twice
+        return {**self.__dict__, "_block": None}
+
     def __repr__(self) -> str:
         return (f"Batch(split={self.split!r}, step={self.step}, rank={self.shard}, micro_batch={self.micro_batch_index}"
                 f"/{self.num_micro_batches}, samples={self.num_samples}, tokens={self.num_tokens})")

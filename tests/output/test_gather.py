@@ -156,3 +156,13 @@ def test_a_gathered_batch_is_one_buffer(out4):  # noqa: F811
     assert seen
     native = next(iter(open_output(out4).iter_batches(1, backend="numpy")))  # views of the shard: each array
     assert native._block is None and len(native.buffers()) >= len(native.arrays())
+
+
+def test_a_pickled_batch_sends_its_bytes_once(out4):  # noqa: F811
+    import pickle
+
+    b = next(b for b in open_output(out4).iter_batches(1, world_size=3, max_tokens=BUDGET, backend="numpy")
+             if b.num_samples)
+    back = pickle.loads(pickle.dumps(b))
+    assert back._block is None and np.array_equal(back.tokens, b.tokens)
+    assert len(pickle.dumps(b)) < b._block.nbytes * 1.5 + 4096
