@@ -5,7 +5,7 @@ process (`zip(*(out.iter_batches(r, world_size=W) for r in range(W)))`, as slime
 manager splits a step over its ranks) thus maps each shard and plans each step once, not once
 per rank. A trainer running one rank per process shares nothing and loses nothing.
 
-Bounded: the pieces of the last `STEPS_KEPT` steps (their mappings and views; a batch handed
+Bounded: the pieces of the last `STEPS_KEPT` step (their mappings and views; a batch handed
 out keeps its own alive) and the last `PLANS_KEPT` plans (row indices: kilobytes a step).
 Pickles empty, so an output handed to a spawned DataLoader worker starts it afresh.
 """
@@ -19,8 +19,10 @@ from typing import Any, Callable
 
 __all__ = ["StepCache", "of", "STEPS_KEPT", "PLANS_KEPT"]
 
-# two: a controller finishing step s while another iterator starts s + 1 maps neither twice
-STEPS_KEPT = 2
+# one, as an iterator held its own before: a controller's iterators gather a step's rows as
+# they enter it (the batches keep what they need), so the next step may evict it; an output
+# on an object store holds its shards in memory, where a second step would double it
+STEPS_KEPT = 1
 # plans are small; enough that iterators consumed one after another (rank 0's whole run, then
 # rank 1's ...) still plan each step once on runs of a few hundred steps
 PLANS_KEPT = 1024
