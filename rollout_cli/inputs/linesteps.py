@@ -118,41 +118,77 @@ def _spans(data: bytes) -> Iterator[tuple[int, int]]:
         pos = nl + 1
 
 
-def read_chunks(inp, request, info, samples_of: Callable[[object], list], bad: type, rule: str) -> Iterator:
-    """The reader loop of a format whose units are a step's lines (`lines(inp)`): each line parsed
-    (NaN and Infinity allowed, inputs/jsonl/lenient.py) and mapped by `samples_of(obj)` to its
-    samples, which raises `bad` (an exception with `field` and `message`) for a line it cannot map; that line
-    becomes one record holding its problem, under rule `rule`. Records keep their own file and
-    line; a chunk never spans two files."""
+def file_lines(path: str, display: str, info=None, start: int = 0,
+               end: int | None = None) -> Iterator[tuple[str, int, bytes | bytearray, int, int]]:
+    """(display, line number, block, start, end) for each non-blank line of one file (or of its
+    byte range [start, end), lines numbered from the range's start); `info.lines` is then the
+    lines read, blank ones included. A corrupt compressed stream is the file's bad input, a
+    storage fault is raised as it is (as inputs/jsonl/reader.py)."""
+    import zlib
+
+    from .jsonl.reader import _IO_FAULTS, _ZstdError, _blank, _lines, open_binary
+
+    try:
+        stream = open_binary(path)
+    except OSError as e:
+        raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
+    line_no = 0
+    try:
+        if start:
+            stream.seek(start)
+        for buf, a, b in _lines(stream, None if end is None else end - start):
+            line_no += 1
+            if not _blank(buf, a, b):
+                yield display, line_no, buf, a, b
+        if info is not None:
+            info.lines = line_no
+    except (OSError, EOFError, ValueError, zlib.error, _ZstdError) as e:
+        if isinstance(e, OSError) and e.errno in _IO_FAULTS:
+            raise
+        raise storage.input_error(display, e, f"{display}: cannot read: {e}") from None
+    finally:
+        stream.close()
+
+
+def chunks(numbered: Iterator, samples_of: Callable[[object, int], list], bad: type, rule: str,
+           chunk_records: int | None = None, loads: Callable | None = None):
+    """The reader loop of a line format: each line of `numbered` ((file, line number, block,
+    start, end), as `lines` and `file_lines` give them) parsed with `loads` (default: NaN and
+    Infinity allowed, inputs/jsonl/lenient.py) and mapped by `samples_of(obj, i)` (i: the line's
+    index among the non-blank lines) to its samples, which raises `bad` (an exception with
+    `field` and `message`) for a line it cannot map; such a line, or one that is not JSON,
+    becomes one record holding its problem (rule `rule`, or json.invalid). Records keep their
+    own file and line; a chunk never spans two files. Returns the lines read."""
     import orjson
 
     from ..core.errors import Location, Problem
     from .base import RawChunk, line_json_error
     from .columns import columnar
-    from .jsonl.lenient import loads
     from .jsonl.reader import CHUNK_BYTES, CHUNK_RECORDS
 
-    chunk_records = request.chunk_records or CHUNK_RECORDS
+    if loads is None:
+        from .jsonl.lenient import loads
+    chunk_records = chunk_records or CHUNK_RECORDS
     numbers: list[int] = []
     records: list = []
     problems: dict = {}
     held = 0
     source = None
     count = 0
-    for path, line_no, buf, a, b in lines(inp):
-        count += 1
+    for path, line_no, buf, a, b in numbered:
         if source is not None and path != source and records:
             yield columnar(RawChunk(source, "line", numbers, records, problems))
             numbers, records, problems, held = [], [], {}, 0
         source = path
         try:
-            samples = samples_of(loads(memoryview(buf)[a:b]))
+            samples = samples_of(loads(memoryview(buf)[a:b]), count)
         except orjson.JSONDecodeError as e:
             problems[len(records)] = Problem(Location(path, "line", line_no), None, line_json_error(e), "json.invalid")
             samples = [None]
         except bad as e:
             problems[len(records)] = Problem(Location(path, "line", line_no), e.field, e.message, rule)
             samples = [None]
+        count += 1
         numbers.extend([line_no] * len(samples))
         records.extend(samples)
         held += b - a
@@ -161,4 +197,10 @@ def read_chunks(inp, request, info, samples_of: Callable[[object], list], bad: t
             numbers, records, problems, held = [], [], {}, 0
     if records:
         yield columnar(RawChunk(source, "line", numbers, records, problems))
-    info.lines = count
+    return count
+
+
+def read_chunks(inp, request, info, samples_of: Callable[[object], list], bad: type, rule: str) -> Iterator:
+    """The reader of a format whose units are a step's lines (`lines(inp)`): `chunks` over them,
+    `samples_of(obj)` mapping a line; `info.lines` the non-blank lines read."""
+    info.lines = yield from chunks(lines(inp), lambda obj, _: samples_of(obj), bad, rule, request.chunk_records)

@@ -26,22 +26,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ...core import storage
+from ..unmapped import Bad, kind as _kind
 
 _INT32_MAX = 2**31 - 1
 IGNORE = -100  # the label value the trainer ignores
-
-
-class Bad(Exception):
-    """One group line that cannot be mapped: the field and why."""
-
-    def __init__(self, field: str | None, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field, self.message = field, message
-
-
-def _kind(v) -> str:
-    return "null" if v is None else type(v).__name__
 
 
 def _lists(rec: dict, key: str, n: int | None, required: bool = True) -> list | None:
@@ -135,54 +123,12 @@ def group_samples(np, rec, line_index: int) -> list[dict]:
 
 def read(inp, request, info) -> Iterator:
     """The registry's entry: the groups of a file, each line's samples with that line's number
-    (an unmappable line is one record holding its problem)."""
-    import zlib
-
+    (an unmappable line is one record holding its problem; inputs/linesteps.chunks)."""
     import numpy as np
     import orjson
 
-    from ...core.errors import Location, Problem
-    from ..base import RawChunk, line_json_error
-    from ..columns import columnar
-    from ..jsonl.reader import _IO_FAULTS, _ZstdError, CHUNK_BYTES, CHUNK_RECORDS, _lines, open_binary
+    from ..linesteps import chunks, file_lines
 
-    display = inp.display
-    chunk_records = request.chunk_records or CHUNK_RECORDS
-    try:
-        stream = open_binary(inp.path)
-    except OSError as e:
-        raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
-    numbers: list[int] = []
-    records: list = []
-    problems: dict = {}
-    held = line_no = groups = 0
-    try:
-        for buf, a, b in _lines(stream, None):
-            line_no += 1
-            if a == b or not buf[a:b].strip():
-                continue
-            try:
-                samples = group_samples(np, orjson.loads(memoryview(buf)[a:b]), groups)
-            except orjson.JSONDecodeError as e:
-                problems[len(records)] = Problem(Location(display, "line", line_no), None, line_json_error(e), "json.invalid")
-                samples = [None]
-            except Bad as e:
-                problems[len(records)] = Problem(Location(display, "line", line_no), e.field, e.message, "atropos.record")
-                samples = [None]
-            groups += 1
-            numbers.extend([line_no] * len(samples))
-            records.extend(samples)
-            held += b - a
-            if len(records) >= chunk_records or held >= CHUNK_BYTES:
-                yield columnar(RawChunk(display, "line", numbers, records, problems))
-                numbers, records, problems, held = [], [], {}, 0
-        if records:
-            yield columnar(RawChunk(display, "line", numbers, records, problems))
-        info.lines = line_no
-    except (OSError, EOFError, ValueError, zlib.error, _ZstdError) as e:
-        # as inputs/jsonl/reader.py: a corrupt compressed stream is bad input, a storage fault is not
-        if isinstance(e, OSError) and e.errno in _IO_FAULTS:
-            raise
-        raise storage.input_error(display, e, f"{display}: cannot read: {e}") from None
-    finally:
-        stream.close()
+    # strict JSON: Atropos writes no NaN; a group's index is its line's among the non-blank ones
+    yield from chunks(file_lines(inp.path, inp.display, info), lambda obj, i: group_samples(np, obj, i), Bad,
+                      "atropos.record", request.chunk_records, orjson.loads)

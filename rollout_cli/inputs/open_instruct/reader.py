@@ -27,14 +27,10 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from ..prime_rl.reader import Bad
+from ..unmapped import Bad, kind as _kind
 
 _INT32_MAX = 2**31 - 1
 _STATUS = {"stop": "completed", "length": "truncated"}
-
-
-def _kind(v) -> str:
-    return "null" if v is None else type(v).__name__
 
 
 def _nat(rec: dict, key: str) -> int:

@@ -31,14 +31,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..prime_rl.reader import Bad, string_id
+from ..prime_rl.reader import string_id
+from ..unmapped import Bad, kind as _kind
 
 MASKED = -100  # pipelinerl/finetune/data.py:29
 _INT32_MAX = 2**31 - 1
-
-
-def _kind(v) -> str:
-    return "null" if v is None else type(v).__name__
 
 
 def _int(v, where: str) -> int:

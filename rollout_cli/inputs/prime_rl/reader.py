@@ -17,6 +17,7 @@ import re
 from typing import Iterator
 
 from ...core import storage
+from ..unmapped import Bad, kind as _kind
 
 NAME = "prime_rl"
 SUBSETS = ("effective", "all")  # the first is the default (core/options.py)
@@ -118,18 +119,6 @@ def string_id(text: str) -> int:
     digest as a big-endian integer, shifted right by one bit (so it fits int64). Decided by the
     string alone, so every byte range of a file, on any worker, gives the same id."""
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big") >> 1
-
-
-class Bad(Exception):
-    """One episode line that cannot be mapped: the field (a path in the record) and why."""
-
-    def __init__(self, field: str | None, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field, self.message = field, message
-
-
-def _kind(v) -> str:
-    return "null" if v is None else type(v).__name__
 
 
 def _dict(parent: dict, key: str, where: str, default=None):
@@ -347,61 +336,14 @@ def episode_samples(np, rec) -> list[dict]:
 
 def read(inp, request, info) -> Iterator:
     """The registry's entry: the episodes of a traces file or of its byte range, each line's
-    samples with that line's number (an unmappable line is one record holding its problem)."""
-    import zlib
-
+    samples with that line's number (an unmappable line is one record holding its problem;
+    inputs/linesteps.chunks)."""
     import numpy as np
-    import orjson
 
-    from ...core.errors import InvalidInputError, Location, Problem
-    from ..base import RawChunk, line_json_error
-    from ..columns import columnar
-    from ..jsonl.lenient import loads
-    from ..jsonl.reader import _IO_FAULTS, _ZstdError, CHUNK_BYTES, CHUNK_RECORDS, _lines, open_binary
+    from ..linesteps import chunks, file_lines
 
-    display = inp.display
-    chunk_records = request.chunk_records or CHUNK_RECORDS
-    try:
-        stream = open_binary(inp.path)
-    except OSError as e:
-        raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
-    numbers: list[int] = []
-    records: list = []
-    problems: dict = {}
-    held = 0
-    line_no = 0
-    try:
-        if request.start:
-            stream.seek(request.start)
-        limit = None if request.end is None else request.end - request.start
-        for buf, a, b in _lines(stream, limit):
-            line_no += 1
-            if a == b or not buf[a:b].strip():
-                continue
-            try:
-                samples = episode_samples(np, loads(memoryview(buf)[a:b]))
-            except orjson.JSONDecodeError as e:
-                problems[len(records)] = Problem(Location(display, "line", line_no), None, line_json_error(e), "json.invalid")
-                samples = [None]
-            except Bad as e:
-                problems[len(records)] = Problem(Location(display, "line", line_no), e.field, e.message, "prime_rl.record")
-                samples = [None]
-            numbers.extend([line_no] * len(samples))
-            records.extend(samples)
-            held += b - a
-            if len(records) >= chunk_records or held >= CHUNK_BYTES:
-                yield columnar(RawChunk(display, "line", numbers, records, problems))
-                numbers, records, problems, held = [], [], {}, 0
-        if records:
-            yield columnar(RawChunk(display, "line", numbers, records, problems))
-        info.lines = line_no
-    except (OSError, EOFError, ValueError, zlib.error, _ZstdError) as e:
-        # as inputs/jsonl/reader.py: a corrupt compressed stream is bad input, a storage fault is not
-        if isinstance(e, OSError) and e.errno in _IO_FAULTS:
-            raise
-        raise storage.input_error(display, e, f"{display}: cannot read: {e}") from None
-    finally:
-        stream.close()
+    yield from chunks(file_lines(inp.path, inp.display, info, request.start or 0, request.end),
+                      lambda obj, _: episode_samples(np, obj), Bad, "prime_rl.record", request.chunk_records)
 
 
 def split(inp, parts: int) -> list[tuple[int, int | None]]:

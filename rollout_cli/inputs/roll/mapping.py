@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..unmapped import Bad, first_failures
+
 _INT32_MAX = 2**31 - 1
 REQUIRED = ("input_ids", "attention_mask", "response_mask", "scores")
 IDS = ("traj_group_id", "traj_id")
@@ -35,14 +37,6 @@ IDS = ("traj_group_id", "traj_id")
 METADATA = (("tags", "tag"), ("env_ids", "env_id"), ("group_ids", "group_id"), ("traj_group_id", "traj_group_id"),
             ("traj_id", "traj_id"), ("episode_scores", "episode_score"), ("step_scores", "step_scores"),
             ("step", "env_step"))
-
-
-class Bad(Exception):
-    """A batch (row None) or one row of it that cannot be mapped: the field and why."""
-
-    def __init__(self, field: str | None, message: str, row: int | None = None):
-        super().__init__(f"{field}: {message}")
-        self.field, self.message, self.row = field, message, row
 
 
 def _plain(np, v: Any) -> Any:
@@ -146,11 +140,7 @@ def plan(np, proto: Any) -> Plan:
         ((((tok < 0) | (tok > _INT32_MAX)) & within).any(axis=1), lambda i: Bad("input_ids", f"expected token ids in [0, {_INT32_MAX}]", i)),
         (~np.isfinite(reward), lambda i: Bad("scores", f"expected finite scores, got a sum of {float(reward[i])}", i)),
     )
-    bad: dict = {}
-    for failed, why in checks:
-        for i in np.flatnonzero(failed).tolist():
-            if i not in bad:
-                bad[i] = why(i)
+    bad = first_failures(np, checks)
     return Plan(rows=rows, gid=gid, rid=rid, tokens=tok, rm=rm, lp=t.get("infer_logprobs"), n=n, p0=p0,
                 reward=reward, meta_cols=meta_cols, bad=bad)
 

@@ -29,22 +29,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..unmapped import Bad, first_failures, kind as _kind
+
 STATUS = "completed"
 # the tensors every SkyRL training input holds (trainer.py:926-939)
 REQUIRED = ("sequences", "attention_mask", "response_mask", "loss_mask")
-
-
-class Bad(Exception):
-    """The batch cannot be mapped: the field (a key of the batch or its metadata), why, and the
-    row when one row is at fault."""
-
-    def __init__(self, field: str | None, message: str, row: int | None = None):
-        super().__init__(f"{field}: {message}")
-        self.field, self.message, self.row = field, message, row
-
-
-def _kind(v: Any) -> str:
-    return "null" if v is None else type(v).__name__
 
 
 def _array(value: Any, key: str) -> np.ndarray | None:
@@ -164,11 +153,7 @@ def plan(state: Any) -> tuple[Plan, list[str]]:
         ((r == 0) | (r > n), lambda i: Bad("response_mask", f"expected a response of 1 to {int(n[i])} tokens (the row's real tokens), got {int(r[i])}", i)),
         (loss_bad.any(axis=1), lambda i: Bad("loss_mask", f"expected 0/1 on the response, got {loss[i][loss_bad[i]][0].item()!r}", i)),
     )
-    bad: dict = {}
-    for failed, why in checks:
-        for i in np.flatnonzero(failed).tolist():
-            if i not in bad:
-                bad[i] = why(i)
+    bad = first_failures(np, checks)
     return Plan(real, group, seq[:real], loss, None if lp is None else lp[:real], n, r, bad), notes
 
 

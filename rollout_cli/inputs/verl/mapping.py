@@ -30,22 +30,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..unmapped import Bad, first_failures, kind as _kind
+
 STATUS = "completed"
 TRUNCATED = "truncated"
 REQUIRED = ("prompts", "responses", "attention_mask", "response_mask")
-
-
-class Bad(Exception):
-    """The batch cannot be mapped: the field (a key of the batch), why, and the row when one
-    row is at fault."""
-
-    def __init__(self, field: str | None, message: str, row: int | None = None):
-        super().__init__(f"{field}: {message}")
-        self.field, self.message, self.row = field, message, row
-
-
-def _kind(v: Any) -> str:
-    return "null" if v is None else type(v).__name__
 
 
 def _blocks(mask: np.ndarray, trailing: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -162,11 +151,7 @@ def plan(tensors: Any, non_tensor: Any, n: int | None) -> Plan:
         (r == 0, lambda i: Bad("attention_mask", "expected a response of at least one token, got none", i)),
         (mask_bad.any(axis=1), lambda i: Bad("response_mask", f"expected 0/1, got {rmask[i][mask_bad[i]][0].item()!r}", i)),
     )
-    bad: dict = {}
-    for failed, why in checks:
-        for i in np.flatnonzero(failed).tolist():
-            if i not in bad:
-                bad[i] = why(i)
+    bad = first_failures(np, checks)
     versions: list = [None] * rows
     for i in range(rows):
         if i not in bad:
