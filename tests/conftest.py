@@ -52,6 +52,45 @@ def sample_out(sample_out_clean, tmp_path) -> Path:
     return dst
 
 
+def sample_generator(name: str):
+    """sample_data/<name>.py, the writer of a framework's sample run, imported once (under
+    its own name, so objects it pickles can be found again)."""
+    import importlib.util
+
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, SAMPLE_DATA / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
+
+
+def converted_locally_and_on_ray(run, tmp_path) -> tuple[list[dict], list[dict]]:
+    """The rows of `run` converted with --engine local and with --engine ray (2 workers each);
+    skipped where Ray is not installed."""
+    ray = pytest.importorskip("ray")
+    from typer.testing import CliRunner
+
+    from rollout_cli.cli.app import app
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        for engine in ("local", "ray"):
+            r = CliRunner().invoke(app, ["convert", str(run), str(tmp_path / engine), "--engine", engine,
+                                         "--workers", "2", "-q"])
+            assert r.exit_code == 0, r.output
+    finally:
+        if started:
+            ray.shutdown()
+    return read_rows(tmp_path / "local"), read_rows(tmp_path / "ray")
+
+
 def copts(**kw):
     """ConvertOptions for tests: one worker (in-process; a process pool costs seconds to start
     on a 2-core machine) and no Arrow IPC sidecar, unless a test asks for them."""

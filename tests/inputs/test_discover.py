@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import SAMPLE_DATA, copts, make_sample, read_rows, write_jsonl, write_pt
+from conftest import SAMPLE_DATA, copts, make_sample, read_rows, sample_generator, write_jsonl, write_pt
 from rollout_cli.inputs.units import plan_units
 from rollout_cli.run.convert import convert
 from rollout_cli.core.errors import InvalidInputError, UsageError
@@ -369,13 +369,10 @@ def test_planning_framework_dumps_imports_no_numpy(tmp_path):
 def test_a_format_whose_files_hold_several_steps_names_one_unit_per_step(tmp_path):
     """Format.units: discovery hands the format all of its files and takes one input per step,
     its display naming the step; --step does not apply to them."""
-    import importlib.util
 
     from rollout_cli.core.errors import UsageError
 
-    spec = importlib.util.spec_from_file_location("make_open_instruct", SAMPLE_DATA / "make_open_instruct.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = sample_generator("make_open_instruct")
     gen.write(tmp_path)
     files, _, notes = discover([str(tmp_path)])
     assert [(f.format, f.step, f.split, f.display) for f in files] == [

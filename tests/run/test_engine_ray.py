@@ -17,7 +17,7 @@ from pyarrow import fs as pafs
 
 from typer.testing import CliRunner  # noqa: E402
 
-from conftest import SAMPLE_DATA, make_sample, write_jsonl  # noqa: E402
+from conftest import SAMPLE_DATA, make_sample, sample_generator, write_jsonl  # noqa: E402
 from rollout_cli.cli.app import app  # noqa: E402
 from rollout_cli.run.engines import ray as ray_engine  # noqa: E402
 
@@ -422,12 +422,9 @@ def test_nemo_rl_step_in_byte_ranges_identical_to_local(local_ray, tmp_path, spl
 def test_prime_rl_run_identical_to_local(local_ray, tmp_path, split_small, submitted):
     """A prime-rl step read as byte ranges on Ray tasks: the ids derived from episode and group
     ids do not depend on which part a line is in."""
-    import importlib.util
     import random
 
-    spec = importlib.util.spec_from_file_location("make_prime_rl", SAMPLE_DATA / "make_prime_rl.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = sample_generator("make_prime_rl")
     rng = random.Random(11)
     records = []
     for g in range(15):

@@ -2,14 +2,13 @@
 and the viewer pages and evaluation samples beside them skipped with a note."""
 from __future__ import annotations
 
-import importlib.util
 import random
 import subprocess
 import sys
 
 import pytest
 
-from conftest import SAMPLE_DATA, copts
+from conftest import SAMPLE_DATA, copts, sample_generator
 from rollout_cli.inputs.atropos import detect
 from rollout_cli.inputs.discover import discover
 
@@ -17,10 +16,7 @@ DATA = SAMPLE_DATA / "atropos"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_atropos", SAMPLE_DATA / "make_atropos.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return sample_generator("make_atropos")
 
 
 gen = _generator()

@@ -4,7 +4,6 @@ line and field, and the same rows as slime's JSONL where both carry the same fac
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import random
 import shutil
@@ -16,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import SAMPLE_DATA, copts, read_rows
+from conftest import SAMPLE_DATA, copts, read_rows, sample_generator
 from rollout_cli.cli.app import app
 from rollout_cli.core.errors import InvalidInputError
 from rollout_cli.inputs.atropos import reader as atropos
@@ -27,10 +26,7 @@ DATA = SAMPLE_DATA / "atropos"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_atropos", SAMPLE_DATA / "make_atropos.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return sample_generator("make_atropos")
 
 
 gen = _generator()

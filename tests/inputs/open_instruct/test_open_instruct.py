@@ -4,7 +4,6 @@ log-prob), bad input named by file, line and field, the commands on a run folder
 rows as slime's JSONL where both formats carry the same facts."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import shutil
@@ -17,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import SAMPLE_DATA, copts, read_rows
+from conftest import SAMPLE_DATA, copts, read_rows, sample_generator
 from rollout_cli.audit.api import audit_paths
 from rollout_cli.cli.app import app
 from rollout_cli.core.errors import InvalidInputError
@@ -32,10 +31,7 @@ RUN = SAMPLE_DATA / "open_instruct"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_open_instruct", SAMPLE_DATA / "make_open_instruct.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return sample_generator("make_open_instruct")
 
 
 gen = _generator()

@@ -3,7 +3,6 @@ training samples), discovery of the subset, bad input named by file, line and fi
 ranges, and the same rows as slime's JSONL where both formats carry the same facts."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import shutil
@@ -16,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import SAMPLE_DATA, copts, read_rows
+from conftest import SAMPLE_DATA, copts, read_rows, sample_generator
 from rollout_cli.cli.app import app
 from rollout_cli.inputs.prime_rl import reader as prime_rl
 from rollout_cli.inputs.discover import discover
@@ -29,10 +28,7 @@ RUN = SAMPLE_DATA / "prime_rl" / "outputs" / "run"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_prime_rl", SAMPLE_DATA / "make_prime_rl.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return sample_generator("make_prime_rl")
 
 
 gen = _generator()

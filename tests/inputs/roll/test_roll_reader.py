@@ -3,12 +3,10 @@ dumps exit 3 naming the file, the row and the field; the same rows as slime's JS
 carry the same facts."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import pickle
 import random
 import shutil
-import sys
 
 import numpy as np
 import orjson
@@ -16,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import SAMPLE_DATA, copts, read_rows
+from conftest import SAMPLE_DATA, copts, read_rows, sample_generator
 from rollout_cli.cli.app import app
 from rollout_cli.run.convert import convert
 
@@ -25,12 +23,7 @@ RUN = SAMPLE_DATA / "roll"
 
 
 def _generator():
-    if "make_roll" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("make_roll", SAMPLE_DATA / "make_roll.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["make_roll"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["make_roll"]
+    return sample_generator("make_roll")
 
 
 gen = _generator()

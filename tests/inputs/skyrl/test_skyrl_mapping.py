@@ -1,17 +1,14 @@
 """A SkyRL training batch (its pickled state, as plain data) mapped to slime's sample fields."""
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
 
-from conftest import SAMPLE_DATA
+from conftest import sample_generator
 from rollout_cli.inputs.skyrl import mapping
 
-_spec = importlib.util.spec_from_file_location("make_skyrl", SAMPLE_DATA / "make_skyrl.py")
-gen = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gen)
+gen = sample_generator("make_skyrl")
 
 EOS = gen.EOS
 

@@ -1,17 +1,14 @@
 """A verl DataProto of the rollout-skip cache (as plain data) mapped to slime's sample fields."""
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
 
-from conftest import SAMPLE_DATA
+from conftest import sample_generator
 from rollout_cli.inputs.verl import mapping
 
-_spec = importlib.util.spec_from_file_location("make_verl", SAMPLE_DATA / "make_verl.py")
-gen = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gen)
+gen = sample_generator("make_verl")
 
 GROUPS = [
     # the first prompt starts with the pad id 0: only the attention mask tells it from padding

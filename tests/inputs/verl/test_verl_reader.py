@@ -3,7 +3,6 @@ audited and converted on Ray; bad files exit 3 naming file, row and field; and t
 written by verl's writer and as slime JSONL give the same train rows."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pickle
@@ -15,14 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import SAMPLE_DATA, copts, read_rows
+from conftest import SAMPLE_DATA, converted_locally_and_on_ray, copts, read_rows, sample_generator
 from rollout_cli.cli.app import app
 from rollout_cli.run.convert import convert
 
 from pickled_dumps import writers  # noqa: E402  (registers pickled_writers, which the generator imports)
-_spec = importlib.util.spec_from_file_location("make_verl", SAMPLE_DATA / "make_verl.py")
-gen = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gen)
+gen = sample_generator("make_verl")
 
 runner = CliRunner()
 RUN = SAMPLE_DATA / "verl"
@@ -205,16 +202,6 @@ def test_same_rows_as_slime_jsonl(tmp_path, case):
 
 
 def test_converts_on_ray_as_locally(tmp_path):
-    ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        for engine in ("local", "ray"):
-            r = runner.invoke(app, ["convert", str(RUN), str(tmp_path / engine), "--engine", engine, "--workers", "2", "-q"])
-            assert r.exit_code == 0, r.output
-    finally:
-        if started:
-            ray.shutdown()
-    assert read_rows(tmp_path / "local") == read_rows(tmp_path / "ray")
-    assert len(read_rows(tmp_path / "ray")) == 16
+    local, ray = converted_locally_and_on_ray(RUN, tmp_path)
+    assert local == ray
+    assert len(ray) == 16
