@@ -10,6 +10,7 @@ numpy Batch and the torch PackedBatch compute the same weights, the torch one on
 device."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -65,7 +66,7 @@ def divisors(aggregation: str, mask_totals, rollout_mask_sums, group_mask_sums, 
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation: expected one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
     if aggregation == "constant":
-        if constant is None or isinstance(constant, bool) or not isinstance(constant, (int, float)) or not constant > 0:
+        if constant is None or isinstance(constant, bool) or not isinstance(constant, numbers.Real) or not constant > 0:
             raise ValueError(f"constant: the 'constant' aggregation needs a positive number, got {constant!r}")
         return mask_totals * 0 + float(constant) * step["step_samples"]
     if constant is not None:

@@ -24,7 +24,7 @@ from rollout_cli.run.convert import ConvertOptions, convert
 CONSTANT = 512.0
 AGGREGATIONS = [("token_mean", None), ("sample_mean", None), ("rollout_mean", None), ("group_mean", None),
                 ("constant", CONSTANT)]
-SETTINGS = dict(deadline=None, derandomize=True, database=None, max_examples=20,
+SETTINGS = dict(deadline=None, derandomize=True, database=None, max_examples=15,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
