@@ -26,6 +26,8 @@ Each batch carries the whole step's denominators (step_mask_sum, step_rollouts,
 step_samples, step_groups, from the manifest, checked against the rows) and each sample its
 rollout's and group's (rollout_mask_sums, group_mask_sums, group_rollouts), whichever rank
 and micro-batch it lands on; `rollout_positions` names each sample's row in the step.
+`batch.token_weights(aggregation)` turns them into each token's weight in the step's loss
+(output/loss.py).
 """
 from __future__ import annotations
 
