@@ -25,7 +25,9 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import statistics
+import subprocess
 import sys
 import time
 
@@ -104,12 +106,23 @@ def run_pair(a, switch: str, fmt: str, exe: str) -> dict:
     out_root = os.path.join(a.data_dir, f"machinery-out-{fmt}-{a.steps}")
     runs: dict[str, list[dict]] = {"on": [], "off": []}
     digests: dict[str, str] = {}
+    args = shlex.split(run_whole.SUBJECT_ARGS)
+    if a.replace:
+        # each timed run replaces the output of the one before it (the held-out command): an
+        # untimed run first leaves an output of each setting
+        for setting in ("on", "off"):
+            out = os.path.join(out_root, setting)
+            run_convert.clear_dir(out)
+            subprocess.run([exe, "convert", src, out, *args], check=True, stdout=subprocess.DEVNULL,
+                           env=dict(os.environ, **{var: "1" if setting == "on" else "0"}))
     for rep in range(a.reps):
         for setting in order(rep):
             out = os.path.join(out_root, setting)
-            cmd = [exe, "convert", src, out, "--overwrite", "--compression", "zstd", "-q"]
+            cmd = [exe, "convert", src, out, *args]
             env = dict(os.environ, **{var: "1" if setting == "on" else "0"})
-            r = procmon.measure_quiet(cmd, lambda: (run_convert.clear_dir(out), run_whole.warm(files)),
+            prepare = ((lambda: run_whole.warm(files)) if a.replace else
+                       (lambda: (run_convert.clear_dir(out), run_whole.warm(files))))
+            r = procmon.measure_quiet(cmd, prepare,
                                       retries=a.retries, idle_wait=a.idle_wait, noisy_frac=a.noisy_frac,
                                       interval=a.interval_ms / 1000, pss=False, env=env, all_descendants=True)
             output = r.pop("output")
@@ -166,6 +179,9 @@ def main(argv=None) -> int:
     ap.add_argument("--switches", default=",".join(SWITCHES), help=f"comma list of {', '.join(SWITCHES)}")
     ap.add_argument("--reps", type=int, default=5, help="timed runs of each setting (default 5)")
     ap.add_argument("--no-load", action="store_true", help="direct-io without the first load")
+    ap.add_argument("--replace", action=argparse.BooleanOptionalAction, default=True,
+                    help="each run replaces the previous run's output, the removal timed (default; as "
+                         "run_whole.py); --no-replace: the output folder emptied before each run, untimed")
     ap.add_argument("--quick", action="store_true", help="steps of 10-20 MiB instead of 10-70")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--interval-ms", type=float, default=50)
@@ -196,7 +212,7 @@ def main(argv=None) -> int:
                    "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "machine": platform.machine()},
                    "versions": run_convert.versions(),
-                   "settings": {k: getattr(a, k) for k in ("steps", "reps", "quick", "seed", "no_load", "interval_ms",
+                   "settings": {k: getattr(a, k) for k in ("steps", "reps", "quick", "seed", "no_load", "replace", "interval_ms",
                                                            "idle_wait", "noisy_frac", "retries")},
                    "keep_gain": KEEP_GAIN, "results": rows}, f, indent=1)
     print(f"wrote {os.path.relpath(a.results)}", file=sys.stderr)
