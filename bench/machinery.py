@@ -5,12 +5,13 @@ path on and off, in alternating runs, whole process trees measured by bench/proc
 Each fast path has one switch (rollout_cli/core/tuning.py): an environment variable, 1 for
 on and 0 for off, which this script sets on the converting process (its fork server and
 workers inherit it). A fast path stays only if it buys at least 5% on the whole run (medians
-of at least 5 alternating runs, CPU-s and wall); O_DIRECT is judged on convert + first load
-(each convert followed by a fresh process that loads every shard of every step, as
-run_whole.py --then-load does), and is the default only if that gains 5%.
+of at least 5 alternating runs, CPU-s and wall). Each run replaces the output of the run
+before it, as the held-out command does (--no-replace: emptied first, untimed). A switch in
+WITH_LOAD (none today) would be judged on convert + first load: each convert followed by a
+fresh process that loads every shard of every step, as run_whole.py --then-load does.
 
     python bench/machinery.py                               # every switch, 16 steps, JSONL and Parquet, 5 reps
-    python bench/machinery.py --switches direct-io --reps 7
+    python bench/machinery.py --switches NAME --steps 64 --reps 5
     python bench/machinery.py --steps 2 --reps 1 --quick    # a smoke test: it runs, nothing measured
 
 The order of on and off alternates from rep to rep (on, off, off, on, on, off, ...) so neither
@@ -38,12 +39,11 @@ import run_convert  # noqa: E402
 import run_whole  # noqa: E402
 
 # switch name on the command line -> its environment variable (rollout_cli/core/tuning.py)
-SWITCHES = {
-    "early-pool": "ROLLOUT_CLI_EARLY_POOL",
-    "direct-io": "ROLLOUT_CLI_DIRECT_IO",
-}
+# (none today: the early fork server and O_DIRECT shards went under the budget, 2026-12-06;
+# the loader's step cache is measured by bench/loader.py --switches)
+SWITCHES: dict[str, str] = {}
 # switches judged on convert + the trainer's first load
-WITH_LOAD = {"direct-io"}
+WITH_LOAD: set[str] = set()
 # what a fast path must buy to stay (issue's budget): 5% of the whole run
 KEEP_GAIN = 0.05
 
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="jsonl,parquet", help="comma list of jsonl, parquet, pt")
     ap.add_argument("--switches", default=",".join(SWITCHES), help=f"comma list of {', '.join(SWITCHES)}")
     ap.add_argument("--reps", type=int, default=5, help="timed runs of each setting (default 5)")
-    ap.add_argument("--no-load", action="store_true", help="direct-io without the first load")
+    ap.add_argument("--no-load", action="store_true", help="a WITH_LOAD switch without the first load")
     ap.add_argument("--replace", action=argparse.BooleanOptionalAction, default=True,
                     help="each run replaces the previous run's output, the removal timed (default; as "
                          "run_whole.py); --no-replace: the output folder emptied before each run, untimed")
@@ -204,7 +204,7 @@ def main(argv=None) -> int:
     rows = [run_pair(a, s, fmt, exe) for s in switches for fmt in fmts]
     print(f"\n{a.steps}-step whole run, medians of {a.reps} alternating runs per setting, {os.cpu_count()} CPUs; "
           f"CPU = user+sys of every process; gain = (off - on) / off of CPU-s (of convert + first load for "
-          f"direct-io); keep: >= {KEEP_GAIN:.0%} of CPU-s or wall")
+          f"a WITH_LOAD switch); keep: >= {KEEP_GAIN:.0%} of CPU-s or wall")
     print_table(rows)
     os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
     with open(a.results, "w") as f:

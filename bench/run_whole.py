@@ -19,8 +19,6 @@ process of the tree, exact: the harness is a child subreaper and waits for them 
 
   rollout-cli      rollout-cli convert RUN OUT --overwrite --compression zstd -q
   rollout-cli-w1   the same with --workers 1
-  rollout-cli-buffered  the same with ROLLOUT_CLI_DIRECT_IO=0 (shards through the page cache),
-                   only while the writer still has a direct path (for --then-load)
   polars           one process converting the files one by one (the "per-file copy"):
                    for each file, bench/run_convert.py's polars code (scan -> cast to the
                    trainer types -> sink_parquet zstd-1)
@@ -37,7 +35,7 @@ first load, which pays for shards that are not in the page cache.
 
     python bench/run_whole.py --quick                       # 4 small steps, JSONL and Parquet
     python bench/run_whole.py --steps 16 --formats jsonl,parquet
-    python bench/run_whole.py --steps 16 --formats jsonl --then-load --tools rollout-cli,rollout-cli-buffered
+    python bench/run_whole.py --steps 16 --formats jsonl --then-load
     python bench/run_whole.py --steps 256 --reps 1 --pss-reps 0
 
 Results: a table per format and run length on stdout and bench/results/whole-<fmt>-<S>.json.
@@ -70,14 +68,13 @@ ROWS_PER_GROUP = 256
 EXT = {"jsonl": "jsonl", "parquet": "parquet", "pt": "pt"}
 # the subject's options besides RUN OUT (--subject-args): the held-out command's
 SUBJECT_ARGS = "--n-samples-per-prompt 8 --overwrite -q"
-SUBJECTS = ("rollout-cli", "rollout-cli-w1", "rollout-cli-buffered")
+SUBJECTS = ("rollout-cli", "rollout-cli-w1")
 FORMAT_TOOLS = {
     "jsonl": ("rollout-cli", "rollout-cli-w1", "polars", "duckdb"),
     "parquet": ("rollout-cli", "rollout-cli-w1", "polars", "duckdb"),
     "pt": ("rollout-cli", "rollout-cli-w1", "torch"),
 }
-EXTRA_TOOLS = {"jsonl": ("polars-proc", "rollout-cli-buffered"), "parquet": ("polars-proc", "rollout-cli-buffered"),
-               "pt": ("rollout-cli-buffered",)}
+EXTRA_TOOLS = {"jsonl": ("polars-proc",), "parquet": ("polars-proc",), "pt": ()}
 
 DUCKDB_PARQUET = r"""
 import sys
@@ -242,7 +239,7 @@ def tool_cmd(tool: str, fmt: str, src_dir: str, files: list[str], out: str, exe:
         cmd = [exe, "convert", src_dir, out, *shlex.split(subject_args)]
         if tool == "rollout-cli-w1":
             cmd += ["--workers", "1"]
-        return cmd, ({"ROLLOUT_CLI_DIRECT_IO": "0"} if tool == "rollout-cli-buffered" else None)
+        return cmd, None
     if tool == "torch":
         return [sys.executable, "-c", TORCH_LOOP, *files], None
     one = DUCKDB_PARQUET if (tool == "duckdb" and fmt == "parquet") else run_convert.peer_code(
@@ -401,7 +398,7 @@ def main(argv=None):
     ap.add_argument("--steps", default="16", help="comma list of run lengths (default 16; the request's are 16,64,256)")
     ap.add_argument("--formats", default="jsonl,parquet", help="comma list of jsonl, parquet, pt")
     ap.add_argument("--tools", default=None, help="comma list (default per format: rollout-cli, rollout-cli-w1, "
-                                                  "polars, duckdb; torch for pt); also polars-proc, rollout-cli-buffered")
+                                                  "polars, duckdb; torch for pt); also polars-proc")
     ap.add_argument("--reps", type=int, default=3, help="timed reps per tool")
     ap.add_argument("--pss-reps", type=int, default=1, help="extra untimed rep(s) per tool that sample PSS")
     ap.add_argument("--then-load", action="store_true",

@@ -25,14 +25,10 @@ from __future__ import annotations
 
 import os
 
-# O_DIRECT for shards only when ROLLOUT_CLI_DIRECT_IO=1: convert + first load gain nothing from
-# it (above; `bench/machinery.py --switches direct-io` measures it again)
-DIRECT_IO_DEFAULT = False
+STEP_CACHE = "ROLLOUT_CLI_STEP_CACHE"
+GATHER_ARENA = "ROLLOUT_CLI_GATHER_ARENA"
 
-EARLY_POOL = "ROLLOUT_CLI_EARLY_POOL"
-DIRECT_IO = "ROLLOUT_CLI_DIRECT_IO"
-
-SWITCHES = {EARLY_POOL: True, DIRECT_IO: DIRECT_IO_DEFAULT}
+SWITCHES = {STEP_CACHE: True, GATHER_ARENA: True}
 
 
 def enabled(name: str) -> bool:
@@ -46,9 +42,9 @@ def enabled(name: str) -> bool:
     return SWITCHES[name]
 
 
-def early_pool() -> bool:
-    return enabled(EARLY_POOL)
+def step_cache() -> bool:
+    return enabled(STEP_CACHE)
 
 
-def direct_io() -> bool:
-    return enabled(DIRECT_IO)
+def gather_arena() -> bool:
+    return enabled(GATHER_ARENA)

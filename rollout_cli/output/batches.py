@@ -38,6 +38,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
+from ..core import tuning
 from ..core.errors import IntegrityError, UsageError
 from ..pipeline.fields import STEP_FIELDS
 from . import gather, partition, stepcache, views
@@ -250,7 +251,8 @@ class BatchIterator:
         self._plan_of: tuple[int, list[np.ndarray], np.ndarray] | None = None  # (step index, mbs, shard starts)
         self._take: _Take | None = None  # this rank's rows of the current step, gathered
         self._cache = stepcache.of(output)  # shards and plans shared with the output's other iterators
-        self._arena = gather.Arena()  # the gathers' memory (gather.Arena: reused once let go of)
+        # the gathers' memory (gather.Arena: reused once let go of), where its switch is on
+        self._arena = gather.Arena() if tuning.gather_arena() else None
 
     def __repr__(self) -> str:
         return (f"BatchIterator({self.output.root!r}, split={self.split!r}, rank={self.rank}, world_size={self.world_size}, "
@@ -423,7 +425,7 @@ class BatchIterator:
             at = {j: (e - n, e) for j, n, e in zip(ks, sizes, ends)}
             serve, values = (lambda j: slicer(*at[j])), slicer.a
         else:
-            blocks = gather.take_blocks(srcs, which, local, sizes, ARRAY_FIELDS, self._arena.empty,
+            blocks = gather.take_blocks(srcs, which, local, sizes, ARRAY_FIELDS, self._arena.empty if self._arena else np.empty,
                                        () if scheduled else ("optimizer_steps", "micro_batch_ids"))
             at = {j: x for x, j in enumerate(ks)}
             serve, values = (lambda j: dict(blocks[at[j]])), blocks[0]
@@ -445,7 +447,7 @@ class BatchIterator:
         t = self._take
         if t is None or t.i != i or k not in t.at:
             t = self._take = None
-            self._arena.reset()  # the memory of batches no longer referred to, written again
+            self._arena and self._arena.reset()  # the memory of batches no longer referred to, written again
             t = self._take = self._gather(i, k, g)
         arrays = t.serve(k)
         arrays.update(t.fixed)
