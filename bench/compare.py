@@ -90,7 +90,7 @@ def git(*args: str, cwd: str = ROOT) -> str:
 def install_old(ref: str, data_dir: str) -> tuple[str, str]:
     """(commit, python) of `ref` checked out and installed under data_dir/compare/<commit>/."""
     sha = git("rev-parse", "--verify", ref + "^{commit}")
-    base = os.path.join(data_dir, "compare", sha[:12])
+    base = os.path.abspath(os.path.join(data_dir, "compare", sha[:12]))
     src, venv = os.path.join(base, "src"), os.path.join(base, "venv")
     py = os.path.join(venv, "bin", "python")
     if not os.path.isdir(os.path.join(src, "rollout_cli")):

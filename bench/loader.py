@@ -82,7 +82,7 @@ METHODS = ("load", "iter-torch", "iter-numpy", "iter-per-rank", "copy-floor")
 QUICK_GEN = ["--num-samples", "48", "--mean-tokens", "300", "--min-tokens", "64", "--max-tokens", "1200"]
 # --switches: a fast path of the loader (rollout_cli/core/tuning.py) -> its environment variable;
 # each iterator method runs again with it off ("iter-numpy/no-step-cache"), in the same rounds
-SWITCHES = {"step-cache": "ROLLOUT_CLI_STEP_CACHE", "gather-arena": "ROLLOUT_CLI_GATHER_ARENA"}
+SWITCHES = {"step-cache": "ROLLOUT_CLI_STEP_CACHE"}
 SWITCHED = ("iter-torch", "iter-numpy", "iter-per-rank")
 TARGET_RATIO = 0.8
 SLIME_SLACK = 1.05
