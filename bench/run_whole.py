@@ -65,7 +65,11 @@ import run_convert  # noqa: E402
 
 SHARED_GEN = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "bench", "make_rollouts.py"))
 ROWS_PER_GROUP = 256
-EXT = {"jsonl": "jsonl", "parquet": "parquet", "pt": "pt"}
+EXT = {"jsonl": "jsonl", "parquet": "parquet", "pt": "pt",
+       # the same samples as pyarrow.json.read_json types them, written by pq.write_table (snappy,
+       # a row group per 256 samples): the Parquet form of earlier releases' figures and of the
+       # recorded digests (bench/digests.py)
+       "parquet-readjson": "parquet"}
 # the subject's options besides RUN OUT (--subject-args): the held-out command's
 SUBJECT_ARGS = "--n-samples-per-prompt 8 --overwrite -q"
 SUBJECTS = ("rollout-cli", "rollout-cli-w1")
@@ -203,6 +207,9 @@ def _make_step(d: str, step: int, size_mb: float, seed: int, fmts: tuple[str, ..
             "parquet": "import sys, pyarrow.json as pj, pyarrow.parquet as pq\n"
                        "t = pj.read_json(sys.argv[1])\n"
                        f"pq.write_table(t, sys.argv[2] + '.tmp', row_group_size={ROWS_PER_GROUP})\n",
+            "parquet-readjson": "import sys, pyarrow.json as pj, pyarrow.parquet as pq\n"
+                                "t = pj.read_json(sys.argv[1])\n"
+                                f"pq.write_table(t, sys.argv[2] + '.tmp', row_group_size={ROWS_PER_GROUP})\n",
             "pt": "import sys, orjson, torch\n"
                   "rows = [orjson.loads(l) for l in open(sys.argv[1], 'rb')]\n"
                   f"torch.save({{'rollout_id': {step}, 'samples': rows}}, sys.argv[2] + '.tmp')\n",
