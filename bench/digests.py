@@ -82,10 +82,11 @@ def collect(steps: int, seed: int, data_dir: str) -> dict:
         if steps:
             import run_whole
 
-            fmts = ("jsonl", "parquet", "pt")
+            # Parquet as pyarrow.json types it (the recorded form), not the generator's own
+            fmts = ("jsonl", "parquet-readjson", "pt")
             run_dir, _ = run_whole.ensure_run(data_dir, steps, seed, fmts, quick=False)
             for fmt in fmts:
-                key = f"whole-{steps}/{fmt}"
+                key = f"whole-{steps}/{fmt.split('-')[0]}"
                 results[key] = convert([os.path.join(run_dir, fmt)], os.path.join(tmp, f"whole-{fmt}"),
                                        ["--compression", "zstd"])
                 print(f"{key}: {len(results[key])} files", file=sys.stderr, flush=True)

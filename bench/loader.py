@@ -80,6 +80,10 @@ import run_whole  # noqa: E402  (the step sizes of a whole run)
 METHODS = ("load", "iter-torch", "iter-numpy", "iter-per-rank", "copy-floor")
 # --quick: 48 short samples a step (both generators take these arguments)
 QUICK_GEN = ["--num-samples", "48", "--mean-tokens", "300", "--min-tokens", "64", "--max-tokens", "1200"]
+# --switches: a fast path of the loader (rollout_cli/core/tuning.py) -> its environment variable;
+# each iterator method runs again with it off ("iter-numpy/no-step-cache"), in the same rounds
+SWITCHES = {"step-cache": "ROLLOUT_CLI_STEP_CACHE"}
+SWITCHED = ("iter-torch", "iter-numpy", "iter-per-rank")
 TARGET_RATIO = 0.8
 SLIME_SLACK = 1.05
 
@@ -233,9 +237,20 @@ def time_methods(out: str, methods: list[str], world_size: int, max_tokens: int 
     for rnd in range(reps + 1):
         order = methods[rnd % len(methods):] + methods[:rnd % len(methods)]
         for m in order:
-            w0, c0 = time.perf_counter(), time.process_time()
-            got = consume(streams(m, out, world_size, world_size, max_tokens, steps))
-            w, c = time.perf_counter() - w0, time.process_time() - c0
+            method, _, off = m.partition("/no-")
+            saved = os.environ.get(SWITCHES[off]) if off else None
+            if off:
+                os.environ[SWITCHES[off]] = "0"
+            try:
+                w0, c0 = time.perf_counter(), time.process_time()
+                got = consume(streams(method, out, world_size, world_size, max_tokens, steps))
+                w, c = time.perf_counter() - w0, time.process_time() - c0
+            finally:
+                if off:
+                    if saved is None:
+                        del os.environ[SWITCHES[off]]
+                    else:
+                        os.environ[SWITCHES[off]] = saved
             if rnd:
                 runs[m].append({"wall_s": w, "cpu_s": c, **got})
     res = {}
@@ -382,10 +397,10 @@ def print_table(res: dict) -> None:
     a = res["config"]
     print(f"\nloader: {a['steps']} steps, {a['shards']} shards -> world size {a['world_size']}, "
           f"budget {a['max_tokens']} tokens, {a['reps']} reps")
-    print(f"{'method':<12} {'wall ms':>9} {'CPU ms':>9} {'Mtok/s':>9} {'GB/s':>7} {'batches':>8} {'x load':>7}")
+    print(f"{'method':<26} {'wall ms':>9} {'CPU ms':>9} {'Mtok/s':>9} {'GB/s':>7} {'batches':>8} {'x load':>7}")
     for m, r in res["throughput"].items():
         ratio = f"{r['ratio_to_load']:.2f}" if r["ratio_to_load"] is not None else "-"
-        print(f"{m:<12} {r['wall_s'] * 1e3:>9.1f} {r['cpu_s'] * 1e3:>9.1f} {r['tokens_per_s'] / 1e6:>9.1f} "
+        print(f"{m:<26} {r['wall_s'] * 1e3:>9.1f} {r['cpu_s'] * 1e3:>9.1f} {r['tokens_per_s'] / 1e6:>9.1f} "
               f"{r['bytes_per_s'] / 1e9:>7.2f} {r['batches']:>8} {ratio:>7}")
     b = res["balance"]
     print(f"\nmax/mean tokens per rank at world size {a['world_size']} "
@@ -415,6 +430,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="tiny sizes and 1 rep: a smoke test, no figures")
     ap.add_argument("--no-gpu", action="store_true", help="leave out the GPU section")
+    ap.add_argument("--switches", default="",
+                    help=f"comma list of {', '.join(SWITCHES)}: each iterator method also timed with that fast path off")
     ap.add_argument("--generator", help="the step generator to run (default: the shared one, see above)")
     ap.add_argument("--data-dir", default=str(HERE / ".data"))
     ap.add_argument("--results", help="the JSON summary's path (default bench/results/loader-<S>[-quick].json)")
@@ -426,6 +443,9 @@ def main(argv=None) -> int:
     if a.world_size == a.shards:
         print(f"note: --world-size {a.world_size} is the shard count: nothing is repartitioned", file=sys.stderr)
     max_tokens = a.max_tokens or None
+    switches = [x.strip() for x in a.switches.split(",") if x.strip()]
+    if any(x not in SWITCHES for x in switches):
+        ap.error(f"--switches: unknown {[x for x in switches if x not in SWITCHES]} (known: {', '.join(SWITCHES)})")
     gen = generator(a.generator)
     dumps, made = ensure_run(Path(a.data_dir), a.steps, a.seed, a.quick, gen)
     out = str(ensure_output(dumps, a.shards, a.keep_groups))
@@ -441,7 +461,8 @@ def main(argv=None) -> int:
                    "keep_groups": a.keep_groups, "reps": a.reps, "seed": a.seed, "quick": a.quick, **made},
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
         "served": checks, "same_samples": same,
-        "throughput": time_methods(out, list(METHODS), a.world_size, max_tokens, steps, a.reps),
+        "throughput": time_methods(out, list(METHODS) + [f"{m}/no-{sw}" for sw in switches for m in SWITCHED],
+                                   a.world_size, max_tokens, steps, a.reps),
         "balance": balance(out, a.world_size, max_tokens, steps, a.keep_groups),
         "gpu": None if a.no_gpu else gpu(out, a.world_size, max_tokens, a.reps),
         "target_ratio": TARGET_RATIO,

@@ -5,12 +5,13 @@ path on and off, in alternating runs, whole process trees measured by bench/proc
 Each fast path has one switch (rollout_cli/core/tuning.py): an environment variable, 1 for
 on and 0 for off, which this script sets on the converting process (its fork server and
 workers inherit it). A fast path stays only if it buys at least 5% on the whole run (medians
-of at least 5 alternating runs, CPU-s and wall); O_DIRECT is judged on convert + first load
-(each convert followed by a fresh process that loads every shard of every step, as
-run_whole.py --then-load does), and is the default only if that gains 5%.
+of at least 5 alternating runs, CPU-s and wall). Each run replaces the output of the run
+before it, as the held-out command does (--no-replace: emptied first, untimed). A switch in
+WITH_LOAD (none today) would be judged on convert + first load: each convert followed by a
+fresh process that loads every shard of every step, as run_whole.py --then-load does.
 
     python bench/machinery.py                               # every switch, 16 steps, JSONL and Parquet, 5 reps
-    python bench/machinery.py --switches direct-io --reps 7
+    python bench/machinery.py --switches NAME --steps 64 --reps 5
     python bench/machinery.py --steps 2 --reps 1 --quick    # a smoke test: it runs, nothing measured
 
 The order of on and off alternates from rep to rep (on, off, off, on, on, off, ...) so neither
@@ -25,7 +26,9 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import statistics
+import subprocess
 import sys
 import time
 
@@ -36,12 +39,11 @@ import run_convert  # noqa: E402
 import run_whole  # noqa: E402
 
 # switch name on the command line -> its environment variable (rollout_cli/core/tuning.py)
-SWITCHES = {
-    "early-pool": "ROLLOUT_CLI_EARLY_POOL",
-    "direct-io": "ROLLOUT_CLI_DIRECT_IO",
-}
+# (none today: the early fork server and O_DIRECT shards went under the budget, 2026-12-06;
+# the loader's step cache is measured by bench/loader.py --switches)
+SWITCHES: dict[str, str] = {}
 # switches judged on convert + the trainer's first load
-WITH_LOAD = {"direct-io"}
+WITH_LOAD: set[str] = set()
 # what a fast path must buy to stay (issue's budget): 5% of the whole run
 KEEP_GAIN = 0.05
 
@@ -104,12 +106,23 @@ def run_pair(a, switch: str, fmt: str, exe: str) -> dict:
     out_root = os.path.join(a.data_dir, f"machinery-out-{fmt}-{a.steps}")
     runs: dict[str, list[dict]] = {"on": [], "off": []}
     digests: dict[str, str] = {}
+    args = shlex.split(run_whole.SUBJECT_ARGS)
+    if a.replace:
+        # each timed run replaces the output of the one before it (the held-out command): an
+        # untimed run first leaves an output of each setting
+        for setting in ("on", "off"):
+            out = os.path.join(out_root, setting)
+            run_convert.clear_dir(out)
+            subprocess.run([exe, "convert", src, out, *args], check=True, stdout=subprocess.DEVNULL,
+                           env=dict(os.environ, **{var: "1" if setting == "on" else "0"}))
     for rep in range(a.reps):
         for setting in order(rep):
             out = os.path.join(out_root, setting)
-            cmd = [exe, "convert", src, out, "--overwrite", "--compression", "zstd", "-q"]
+            cmd = [exe, "convert", src, out, *args]
             env = dict(os.environ, **{var: "1" if setting == "on" else "0"})
-            r = procmon.measure_quiet(cmd, lambda: (run_convert.clear_dir(out), run_whole.warm(files)),
+            prepare = ((lambda: run_whole.warm(files)) if a.replace else
+                       (lambda: (run_convert.clear_dir(out), run_whole.warm(files))))
+            r = procmon.measure_quiet(cmd, prepare,
                                       retries=a.retries, idle_wait=a.idle_wait, noisy_frac=a.noisy_frac,
                                       interval=a.interval_ms / 1000, pss=False, env=env, all_descendants=True)
             output = r.pop("output")
@@ -165,7 +178,10 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="jsonl,parquet", help="comma list of jsonl, parquet, pt")
     ap.add_argument("--switches", default=",".join(SWITCHES), help=f"comma list of {', '.join(SWITCHES)}")
     ap.add_argument("--reps", type=int, default=5, help="timed runs of each setting (default 5)")
-    ap.add_argument("--no-load", action="store_true", help="direct-io without the first load")
+    ap.add_argument("--no-load", action="store_true", help="a WITH_LOAD switch without the first load")
+    ap.add_argument("--replace", action=argparse.BooleanOptionalAction, default=True,
+                    help="each run replaces the previous run's output, the removal timed (default; as "
+                         "run_whole.py); --no-replace: the output folder emptied before each run, untimed")
     ap.add_argument("--quick", action="store_true", help="steps of 10-20 MiB instead of 10-70")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--interval-ms", type=float, default=50)
@@ -188,7 +204,7 @@ def main(argv=None) -> int:
     rows = [run_pair(a, s, fmt, exe) for s in switches for fmt in fmts]
     print(f"\n{a.steps}-step whole run, medians of {a.reps} alternating runs per setting, {os.cpu_count()} CPUs; "
           f"CPU = user+sys of every process; gain = (off - on) / off of CPU-s (of convert + first load for "
-          f"direct-io); keep: >= {KEEP_GAIN:.0%} of CPU-s or wall")
+          f"a WITH_LOAD switch); keep: >= {KEEP_GAIN:.0%} of CPU-s or wall")
     print_table(rows)
     os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
     with open(a.results, "w") as f:
@@ -196,7 +212,7 @@ def main(argv=None) -> int:
                    "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "machine": platform.machine()},
                    "versions": run_convert.versions(),
-                   "settings": {k: getattr(a, k) for k in ("steps", "reps", "quick", "seed", "no_load", "interval_ms",
+                   "settings": {k: getattr(a, k) for k in ("steps", "reps", "quick", "seed", "no_load", "replace", "interval_ms",
                                                            "idle_wait", "noisy_frac", "retries")},
                    "keep_gain": KEEP_GAIN, "results": rows}, f, indent=1)
     print(f"wrote {os.path.relpath(a.results)}", file=sys.stderr)

@@ -19,8 +19,6 @@ process of the tree, exact: the harness is a child subreaper and waits for them 
 
   rollout-cli      rollout-cli convert RUN OUT --overwrite --compression zstd -q
   rollout-cli-w1   the same with --workers 1
-  rollout-cli-buffered  the same with ROLLOUT_CLI_DIRECT_IO=0 (shards through the page cache),
-                   only while the writer still has a direct path (for --then-load)
   polars           one process converting the files one by one (the "per-file copy"):
                    for each file, bench/run_convert.py's polars code (scan -> cast to the
                    trainer types -> sink_parquet zstd-1)
@@ -37,7 +35,7 @@ first load, which pays for shards that are not in the page cache.
 
     python bench/run_whole.py --quick                       # 4 small steps, JSONL and Parquet
     python bench/run_whole.py --steps 16 --formats jsonl,parquet
-    python bench/run_whole.py --steps 16 --formats jsonl --then-load --tools rollout-cli,rollout-cli-buffered
+    python bench/run_whole.py --steps 16 --formats jsonl --then-load
     python bench/run_whole.py --steps 256 --reps 1 --pss-reps 0
 
 Results: a table per format and run length on stdout and bench/results/whole-<fmt>-<S>.json.
@@ -50,6 +48,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -66,15 +65,20 @@ import run_convert  # noqa: E402
 
 SHARED_GEN = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "bench", "make_rollouts.py"))
 ROWS_PER_GROUP = 256
-EXT = {"jsonl": "jsonl", "parquet": "parquet", "pt": "pt"}
-SUBJECTS = ("rollout-cli", "rollout-cli-w1", "rollout-cli-buffered")
+EXT = {"jsonl": "jsonl", "parquet": "parquet", "pt": "pt",
+       # the same samples as pyarrow.json.read_json types them, written by pq.write_table (snappy,
+       # a row group per 256 samples): the Parquet form of earlier releases' figures and of the
+       # recorded digests (bench/digests.py)
+       "parquet-readjson": "parquet"}
+# the subject's options besides RUN OUT (--subject-args): the held-out command's
+SUBJECT_ARGS = "--n-samples-per-prompt 8 --overwrite -q"
+SUBJECTS = ("rollout-cli", "rollout-cli-w1")
 FORMAT_TOOLS = {
     "jsonl": ("rollout-cli", "rollout-cli-w1", "polars", "duckdb"),
     "parquet": ("rollout-cli", "rollout-cli-w1", "polars", "duckdb"),
     "pt": ("rollout-cli", "rollout-cli-w1", "torch"),
 }
-EXTRA_TOOLS = {"jsonl": ("polars-proc", "rollout-cli-buffered"), "parquet": ("polars-proc", "rollout-cli-buffered"),
-               "pt": ("rollout-cli-buffered",)}
+EXTRA_TOOLS = {"jsonl": ("polars-proc",), "parquet": ("polars-proc",), "pt": ()}
 
 DUCKDB_PARQUET = r"""
 import sys
@@ -157,6 +161,10 @@ def _truth(meta: dict) -> dict:
             if k in meta}
 
 
+def _gen_cmd(step: int, size_mb: float, seed: int, out: str) -> list[str]:
+    return [sys.executable, generator(), "--target-mb", str(size_mb), "--seed", str(seed * 100_003 + step), "--out", out]
+
+
 def _make_step(d: str, step: int, size_mb: float, seed: int, fmts: tuple[str, ...]) -> dict:
     name = f"step_{step:06d}"
     jsonl = os.path.join(d, "jsonl", name + ".jsonl")
@@ -171,9 +179,7 @@ def _make_step(d: str, step: int, size_mb: float, seed: int, fmts: tuple[str, ..
     if truth is None:
         tmp = os.path.join(d, "tmp", name + ".jsonl")
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
-        gen = generator()
-        subprocess.run([sys.executable, gen, "--target-mb", str(size_mb), "--seed", str(seed * 100_003 + step),
-                        "--out", tmp], check=True, stderr=subprocess.DEVNULL)
+        subprocess.run(_gen_cmd(step, size_mb, seed, tmp), check=True, stderr=subprocess.DEVNULL)
         side = tmp + (".truth.json" if os.path.exists(tmp + ".truth.json") else ".meta.json")
         with open(side) as f:
             truth = _truth(json.load(f))
@@ -188,10 +194,22 @@ def _make_step(d: str, step: int, size_mb: float, seed: int, fmts: tuple[str, ..
         path = os.path.join(d, fmt, f"{name}.{EXT[fmt]}")
         if os.path.exists(path) and os.path.getmtime(path) >= os.path.getmtime(jsonl):
             continue
+        if fmt == "parquet" and generator() == SHARED_GEN:
+            # the generator's own Parquet form (pyarrow's writer, zstd, a row group per 1,024
+            # samples): the same samples, as a dumper writes them from Python lists
+            tmp = os.path.join(d, "tmp", name + ".jsonl")
+            subprocess.run(_gen_cmd(step, size_mb, seed, tmp) + ["--parquet-only"], check=True,
+                           stderr=subprocess.DEVNULL)
+            os.remove(tmp + ".truth.json")
+            os.replace(os.path.join(d, "tmp", name + ".parquet"), path)
+            continue
         code = {
             "parquet": "import sys, pyarrow.json as pj, pyarrow.parquet as pq\n"
                        "t = pj.read_json(sys.argv[1])\n"
                        f"pq.write_table(t, sys.argv[2] + '.tmp', row_group_size={ROWS_PER_GROUP})\n",
+            "parquet-readjson": "import sys, pyarrow.json as pj, pyarrow.parquet as pq\n"
+                                "t = pj.read_json(sys.argv[1])\n"
+                                f"pq.write_table(t, sys.argv[2] + '.tmp', row_group_size={ROWS_PER_GROUP})\n",
             "pt": "import sys, orjson, torch\n"
                   "rows = [orjson.loads(l) for l in open(sys.argv[1], 'rb')]\n"
                   f"torch.save({{'rollout_id': {step}, 'samples': rows}}, sys.argv[2] + '.tmp')\n",
@@ -221,13 +239,14 @@ def ensure_run(data_dir: str, steps: int, seed: int, fmts: tuple[str, ...], quic
     return d, total
 
 
-def tool_cmd(tool: str, fmt: str, src_dir: str, files: list[str], out: str, exe: str | None) -> tuple[list[str], dict | None]:
+def tool_cmd(tool: str, fmt: str, src_dir: str, files: list[str], out: str, exe: str | None,
+             subject_args: str = SUBJECT_ARGS) -> tuple[list[str], dict | None]:
     """(command, extra environment) of a tool."""
     if tool in SUBJECTS:
-        cmd = [exe, "convert", src_dir, out, "--overwrite", "--compression", "zstd", "-q"]
+        cmd = [exe, "convert", src_dir, out, *shlex.split(subject_args)]
         if tool == "rollout-cli-w1":
             cmd += ["--workers", "1"]
-        return cmd, ({"ROLLOUT_CLI_DIRECT_IO": "0"} if tool == "rollout-cli-buffered" else None)
+        return cmd, None
     if tool == "torch":
         return [sys.executable, "-c", TORCH_LOOP, *files], None
     one = DUCKDB_PARQUET if (tool == "duckdb" and fmt == "parquet") else run_convert.peer_code(
@@ -305,14 +324,24 @@ def bench_one(a, fmt: str, steps: int, exe: str | None) -> bool:
     out_root = os.path.join(a.data_dir, f"whole-out-{fmt}-{steps}")
     runs: dict[str, list[dict]] = {t: [] for t in tools}
     checks: dict[str, dict] = {}
+    if a.replace:
+        # each timed run replaces the output of the run before it (the removal inside the wall
+        # time, as a run that converts again does): one untimed run first leaves an output
+        for tool in tools:
+            out = os.path.join(out_root, tool)
+            run_convert.clear_dir(out)
+            cmd, extra = tool_cmd(tool, fmt, src_dir, files, out, exe, a.subject_args)
+            subprocess.run(cmd, env=dict(os.environ, **extra) if extra else None, check=True,
+                           stdout=subprocess.DEVNULL)
     for rep in range(a.reps + a.pss_reps):
         timed = rep < a.reps
         order = tools[rep % len(tools):] + tools[:rep % len(tools)]
         for tool in order:
             out = os.path.join(out_root, tool)
-            cmd, extra = tool_cmd(tool, fmt, src_dir, files, out, exe)
+            cmd, extra = tool_cmd(tool, fmt, src_dir, files, out, exe, a.subject_args)
             env = dict(os.environ, **extra) if extra else None
-            r = procmon.measure_quiet(cmd, lambda: (run_convert.clear_dir(out), warm(files)), retries=a.retries,
+            prepare = (lambda: warm(files)) if a.replace else (lambda: (run_convert.clear_dir(out), warm(files)))
+            r = procmon.measure_quiet(cmd, prepare, retries=a.retries,
                                       idle_wait=a.idle_wait, noisy_frac=a.noisy_frac,
                                       interval=a.interval_ms / 1000, pss=not timed, env=env, all_descendants=True)
             r.update(rep=rep, timed=timed)
@@ -362,8 +391,10 @@ def bench_one(a, fmt: str, steps: int, exe: str | None) -> bool:
                              "parquet_rows_per_group": ROWS_PER_GROUP if fmt == "parquet" else None,
                              "generator": os.path.relpath(generator(), os.path.dirname(HERE)), "seed": a.seed},
                    "settings": {k: getattr(a, k) for k in ("reps", "pss_reps", "interval_ms", "idle_wait",
-                                                           "noisy_frac", "retries", "then_load", "quick")},
-                   "commands": {t: tool_cmd(t, fmt, "RUN", ["FILE..."], "OUT", "rollout-cli")[0] for t in tools},
+                                                           "noisy_frac", "retries", "then_load", "quick",
+                                                           "replace", "subject_args")},
+                   "commands": {t: tool_cmd(t, fmt, "RUN", ["FILE..."], "OUT", "rollout-cli", a.subject_args)[0]
+                                for t in tools},
                    "workers_2_over_1": speedup, "summary": rows, "runs": runs}, f, indent=1)
     print(f"wrote {os.path.relpath(path)}", file=sys.stderr)
     return all(not r.get("failed") and (r["verify"].get("ok") or r["tool"] == "torch") for r in rows)
@@ -374,12 +405,17 @@ def main(argv=None):
     ap.add_argument("--steps", default="16", help="comma list of run lengths (default 16; the request's are 16,64,256)")
     ap.add_argument("--formats", default="jsonl,parquet", help="comma list of jsonl, parquet, pt")
     ap.add_argument("--tools", default=None, help="comma list (default per format: rollout-cli, rollout-cli-w1, "
-                                                  "polars, duckdb; torch for pt); also polars-proc, rollout-cli-buffered")
+                                                  "polars, duckdb; torch for pt); also polars-proc")
     ap.add_argument("--reps", type=int, default=3, help="timed reps per tool")
     ap.add_argument("--pss-reps", type=int, default=1, help="extra untimed rep(s) per tool that sample PSS")
     ap.add_argument("--then-load", action="store_true",
                     help="after each timed rollout-cli run, time a fresh process's first load of every shard")
     ap.add_argument("--quick", action="store_true", help="4 steps of 10-20 MiB, 1 rep, no PSS rep")
+    ap.add_argument("--replace", action=argparse.BooleanOptionalAction, default=True,
+                    help="each run replaces the previous run's output, the removal inside the wall time "
+                         "(default; --no-replace: the output folder emptied before each run, untimed)")
+    ap.add_argument("--subject-args", default=SUBJECT_ARGS,
+                    help=f"rollout-cli convert's options after RUN OUT (default: {SUBJECT_ARGS!r})")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--interval-ms", type=float, default=50, help="memory sampling period")
     ap.add_argument("--idle-wait", type=float, default=10, help="wait up to this long for an idle machine")

@@ -304,7 +304,6 @@ TESTED_IN = {
     "inputs/train_pt/reader.py": "inputs/train_pt/test_train_pt.py",
     "inspect/rows.py": "inspect/test_dumps.py",
     "report/page.py": "report/test_report_browser.py",
-    "run/engines/fork_server.py": "test_entry.py",
     "run/engines/local.py": "run/test_engine_local.py",
     "run/engines/ray.py": "run/test_engine_ray.py",
     "run/engines/worker_setup.py": "run/test_engine_local.py",

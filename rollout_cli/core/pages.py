@@ -1,4 +1,4 @@
-"""Memory in a mapping of its own: page-aligned (what O_DIRECT writes need), zero-filled, and
+"""Memory in a mapping of its own: page-aligned, zero-filled, and
 never backed by transparent huge pages (numpy asks for them on large arrays; on this kind of
 machine faulting them in, zeroing 2 MiB at a time and compacting memory for them, made a 1 GB
 step 0.3 s slower and its time erratic). Private to the process: a shared anonymous mapping,

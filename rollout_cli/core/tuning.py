@@ -1,38 +1,28 @@
-"""The switches of the fast paths: one place that reads them, so each can be measured on and off
-(`bench/machinery.py` runs the 16-step whole run with each one on and off, in alternating
-runs). A fast path changes how fast the tool runs, never what it writes: the shards are the same
-bytes either way (tested). Each switch is an environment variable, `0` for off and `1` for on;
-anything else, or unset, is the default below. A fast path stays only while it buys >= 5% on the
-whole run. Measured 2026-12-04, 2 cores, medians of 5 alternating runs, whole process trees,
-16 steps (676 MiB of JSONL; the same samples as Parquet):
+"""The switches of the fast paths: one place that reads them, so each can be measured on and off.
+A fast path changes how fast the tool runs, never what it writes or serves. Each switch is an
+environment variable, `0` for off and `1` for on; anything else, or unset, is the default
+below. A fast path stays only while it buys >= 5% of the 16-step whole run on its one stated
+metric (medians of >= 5 alternating runs; docs/design.md):
 
-- `ROLLOUT_CLI_EARLY_POOL` (default on): the executable's quick look at its command line and
-  the early start of the pool's fork server (entry.py, run/preload.py,
-  run/engines/fork_server.py). Parquet: 3.34 -> 3.06 CPU-s (8.2%), 1.90 -> 1.71 s wall (10%);
-  JSONL: 4.25 -> 4.08 CPU-s (4.0%), 2.32 -> 2.23 s (3.9%). Kept: it buys over 5% on the
-  Parquet run, and 4% on JSONL.
-- `ROLLOUT_CLI_DIRECT_IO` (default off): shards written with O_DIRECT, past the page cache
-  (core/storage.LocalWriter; with it, the loader's huge-page advice, output/views.large_folios).
-  The conversion alone costs 8-9% less CPU with it (JSONL 4.49 -> 4.13 CPU-s, Parquet 3.48 ->
-  3.20), but convert + the trainer's first load costs more (JSONL 6.25 -> 6.41 CPU-s, -2.6%;
-  Parquet 5.33 -> 5.51, -3.4%): the first load then reads every shard from the disk. Opt-in.
+- `ROLLOUT_CLI_STEP_CACHE` (default on): the batch iterators of one opened output share its
+  mapped shards and each step's plan (output/stepcache.py). Metric: CPU-s of an epoch served
+  by one process to every rank (`bench/loader.py --switches step-cache`: 16 steps, 4 shards,
+  world size 6, budget 16,384 tokens; 2026-12-06): 186 ms with it against 384 ms without
+  (51%; the torch batches 221 against 428). One rank per process: 361 against 394 ms.
 
-Two earlier fast paths went under this budget: a step's list values cast into one buffer per
-column so a held step combined without a copy (Parquet +2.4%, JSONL -1.1%), and null masks and
-list lengths read from Arrow buffers by hand instead of through pyarrow.compute (+2.7-2.9%).
+No conversion fast path has a switch today: the early fork server (Parquet 1.1% of the CPU-s,
+JSONL 8.1%, the wall worse on both) and O_DIRECT shards (convert + first load CPU-s: JSONL
+4.0%, Parquet 7.8%) went under the budget on 2026-12-06 (`bench/results/machinery.json`), as
+the loader's gather arena did (186 against 185 CPU-ms on the epoch above), and, earlier, a held
+step's values cast into one buffer per column and Arrow null masks read by hand.
 """
 from __future__ import annotations
 
 import os
 
-# O_DIRECT for shards only when ROLLOUT_CLI_DIRECT_IO=1: convert + first load gain nothing from
-# it (above; `bench/machinery.py --switches direct-io` measures it again)
-DIRECT_IO_DEFAULT = False
+STEP_CACHE = "ROLLOUT_CLI_STEP_CACHE"
 
-EARLY_POOL = "ROLLOUT_CLI_EARLY_POOL"
-DIRECT_IO = "ROLLOUT_CLI_DIRECT_IO"
-
-SWITCHES = {EARLY_POOL: True, DIRECT_IO: DIRECT_IO_DEFAULT}
+SWITCHES = {STEP_CACHE: True}
 
 
 def enabled(name: str) -> bool:
@@ -46,9 +36,5 @@ def enabled(name: str) -> bool:
     return SWITCHES[name]
 
 
-def early_pool() -> bool:
-    return enabled(EARLY_POOL)
-
-
-def direct_io() -> bool:
-    return enabled(DIRECT_IO)
+def step_cache() -> bool:
+    return enabled(STEP_CACHE)

@@ -19,8 +19,8 @@ Each step is planned once (once per opened output: its iterators share the mappe
 the plans, output/stepcache.py), and the rank's rows of it (those of the micro-batches this
 worker hands out) are gathered once, in micro-batch order, into one copy in which each
 micro-batch is one block (output/gather.take_blocks: PackedBatch's staging layout, so moving a
-batch is one copy), in memory reused once let go of (output/gather.Arena); or not copied at
-all where they are one run of one shard's rows (views of the mapped file).
+batch is one copy), in fresh memory the batch owns; or not copied at all where they are one
+run of one shard's rows (views of the mapped file).
 
 Each batch carries the whole step's denominators (step_mask_sum, step_rollouts,
 step_samples, step_groups, from the manifest, checked against the rows) and each sample its
@@ -223,7 +223,6 @@ class BatchIterator:
         self._plan_of: tuple[int, list[np.ndarray], np.ndarray] | None = None  # (step index, mbs, shard starts)
         self._take: _Take | None = None  # this rank's rows of the current step, gathered
         self._cache = stepcache.of(output)  # shards and plans shared with the output's other iterators
-        self._arena = gather.Arena()  # the gathers' memory (gather.Arena: reused once let go of)
 
     def __repr__(self) -> str:
         return (f"BatchIterator({self.output.root!r}, split={self.split!r}, rank={self.rank}, world_size={self.world_size}, "
@@ -374,8 +373,7 @@ class BatchIterator:
         """This rank's rows of step index i that this worker hands out from micro-batch k on
         (k has index g in the stream), gathered once in micro-batch order: views of the mapped
         shard where they are one run of one shard's rows (output/gather.Slicer), else one copy
-        in which each micro-batch is one block (output/gather.take_blocks, in this iterator's
-        Arena)."""
+        in which each micro-batch is one block (output/gather.take_blocks)."""
         step = self.steps[i]
         mbs, starts = self._plan(i)
         ks = [j for j in range(k, len(mbs)) if (g + j - k) % self.num_workers == self.worker]
@@ -396,7 +394,7 @@ class BatchIterator:
             at = {j: (e - n, e) for j, n, e in zip(ks, sizes, ends)}
             serve, values = (lambda j: slicer(*at[j])), slicer.a
         else:
-            blocks = gather.take_blocks(srcs, which, local, sizes, ARRAY_FIELDS, self._arena.empty,
+            blocks = gather.take_blocks(srcs, which, local, sizes, ARRAY_FIELDS, gather.aligned_empty,
                                        () if scheduled else ("optimizer_steps", "micro_batch_ids"))
             at = {j: x for x, j in enumerate(ks)}
             serve, values = (lambda j: dict(blocks[at[j]])), blocks[0]
@@ -418,7 +416,6 @@ class BatchIterator:
         t = self._take
         if t is None or t.i != i or k not in t.at:
             t = self._take = None
-            self._arena.reset()  # the memory of batches no longer referred to, written again
             t = self._take = self._gather(i, k, g)
         arrays = t.serve(k)
         arrays.update(t.fixed)

@@ -2,73 +2,15 @@
 into new arrays: `take_ordered` (rows in any order, one copy a field), `take_blocks` (rows cut
 into micro-batches, each micro-batch's arrays one block laid out by `block_layout`, PackedBatch's
 staging layout, so a batch moves in one copy), `slice_rows` / `Slicer` (a run of rows as
-views), and the `Arena` the copies are written into, its memory reused once nothing refers to
-it. A run of one shard's rows is never copied: views of the mapped file."""
+views). A run of one shard's rows is never copied: views of the mapped file."""
 from __future__ import annotations
-
-import sys
 
 import numpy as np
 
 from .views import Ragged
 
-__all__ = ["Arena", "take_ordered", "take_blocks", "block_layout", "BLOCK_ALIGN",
+__all__ = ["take_ordered", "take_blocks", "block_layout", "aligned_empty", "BLOCK_ALIGN",
            "slice_rows", "Slicer"]
-
-
-class Arena:
-    """Arrays carved out of large byte chunks that are reused once nothing refers to them.
-
-    A gather writes every byte of a rank's rows into new memory; memory fresh from the
-    system costs a page fault per 4 KiB on first write, which made a gather's copy run at
-    1.2-2.6 GB/s against 9.5-11.8 GB/s into memory written before (5 MB shard copies on the
-    reference machine). `reset()` between gathers takes back each chunk no array refers to
-    any more (every view of a chunk holds a reference to it: numpy's `base`, and torch's
-    from_numpy keeps the numpy array), so a consumer that lets go of a step's batches before
-    the next step is gathered gets its memory recycled, and one that keeps them keeps them
-    intact: a chunk still referred to is never written again."""
-
-    ALIGN = 64  # every array starts on a cache line
-    CHUNK = 16 << 20  # bytes of a new chunk (a larger request gets a quarter more than it asks)
-    SPARE = 4  # chunks kept for reuse at most (the largest)
-
-    def __init__(self):
-        self._chunks: list[np.ndarray] = []  # chunks written since the last reset
-        self._busy: list[np.ndarray] = []  # chunks still referred to at a reset: looked at again next time
-        self._spare: list[np.ndarray] = []  # chunks free for reuse, shortest first
-        self._at = 0  # bytes used of the last chunk
-
-    def reset(self) -> None:
-        """Take back the chunks no array refers to any more (a consumer holding the last step's
-        batches while the next is gathered frees them by the gather after)."""
-        chunks = self._chunks + self._busy + self._spare
-        self._chunks, self._busy, self._spare, self._at = [], [], [], 0
-        while chunks:
-            c = chunks.pop()
-            # references: `c` and getrefcount's argument; any more is a live view
-            (self._spare if sys.getrefcount(c) == 2 else self._busy).append(c)
-            del c
-        self._spare.sort(key=len)
-        del self._spare[:-self.SPARE]
-
-    def empty(self, n: int, dtype) -> np.ndarray:
-        """An uninitialised array of `n` items of `dtype`, aligned, in a chunk."""
-        dtype = np.dtype(dtype)
-        size = n * dtype.itemsize
-        if not size:
-            return np.empty(0, dtype)
-        def aligned(chunk, at):  # the first offset from `at` on whose address is a multiple of ALIGN
-            return at + (-(chunk.ctypes.data + at)) % self.ALIGN
-
-        at = aligned(self._chunks[-1], self._at) if self._chunks else 0
-        if not self._chunks or at + size > len(self._chunks[-1]):
-            need = size + self.ALIGN
-            fit = next((i for i, c in enumerate(self._spare) if len(c) >= need), None)
-            self._chunks.append(self._spare.pop(fit) if fit is not None
-                                else np.empty(max(need + size // 4, self.CHUNK), np.uint8))
-            at = aligned(self._chunks[-1], 0)
-        self._at = at + size
-        return self._chunks[-1][at:at + size].view(dtype)
 
 
 _TOKEN_FIELDS = ("tokens",)
@@ -241,8 +183,18 @@ def block_layout(items: list[tuple[str, int]]) -> tuple[dict[str, tuple[int, int
     return layout, off
 
 
+def aligned_empty(n: int, dtype) -> np.ndarray:
+    """An uninitialised array of `n` items of `dtype` whose first byte is at a multiple of
+    BLOCK_ALIGN (fresh memory: a batch handed out owns its block)."""
+    dtype = np.dtype(dtype)
+    size = n * dtype.itemsize
+    raw = np.empty(size + BLOCK_ALIGN, np.uint8)
+    at = -raw.ctypes.data % BLOCK_ALIGN
+    return raw[at:at + size].view(dtype)
+
+
 def take_blocks(sources: list[dict], which: np.ndarray, local: np.ndarray, sizes: list[int], order: tuple[str, ...],
-                empty=np.empty, drop: tuple[str, ...] = ()) -> list[dict]:
+                empty=aligned_empty, drop: tuple[str, ...] = ()) -> list[dict]:
     """Rows of unpacked shards (as take_ordered: row j is row local[j] of sources[which[j]]),
     cut into consecutive micro-batches of `sizes` rows, each micro-batch's arrays laid out in
     one block (block_layout over the array fields in `order`; the block as "_block", gaps
@@ -301,19 +253,19 @@ def take_blocks(sources: list[dict], which: np.ndarray, local: np.ndarray, sizes
     block_pad = -(-block_len // BLOCK_ALIGN) * BLOCK_ALIGN
     block_off = np.cumsum(block_pad) - block_pad
     total = int(block_off[-1] + block_pad[-1])
-    arena = empty(total, np.uint8)
+    mem = empty(total, np.uint8)
     # the gaps zeroed: each gap (after a field up to the next, after a block up to the next)
     # lies in the last 64 bytes of its field's padded room, zeroed before the data is written
     line = (block_off[:, None] + field_off + padded)[padded > 0] - BLOCK_ALIGN
-    arena.view(np.uint64)[((line // 8)[:, None] + np.arange(BLOCK_ALIGN // 8)).reshape(-1)] = 0
+    mem.view(np.uint64)[((line // 8)[:, None] + np.arange(BLOCK_ALIGN // 8)).reshape(-1)] = 0
     at = {k: block_off + field_off[:, i] for i, k in enumerate(names)}  # byte offset of each field, per block
     row_in_mb = np.arange(n) - firsts[mb_of]
     for k in names:  # per-sample fields: one scatter each
         if k in ragged or k == "cu_seqlens":
             continue
         item = dtypes[k].itemsize
-        arena.view(dtypes[k])[at[k][mb_of] // item + row_in_mb] = base[k]
-    cu = arena.view(np.int32)  # cu_seqlens: 0, then each sample's end within its micro-batch
+        mem.view(dtypes[k])[at[k][mb_of] // item + row_in_mb] = base[k]
+    cu = mem.view(np.int32)  # cu_seqlens: 0, then each sample's end within its micro-batch
     cu[at["cu_seqlens"] // 4] = 0
     cu[at["cu_seqlens"][mb_of] // 4 + 1 + row_in_mb] = ctok[1:] - ctok[firsts][mb_of]
     # per-token fields: runs of rows adjacent in one source within one micro-batch, one slice
@@ -332,14 +284,14 @@ def take_blocks(sources: list[dict], which: np.ndarray, local: np.ndarray, sizes
         for j in range(m):
             if not want[j]:
                 continue
-            dst = arena[offs[j]:offs[j] + want[j] * dt.itemsize].view(dt)
+            dst = mem[offs[j]:offs[j] + want[j] * dt.itemsize].view(dt)
             pieces = [have[s][a:b] if have[s] is not None else np.full(b - a, np.nan, dt)
                       for s, a, b in zip(run_src[run_bounds[j]:run_bounds[j + 1]], lo[run_bounds[j]:run_bounds[j + 1]],
                                          hi[run_bounds[j]:run_bounds[j + 1]])]
             np.concatenate(pieces, out=dst)
     # the micro-batches: views of their blocks, and the rest sliced
     out = []
-    typed = {k: arena.view(dtypes[k]) for k in names}
+    typed = {k: mem.view(dtypes[k]) for k in names}
     offs = {k: (at[k] // dtypes[k].itemsize).tolist() for k in names}  # in items of the field's type
     counts_l = {k: counts[k].tolist() for k in names}
     boff, blen = block_off.tolist(), block_len.tolist()
@@ -352,7 +304,7 @@ def take_blocks(sources: list[dict], which: np.ndarray, local: np.ndarray, sizes
             d[k] = typed[k][o:o + counts_l[k][j]]
         d["extras"] = {k: None if e is None else e.slice(a, b) if isinstance(e, Ragged) else e[a:b]
                        for k, e in extras.items()}
-        d["_block"] = arena[boff[j]:boff[j] + blen[j]]
+        d["_block"] = mem[boff[j]:boff[j] + blen[j]]
         for k in (*_RESPONSE_FIELDS, *drop):
             d.setdefault(k, None)
         out.append(d)

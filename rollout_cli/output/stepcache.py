@@ -17,6 +17,8 @@ import weakref
 from collections import OrderedDict
 from typing import Any, Callable
 
+from ..core import tuning
+
 __all__ = ["StepCache", "of", "STEPS_KEPT", "PLANS_KEPT"]
 
 # one, as an iterator held its own before: a controller's iterators gather a step's rows as
@@ -100,7 +102,10 @@ if hasattr(os, "register_at_fork"):
 
 
 def of(output) -> StepCache:
-    """The cache of an opened output (output/model.py's Output), made on first use."""
+    """The cache of an opened output (output/model.py's Output), made on first use; with the
+    switch off (core/tuning.py), one of the caller's own, shared with no other iterator."""
+    if not tuning.step_cache():
+        return StepCache()
     slot = output._shared
     cache = slot.get("steps")
     if cache is None:

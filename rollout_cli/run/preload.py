@@ -1,7 +1,6 @@
 """What a local pool's workers import once, in the fork server, before their first task: the
 stage functions and the readers they call (each format's descriptor names its own, `preload`).
-The converting process hands this list to the pool; the executable starts the fork server with
-it before it parses its command line."""
+The converting process hands this list to the pool."""
 from __future__ import annotations
 
 from ..inputs.registry import FORMATS
@@ -16,10 +15,3 @@ WORKER_MODULES = (
     "numpy.ma",
 )
 
-
-def start_pool_early() -> None:
-    """Start the pool's fork server now (it imports WORKER_MODULES on another core while the
-    caller goes on); a no-op when it is already running."""
-    from .engines.fork_server import start_early
-
-    start_early(WORKER_MODULES)

@@ -56,9 +56,9 @@ def _list_totals(arr):
     offsets = arr.offsets.to_numpy()
     values = arr.values.to_numpy(zero_copy_only=False)
     lo, hi = int(offsets[0]), int(offsets[-1])
-    vals = values[lo:hi].astype(np.int64)
+    vals = values[lo:hi]  # summed into int64 as they are: no widened copy
     cs = np.zeros(len(vals) + 1, dtype=np.int64)
-    np.cumsum(vals, out=cs[1:])
+    np.cumsum(vals, dtype=np.int64, out=cs[1:])
     rel = offsets - lo
     sums = cs[rel[1:]] - cs[rel[:-1]]
     vmin = int(vals.min()) if len(vals) else 0
@@ -90,7 +90,7 @@ def check_rows(t, first_row: int, step: int, shard_no: int, tally: ShardTally, s
         return  # the arithmetic below needs values
     steps = col("step").to_numpy()
     tally.bad("step_column", steps != step, lambda i: f"row {first_row + i}: step {int(steps[i])}, filed under step {step}")
-    tok_len, _, _, _ = _list_totals(col("tokens"))
+    tok_len = np.diff(col("tokens").offsets.to_numpy()).astype(np.int64)  # lengths: the values are not summed
     total_length = col("total_length").to_numpy().astype(np.int64)
     tally.bad("total_length", tok_len != total_length, lambda i: f"row {first_row + i}: total_length {int(total_length[i])} != len(tokens) {int(tok_len[i])}")
     mask_len, mask_tot, mmin, mmax = _list_totals(col("loss_mask"))

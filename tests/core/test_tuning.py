@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import SAMPLE_DATA, shard_bytes
-from rollout_cli.core import storage, tuning
+from rollout_cli.core import tuning
 
 
 @pytest.mark.parametrize("name", sorted(tuning.SWITCHES))
@@ -23,30 +23,6 @@ def test_a_switch_is_its_default_unless_it_says_0_or_1(monkeypatch, name):
     assert tuning.enabled(name) is False
     monkeypatch.setenv(name, " 1 ")
     assert tuning.enabled(name) is True
-
-
-def test_the_o_direct_default_is_one_constant(monkeypatch):
-    assert tuning.SWITCHES[tuning.DIRECT_IO] is tuning.DIRECT_IO_DEFAULT
-    monkeypatch.delenv(tuning.DIRECT_IO, raising=False)
-    assert tuning.direct_io() is False  # opt-in: convert + first load gain nothing from it
-    monkeypatch.setitem(tuning.SWITCHES, tuning.DIRECT_IO, True)  # the constant flipped
-    assert tuning.direct_io() is True
-
-
-def test_the_shard_writer_asks_the_switch(tmp_path, monkeypatch):
-    opened = []
-    real_open = os.open
-
-    def spy(path, flags, *a):
-        opened.append(bool(flags & getattr(os, "O_DIRECT", 0)))
-        return real_open(path, flags & ~getattr(os, "O_DIRECT", 0), *a)  # whatever the file system takes
-
-    monkeypatch.setattr(storage.os, "open", spy)
-    monkeypatch.setenv(tuning.DIRECT_IO, "0")
-    storage.LocalWriter(str(tmp_path / "a")).close()
-    monkeypatch.setenv(tuning.DIRECT_IO, "1")
-    storage.LocalWriter(str(tmp_path / "b")).close()
-    assert opened == [False, hasattr(os, "O_DIRECT")]
 
 
 def _convert(src, out, env: dict[str, str]) -> None:

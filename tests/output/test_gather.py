@@ -1,5 +1,4 @@
-"""output/gather.py: the Arena's memory reused only once nothing refers to it, aligned
-arrays; a Slicer's rows equal slice_rows'; take_blocks gives take_ordered's rows, each
+"""output/gather.py: aligned arrays; batches held across steps keep their bytes; a Slicer's rows equal slice_rows'; take_blocks gives take_ordered's rows, each
 micro-batch one block in block_layout's layout with its gaps zeroed."""
 from __future__ import annotations
 
@@ -11,43 +10,14 @@ from rollout_cli.output.batches import ARRAY_FIELDS
 from rollout_cli.output.model import open_output
 
 
-def test_arena_arrays_are_aligned_and_do_not_overlap():
-    a = gather.Arena()
-    xs = [a.empty(n, dt) for n, dt in [(3, np.int32), (5, np.float64), (1, np.uint8), (7, np.int64)]]
+def test_aligned_arrays_start_on_a_block_boundary_and_do_not_overlap():
+    xs = [gather.aligned_empty(n, dt) for n, dt in [(3, np.int32), (5, np.float64), (1, np.uint8), (7, np.int64)]]
     for x in xs:
-        assert x.ctypes.data % gather.Arena.ALIGN == 0
+        assert x.ctypes.data % gather.BLOCK_ALIGN == 0
         x[:] = 1
     spans = sorted((x.ctypes.data, x.ctypes.data + x.nbytes) for x in xs)
     assert all(e <= s for (_, e), (s, _) in zip(spans, spans[1:]))
-    assert a.empty(0, np.int32).shape == (0,)
-
-
-def test_arena_reuses_a_chunk_only_once_nothing_refers_to_it():
-    a = gather.Arena()
-    held = a.empty(100, np.int64)
-    held[:] = 7
-    chunk = id(held.base)
-    a.reset()
-    other = a.empty(100, np.int64)  # the first chunk is referred to: a new one
-    assert id(other.base) != chunk
-    other[:] = 9
-    assert (held == 7).all()
-    second = id(other.base)
-    del other
-    a.reset()
-    again = a.empty(100, np.int64)
-    assert id(again.base) == second  # the second chunk, free now, comes back; the first is still held
-    assert (held == 7).all()
-    del held, again
-    a.reset()
-    assert len(a._spare) == 2 and not a._busy  # both free once let go of
-    big = a.empty(gather.Arena.CHUNK, np.uint8)
-    assert big.base.nbytes >= gather.Arena.CHUNK
-    del big
-    for _ in range(gather.Arena.SPARE + 3):
-        a.empty(gather.Arena.CHUNK, np.uint8)  # each fills a chunk
-    a.reset()
-    assert len(a._spare) == gather.Arena.SPARE  # kept for reuse at most
+    assert gather.aligned_empty(0, np.int32).shape == (0,)
 
 
 def test_batches_held_across_steps_are_never_overwritten(out4):  # noqa: F811
@@ -114,8 +84,7 @@ def test_take_blocks_gives_take_ordered_rows_one_block_a_micro_batch(out4):  # n
         cuts = np.sort(rng.integers(0, n + 1, int(rng.integers(0, 6))))
         sizes = np.diff(np.concatenate([[0], cuts, [n]])).tolist()  # some micro-batches empty
         whole = gather.take_ordered(srcs, which, local)
-        arena = gather.Arena()
-        got = gather.take_blocks(srcs, which, local, sizes, ARRAY_FIELDS, arena.empty)
+        got = gather.take_blocks(srcs, which, local, sizes, ARRAY_FIELDS)
         assert len(got) == len(sizes)
         lo = 0
         for size, d in zip(sizes, got):

@@ -81,3 +81,14 @@ def test_a_forked_child_gets_fresh_locks():
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         c._lock.release()
+
+
+def test_with_its_switch_off_each_iterator_has_a_cache_of_its_own_and_serves_the_same(out4, monkeypatch):  # noqa: F811
+    o = open_output(out4)
+    assert stepcache.of(o) is stepcache.of(o)
+    shared = [[rows_of(b) for b in o.iter_batches(r, world_size=3, max_tokens=BUDGET)] for r in range(3)]
+    monkeypatch.setenv("ROLLOUT_CLI_STEP_CACHE", "0")
+    o = open_output(out4)
+    assert stepcache.of(o) is not stepcache.of(o)
+    own = [[rows_of(b) for b in o.iter_batches(r, world_size=3, max_tokens=BUDGET)] for r in range(3)]
+    assert own == shared

@@ -132,25 +132,22 @@ def test_a_guarded_script_is_not_rerun_by_workers(tmp_path):
     assert run.stdout.split() == ["body", "steps", "3"]
 
 
-def test_one_slot_uses_the_early_fork_server_unless_told_to_run_inline(monkeypatch):
-    from rollout_cli.run.engines import fork_server, local, make_engine
+def test_one_slot_runs_inline_unless_told_to_use_the_pool():
+    from rollout_cli.run.engines import local, make_engine
 
-    monkeypatch.setattr(fork_server, "_started_early", False)
     assert isinstance(make_engine("local", 1), local.InlineEngine)
-    monkeypatch.setattr(fork_server, "_started_early", True)
-    engine = make_engine("local", 1, preload=WORKER_MODULES)
+    engine = make_engine("local", 1, preload=WORKER_MODULES, inline=False)
     try:
         assert isinstance(engine, PoolEngine) and engine.result(engine.submit(_pid)) != os.getpid()
     finally:
         engine.shutdown()
-    assert isinstance(make_engine("local", 1, inline=True), local.InlineEngine)
 
 
-_EARLY_ENV_CODE = (
+_EXE_ENV_CODE = (
     "import os, sys\n"
-    "from rollout_cli.run.engines.fork_server import start_early\n"
+    "from rollout_cli.run.engines.worker_setup import worker_environment\n"
     "from rollout_cli.run.engines.local import PoolEngine\n"
-    "start_early(['rollout_cli.run.stages'])\n"
+    "os.environ.update(worker_environment())\n"
     "e = PoolEngine(1)\n"
     "print(e.result(e.submit(os.getenv, 'ARROW_DEFAULT_MEMORY_POOL')), e.result(e.submit(os.getenv, 'ROLLOUT_CLI_PROBE')))\n"
     "e.shutdown()\n"
@@ -169,7 +166,7 @@ def test_workers_allocate_from_jemalloc_unless_the_caller_chose_a_pool(caller):
     if caller:
         env["ARROW_DEFAULT_MEMORY_POOL"] = caller
     env["ROLLOUT_CLI_PROBE"] = "seen"  # workers get the caller's environment
-    out = subprocess.run([sys.executable, "-c", _EARLY_ENV_CODE], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, "-c", _EXE_ENV_CODE], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [caller or ("jemalloc" if has else "None"), "seen"]
     engine = PoolEngine(1, preload=WORKER_MODULES)  # started in this (library) process too
@@ -183,9 +180,9 @@ def test_workers_allocate_from_jemalloc_unless_the_caller_chose_a_pool(caller):
 
 _BLAS_CODE = (
     "import os\n"
-    "from rollout_cli.run.engines.fork_server import start_early\n"
+    "from rollout_cli.run.engines.worker_setup import worker_environment\n"
     "from rollout_cli.run.engines.local import PoolEngine\n"
-    "start_early(['rollout_cli.run.stages'])\n"
+    "os.environ.update(worker_environment())\n"
     "import numpy\n"  # the executable's own numpy, after its environment is set
     "e = PoolEngine(1)\n"
     "print(os.getenv('OPENBLAS_NUM_THREADS'), e.result(e.submit(os.getenv, 'OPENBLAS_NUM_THREADS')))\n"

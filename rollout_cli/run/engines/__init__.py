@@ -31,16 +31,13 @@ def make_engine(name: str, workers: int, ray_address: str | None = None, preload
                 inline: bool | None = None) -> Engine:
     """The engine `name` ("local" or "ray") with `workers` slots (for Ray, 0: the cluster's
     CPUs); a local pool's workers import the `preload` modules before their first task.
-    `inline`: run the tasks in this process (default: with one slot, unless a fork server with
-    the stages imported is up already; its worker starts at once, and this process need not
-    import them)."""
+    `inline`: run the tasks in this process (default: with one slot)."""
     if name == "ray":
         from .ray import RayEngine
 
         return RayEngine(address=ray_address, workers=workers)
-    from .fork_server import started_early
     from .local import InlineEngine, PoolEngine
 
     if inline is None:
-        inline = workers <= 1 and not started_early()
+        inline = workers <= 1
     return InlineEngine() if inline else PoolEngine(max(1, workers), preload)

@@ -53,8 +53,7 @@ def start_method() -> str:
 
 class PoolEngine:
     """A pool of `workers` processes that live as long as the engine: each imports the
-    `preload` modules once (at once, where the executable's fork server has them imported
-    already) and then runs task after task. As with any multiprocessing code, a script that
+    `preload` modules once and then runs task after task. As with any multiprocessing code, a script that
     starts one must guard its entry point (`if __name__ == "__main__":`): a spawned or
     fork-server worker imports the caller's main module."""
 
