@@ -21,12 +21,20 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, settings
 
 TESTS = Path(__file__).resolve().parent
 HELPERS = TESTS / "helpers"
 for _path in (TESTS, HELPERS):  # HELPERS ends up first
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+
+# Every property test's settings start from this profile (loaded before the test modules make
+# theirs): no deadline and no "too slow" health check, which would fail a test for the
+# machine's load (tests run in parallel; speed is measured in bench/, not here). The number of
+# examples stays each test's own.
+settings.register_profile("rollout-cli", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("rollout-cli")
 
 ROOT = TESTS.parent
 SAMPLE_DATA = ROOT / "sample_data"
@@ -103,12 +111,31 @@ def pytest_sessionfinish(session, exitstatus):
         ray.shutdown()
 
 
+# `pytest -m quick`, the first check (under 90 s on 2 cores): the step rules, the readers of
+# slime's formats, validation, the writer, the conversion and its failures, verify's checks
+# and hostile input, on local files (a test that needs the S3 server is left to the full run)
+QUICK = (
+    "pipeline/",
+    "inputs/test_discover.py", "inputs/test_registry.py", "inputs/test_columns.py", "inputs/test_completeness.py",
+    "inputs/jsonl/test_jsonl.py", "inputs/slime_pt/test_pt_pickle.py", "inputs/test_columnar_formats.py",
+    "core/test_errors.py", "core/test_layout.py", "core/test_schema.py", "core/test_sample_fields.py",
+    "output/test_write.py", "output/test_manifest.py", "output/test_partition.py",
+    "run/test_convert.py", "run/test_failures.py", "run/test_live.py", "run/test_resume.py",
+    "cli/test_convert_cli.py", "cli/test_app.py",
+    "verify/test_verify_rows.py", "verify/test_files.py", "verify/test_rejects.py", "verify/test_verify_manifest.py",
+    "test_hostile_input.py",
+)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
+    xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
-        if any(name in RAY_FIXTURES for name in getattr(item, "fixturenames", ())):
+        names = getattr(item, "fixturenames", ())
+        where = item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+        if where.startswith(QUICK) and "s3" not in names:
+            item.add_marker(pytest.mark.quick)
+        if xdist and any(name in RAY_FIXTURES for name in names):
             item.add_marker(pytest.mark.xdist_group("ray"))
 
 
