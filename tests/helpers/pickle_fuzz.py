@@ -1,5 +1,5 @@
 """Fuzz cases for the restricted unpickler, shared by tests/inputs/pickled/test_fuzz.py (bounded,
-hypothesis) and bench/pickle_fuzz.py (a million cases): opcode programs naming the allowed
+hypothesis) and bench/fuzz_pickles.py (a million cases): opcode programs naming the allowed
 globals, and mutations of real framework pickles (SkyRL, verl and ROLL batches from
 sample_data/pickled_writers.py, slime and miles style torch.save dumps, numpy arrays of every
 dtype the reader makes, under protocols 2 to 5).

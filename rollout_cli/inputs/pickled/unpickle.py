@@ -20,27 +20,13 @@ from .numpy_globals import replace_builds
 _PICKLE_BUFFER = 1 << 20
 
 
-class _Reads:
-    """The stream's read, readline and peek, not its readinto: CPython's C unpickler, reading a
-    BYTEARRAY8 longer than the stream through readinto, frees the bytearray while it is still
-    exported; through read it fails cleanly."""
-
-    __slots__ = ("read", "readline", "peek")
-
-    def __init__(self, stream: Any):
-        self.read, self.readline = stream.read, stream.readline
-        peek = getattr(stream, "peek", None)
-        if peek is not None:
-            self.peek = peek
-
-
 class RestrictedUnpickler(pickle.Unpickler):
     """C unpickler whose globals come only from the allow-list and whose persistent ids are the
     storages of `archive` (none for a bare pickle). `trusted` (``--trust-pickle``): a global
     off the list is imported and called as plain ``pickle`` does, which can run any code."""
 
     def __init__(self, stream: Any, path: str, archive: _Archive | None = None, trusted: bool = False):
-        super().__init__(_Reads(stream), encoding="utf-8")
+        super().__init__(stream, encoding="utf-8")
         self._path = path
         self._archive = archive
         self._trusted = trusted

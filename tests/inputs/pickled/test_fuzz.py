@@ -1,4 +1,4 @@
-"""The restricted unpickler under fuzzing (bounded here; bench/pickle_fuzz.py runs a million cases):
+"""The restricted unpickler under fuzzing (bounded here; bench/fuzz_pickles.py runs a million cases):
 whatever the bytes, a load gives a value that can be read through (every array's bytes, every
 object item) or raises PickleFormatError / UnsafePickleError (exit 3 from every reader); never
 another exception, never a signal (which would end this test run)."""

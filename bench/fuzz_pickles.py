@@ -13,7 +13,7 @@ Cases run in batches, each in a fresh forked process (so a signal loses one batc
 the run); a case's bytes depend only on --seed and its number. Prints, and writes to --out as
 JSON: cases run, values, refusals, failures, wall seconds, cases per second.
 
-Usage: python bench/pickle_fuzz.py [--cases N] [--workers W] [--batch B] [--seed S] [--out FILE]
+Usage: python bench/fuzz_pickles.py [--cases N] [--workers W] [--batch B] [--seed S] [--out FILE]
 """
 from __future__ import annotations
 
