@@ -107,6 +107,9 @@ def _numpy_values() -> list:
                np.zeros(3, "V4"), np.array(["s", {"k": [1, 2]}, None, np.arange(2)], dtype=object),
                np.array([np.array(["a", "b"], dtype=object), np.array(["c"], dtype=object)], dtype=object),
                np.empty((0, 3), np.float32), rng.standard_normal(5).astype(np.float32)[::2]]
+    nested = np.empty(2, object)
+    nested[0], nested[1] = {"in": np.ones(2)}, (np.arange(2), [np.zeros(1, np.int8)])
+    arrays.append(nested)
     scalars = [np.float32(1.5), np.int64(-3), np.bool_(True), np.dtype(">i2")]
     return [{"a": a} for a in arrays] + [scalars, {"mix": [arrays[0], arrays[-1], (arrays[3], "t")]}]
 

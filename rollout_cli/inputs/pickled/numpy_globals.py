@@ -219,7 +219,7 @@ def _swap(obj: Any, seen: dict) -> Any:
     in place, tuples rebuilt."""
     t = type(obj)
     if t is ArrayBuild:
-        return resolved(obj)
+        return _swap(resolved(obj), seen)  # an object array's items may hold more
     if t is DTypeSpec:
         return obj.dtype()
     if t in _ATOMS or isinstance(obj, np.generic) or _plain_array(obj):
