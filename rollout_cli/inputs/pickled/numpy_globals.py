@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .context import current
 from .errors import PickleFormatError
 from .plain import Token, check
 
@@ -97,8 +98,6 @@ class DTypeSpec:
 def _dtype(obj: Any, align: Any = False, copy: Any = True, *rest: Any) -> DTypeSpec:
     check(not rest and type(obj) is str and align is False and copy is True,
           f"numpy.dtype: only (type string, False, True) is accepted, got {(obj, align, copy, *rest)!r:.80}")
-    from .context import current
-
     spec = DTypeSpec(*_canonical(obj))
     current().builds.append(spec)  # a dtype left in the data is replaced by its real dtype
     return spec
@@ -112,8 +111,9 @@ def _plain_dtype(spec: Any, what: str) -> np.dtype:
 
 
 def _count(shape: Any, what: str) -> tuple[tuple[int, ...], int]:
-    check(type(shape) is tuple and all(type(v) is int and v >= 0 for v in shape),
-          f"{what}: expected a tuple of non-negative ints, got {shape!r:.80}")
+    # the messages are formatted only on failure: this runs once per array
+    if type(shape) is not tuple or not all(type(v) is int and v >= 0 for v in shape):
+        raise PickleFormatError(f"{what}: expected a tuple of non-negative ints, got {shape!r:.80}")
     n = 1
     for v in shape:
         n *= v
@@ -131,22 +131,23 @@ class ArrayBuild:
         self.array = None
 
     def __setstate__(self, state: Any) -> None:
-        check(self.array is None, "numpy array: BUILD twice")
-        check(type(state) is tuple and len(state) == 5 and state[0] == 1 and type(state[0]) is int
-              and type(state[3]) in (bool, int) and state[3] in (0, 1),
-              "numpy array: BUILD takes only (1, shape, dtype, is_fortran, data)")
+        if (self.array is not None or type(state) is not tuple or len(state) != 5 or type(state[0]) is not int
+                or state[0] != 1 or type(state[3]) not in (bool, int) or state[3] not in (0, 1)):
+            raise PickleFormatError("numpy array: BUILD takes only (1, shape, dtype, is_fortran, data), once")
         _, shape, spec, fortran, data = state
         shape, n = _count(shape, "numpy array shape")
-        check(type(spec) is DTypeSpec, f"numpy array: expected a dtype, got {type(spec).__name__}")
+        if type(spec) is not DTypeSpec:
+            raise PickleFormatError(f"numpy array: expected a dtype, got {type(spec).__name__}")
         dt = spec.dtype()
         if dt.hasobject:
-            check(type(data) is list and len(data) == n, f"numpy object array: {n} items for shape {shape}, "
-                  f"got {len(data) if type(data) is list else type(data).__name__}")
-            data = [resolved(v) for v in data]
-        else:
-            check(type(data) is bytes and len(data) == n * dt.itemsize,
-                  f"numpy array: {len(data) if type(data) is bytes else type(data).__name__} bytes "
-                  f"for shape {shape} of {dt.str}")
+            if type(data) is not list or len(data) != n:
+                raise PickleFormatError(f"numpy object array: {n} items for shape {shape}, got "
+                                        f"{len(data) if type(data) is list else type(data).__name__}")
+            if not _ATOMS.issuperset(map(type, data)):
+                data = [resolved(v) for v in data]
+        elif type(data) is not bytes or len(data) != n * dt.itemsize:
+            raise PickleFormatError(f"numpy array: {len(data) if type(data) is bytes else type(data).__name__} bytes "
+                                    f"for shape {shape} of {dt.str}")
         arr = np.ndarray((0,), np.int8)
         try:
             arr.__setstate__((1, shape, dt, bool(fortran), data))
@@ -170,10 +171,9 @@ def resolved(value: Any) -> Any:
 
 
 def _reconstruct(subtype: Any, shape: Any, code: Any, *rest: Any) -> ArrayBuild:
-    check(not rest and subtype is NDARRAY and shape == (0,) and type(shape) is tuple and code == b"b",
-          f"numpy _reconstruct: only (numpy.ndarray, (0,), b'b') is accepted, got {(subtype, shape, code, *rest)!r:.80}")
-    from .context import current
-
+    if rest or subtype is not NDARRAY or type(shape) is not tuple or shape != (0,) or code != b"b":
+        raise PickleFormatError("numpy _reconstruct: only (numpy.ndarray, (0,), b'b') is accepted, "
+                                f"got {(subtype, shape, code, *rest)!r:.80}")
     build = ArrayBuild()
     current().builds.append(build)
     return build
