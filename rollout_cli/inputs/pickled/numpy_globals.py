@@ -110,6 +110,16 @@ def _plain_dtype(spec: Any, what: str) -> np.dtype:
     return dt
 
 
+def _check_text(dt: np.dtype, data: Any, what: str) -> None:
+    """A ``U`` dtype's bytes must be code points Python can hold (at most U+10FFFF): numpy hands
+    out any UCS4 value, and making a str of one past it is a SystemError."""
+    if dt.kind == "U" and len(data):
+        units = np.frombuffer(data, dtype=dt.byteorder.replace("=", "").replace("|", "") + "u4"
+                              if dt.byteorder in "<>" else "=u4")
+        if int(units.max()) > 0x10FFFF:
+            raise PickleFormatError(f"{what}: text of {dt.str} holds a code point past U+10FFFF")
+
+
 def _count(shape: Any, what: str) -> tuple[tuple[int, ...], int]:
     # the messages are formatted only on failure: this runs once per array
     if type(shape) is not tuple or not all(type(v) is int and v >= 0 for v in shape):
@@ -148,6 +158,8 @@ class ArrayBuild:
         elif type(data) is not bytes or len(data) != n * dt.itemsize:
             raise PickleFormatError(f"numpy array: {len(data) if type(data) is bytes else type(data).__name__} bytes "
                                     f"for shape {shape} of {dt.str}")
+        else:
+            _check_text(dt, data, "numpy array")
         arr = np.ndarray((0,), np.int8)
         try:
             arr.__setstate__((1, shape, dt, bool(fortran), data))
@@ -185,6 +197,7 @@ def _frombuffer(buf: Any, dtype: Any, shape: Any, order: Any, *rest: Any) -> np.
     dt = _plain_dtype(dtype, "numpy _frombuffer")
     shape, n = _count(shape, "numpy _frombuffer shape")
     check(n * dt.itemsize == len(buf), f"numpy _frombuffer: {len(buf)} bytes for shape {shape} of {dt}")
+    _check_text(dt, buf, "numpy _frombuffer")
     return np.frombuffer(buf, dtype=dt).reshape(shape, order=order)
 
 
@@ -192,6 +205,7 @@ def _scalar(dtype: Any, data: Any = None, *rest: Any) -> Any:
     check(not rest and type(data) is bytes, "numpy scalar: only (non-object dtype, bytes of its size) is accepted")
     dt = _plain_dtype(dtype, "numpy scalar")
     check(len(data) == dt.itemsize, f"numpy scalar: {len(data)} bytes for one {dt.str}")
+    _check_text(dt, data, "numpy scalar")
     return np.frombuffer(data, dtype=dt, count=1)[0]
 
 

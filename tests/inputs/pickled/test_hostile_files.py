@@ -100,6 +100,9 @@ def test_crafted_numpy_pickle_is_refused_in_process(name):
 def test_crafted_numpy_pt_is_exit_3_for_inspect_and_convert(tmp_path, name):
     path = torch_zip(tmp_path / f"{name}.pt", dump(EXPLOITS[name]))
     both_commands(path, tmp_path, "dtype")
+    if name == "scalar":  # report and audit read it through the same readers
+        assert_refused(run_cli("report", str(path), "-o", str(tmp_path / "r.html")), path, "dtype")
+        assert_refused(run_cli("audit", str(path), "--train", str(path)), path, "dtype")
 
 
 def test_crafted_numpy_pickle_in_a_roll_batch_is_exit_3(tmp_path):
@@ -223,3 +226,14 @@ def test_max_storage_bytes_refuses_a_large_stored_record(tmp_path):
     path = torch_zip(tmp_path / "big.pt", pkl, {"0": bytes(4096)})
     assert run_cli("inspect", str(path)).returncode == 0
     assert_refused(run_cli("inspect", str(path), "--max-storage-bytes", "4000"), path, "--max-storage-bytes")
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_text_array_past_u10ffff_is_refused(protocol):
+    import pickle
+
+    import numpy as np
+
+    bad = np.frombuffer(np.array([0x41, 0x110000], "<u4").tobytes(), "<U1")  # found by bench/fuzz_pickles.py
+    with pytest.raises(PickleFormatError, match="U\\+10FFFF"):
+        loads_pickle(pickle.dumps(bad, protocol=protocol), "text.pkl")
