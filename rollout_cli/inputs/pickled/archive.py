@@ -34,7 +34,7 @@ class _Archive:
         self.storages: dict[str, _Storage] = {}
         self.infos = {i.filename: i for i in zf.infolist()}
         for info in self.infos.values():
-            _check_size(info)
+            _check_record(info)
         self.file_len = fh.seek(0, 2)
         self.prefix = self._find_prefix()
         order = self.infos.get(self.prefix + "byteorder")
@@ -61,7 +61,7 @@ class _Archive:
 
     def read_record(self, name: str) -> bytearray:
         """A record's bytes, inflated in bounded steps (a record's declared size was checked,
-        _check_size, and it never grows past it)."""
+        _check_record, and it never grows past it)."""
         try:
             info = self.zf.getinfo(name)
             out = bytearray()
@@ -137,12 +137,14 @@ class _Archive:
         return st
 
 
-def _check_size(info: zipfile.ZipInfo) -> None:
-    """Refuse a record, before any of it is read, that declares more than --max-storage-bytes or
-    is compressed more than MAX_INFLATION times (torch.save stores records uncompressed; a
-    re-zipped archive's tensors compress far less)."""
+def _check_record(info: zipfile.ZipInfo) -> None:
+    """Refuse a record, before any of it is read, that is encrypted, declares more than
+    --max-storage-bytes or is compressed more than MAX_INFLATION times (torch.save stores
+    records uncompressed; a re-zipped archive's tensors compress far less)."""
     from ..limits import MAX_INFLATION, max_storage_bytes
 
+    if info.flag_bits & 0x1:
+        raise PtFormatError(f"record {info.filename!r} is encrypted (torch.save never encrypts)")
     most = max_storage_bytes()
     if info.file_size > most:
         raise PtFormatError(f"record {info.filename!r} declares {info.file_size} bytes, over --max-storage-bytes ({most}); "

@@ -237,3 +237,14 @@ def test_text_array_past_u10ffff_is_refused(protocol):
     bad = np.frombuffer(np.array([0x41, 0x110000], "<u4").tobytes(), "<U1")  # found by bench/fuzz_pickles.py
     with pytest.raises(PickleFormatError, match="U\\+10FFFF"):
         loads_pickle(pickle.dumps(bad, protocol=protocol), "text.pkl")
+
+
+def test_encrypted_record_is_refused(tmp_path):
+    path = tmp_path / "enc.pt"  # found by bench/fuzz_pickles.py: zipfile raised RuntimeError
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        info = zipfile.ZipInfo("archive/data.pkl")
+        info.flag_bits |= 0x1
+        z.writestr(info, dump(op_int(1)))
+        z.writestr("archive/byteorder", b"little")
+    with pytest.raises(PickleFormatError, match="encrypted"):
+        load_torch(path)
