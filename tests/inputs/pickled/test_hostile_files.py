@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import pickle_fuzz
 from pickle_fuzz import op_bytes, op_global, op_int, op_str
 
 from rollout_cli.inputs.pickled import PickleFormatError, load_torch, loads_pickle
@@ -43,12 +44,9 @@ def both_commands(path: Path, tmp_path: Path, *words: str, extra: tuple[str, ...
 
 
 def torch_zip(path: Path, pkl: bytes, storages: dict[str, bytes] | None = None) -> Path:
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", pkl)
-        z.writestr("archive/byteorder", b"little")
-        for key, data in (storages or {}).items():
-            z.writestr(f"archive/data/{key}", data)
-        z.writestr("archive/version", b"3\n")
+    records = {"archive/byteorder": b"little", "archive/version": b"3\n",
+               **{f"archive/data/{k}": v for k, v in (storages or {}).items()}}
+    path.write_bytes(pickle_fuzz.torch_zip(pkl, records))
     return path
 
 
