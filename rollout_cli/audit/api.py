@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..core.errors import InvalidInputError
+from ..inputs import limits
 from ..inputs.discover import discover_train
 from ..inputs.registry import read_input
 from ..inputs.units import claim_step, in_steps, plan_units, train_dump_note, unit_step
@@ -30,6 +31,7 @@ def audit_paths(rollout_paths: list[str], train_paths: list[str], options: Audit
 
         raise UsageError("--train: give the train-side dumps (files or folders) to audit against")
     units, _, notes = plan_units(list(rollout_paths), opts)
+    limits.use(opts.max_line_bytes, opts.max_storage_bytes)  # the train side's reads, too
     train = TrainSide(discover_train(list(train_paths)), opts.trust_pickle, opts.steps, explicit=set(train_paths))
     notes.extend(train.notes)
     steps: list[StepAudit] = []
@@ -92,7 +94,8 @@ def _no_train_dumps(train_paths: list[str], units, rollout_steps: list[int]) -> 
 def _unit(unit, opts: AuditOptions, train: TrainSide, seen: dict, notes: list) -> StepAudit | None:
     """One rollout unit: its step read from the dump, paired, audited (None: not audited)."""
     inp = unit.input
-    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS)
+    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS,
+                         max_line_bytes=opts.max_line_bytes, max_storage_bytes=opts.max_storage_bytes)
     chunks = iter(reading)
     first = next(chunks, None)  # the payload is open now: its step and kind are known
     if reading.info.train_dump:

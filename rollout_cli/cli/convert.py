@@ -105,6 +105,8 @@ def convert(
     steps: o.Steps = D.steps,
     step: o.Step = D.step,
     trust_pickle: o.TrustPickle = D.trust_pickle,
+    max_line_bytes: o.MaxLineBytes = D.max_line_bytes,
+    max_storage_bytes: o.MaxStorageBytes = D.max_storage_bytes,
     input_format: o.InputFormat = D.input_format,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(D.prime_rl_subset),
     on_error: OnErrorOpt = OnError(D.on_error),

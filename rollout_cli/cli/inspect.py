@@ -52,6 +52,8 @@ def inspect_cmd(
     steps: o.Steps = R.steps,
     step: o.Step = R.step,
     trust_pickle: o.TrustPickle = R.trust_pickle,
+    max_line_bytes: o.MaxLineBytes = R.max_line_bytes,
+    max_storage_bytes: o.MaxStorageBytes = R.max_storage_bytes,
     input_format: o.InputFormat = R.input_format,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
     fail_on: o.FailOn = None,

@@ -74,7 +74,8 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
     sink = rows if rows is not None else _Staged(task.stage_path)
     try:
         reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end,
-                             keep_text=opts.keep_text, threads=task.threads)
+                             keep_text=opts.keep_text, threads=task.threads,
+                             max_line_bytes=opts.max_line_bytes, max_storage_bytes=opts.max_storage_bytes)
         for raw in reading:
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
                                  step=record_step(task.input),
