@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 
 from ..core import hashing, storage
 from ..core.hashing import DIGEST_KEYS, digest_of
@@ -73,6 +74,13 @@ def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict,
     }
 
 
+def _regular(path: str) -> None:
+    """A local manifest is read only when it is a regular file (a FIFO would block the read)."""
+    st = os.stat(path)  # FileNotFoundError: missing
+    if not stat.S_ISREG(st.st_mode):
+        raise ManifestError(path, "manifest", "not a regular file (a FIFO, device, socket or folder): not read", parsed=False)
+
+
 class ManifestError(IntegrityError):
     """OUT/manifest.json is missing, unreadable, not ours, or of a schema version this tool does
     not read. `invariant` names what broke (`manifest` or `schema_version`), as verify reports it."""
@@ -88,6 +96,8 @@ def read(out: str) -> dict:
     the one manifest reader: convert's --resume, the loader, inspect and verify all use it)."""
     path = layout.manifest_path(out)
     try:
+        if not storage.is_uri(path):
+            _regular(path)
         m = json.loads(storage.read_bytes(path))
     except FileNotFoundError:
         raise ManifestError(path, "manifest", "missing: not a complete rollout-cli output (an interrupted run, or not converted)",

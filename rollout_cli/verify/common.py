@@ -64,7 +64,8 @@ def full_path(out: str, rel: str) -> str:
 
 
 def open_file(full: str):
-    """A random-access file for pyarrow: a memory map locally, a remote file otherwise."""
-    import pyarrow as pa
+    """A random-access file for pyarrow: a memory map locally (of a regular file only,
+    output/files.random_access), a remote file otherwise."""
+    from ..output.files import random_access
 
-    return storage.open_read(full, seekable=True) if storage.is_uri(full) else pa.memory_map(full)
+    return random_access(full)
