@@ -90,6 +90,30 @@ class ManifestError(IntegrityError):
         self.path, self.invariant, self.detail, self.parsed = path, invariant, detail, parsed
 
 
+def ownership(out: str) -> str | None:
+    """None when OUT's manifest is one this tool wrote (its format id, an integer schema
+    version, a list of steps: any version's, readable or not); else why it is not, in words.
+    A local manifest is opened only when it is a regular file."""
+    path = layout.manifest_path(out)
+    try:
+        if not storage.is_uri(path):
+            _regular(path)
+        m = json.loads(storage.read_bytes(path))
+    except FileNotFoundError:
+        return "no manifest.json"
+    except ManifestError as e:
+        return f"its manifest.json is {e.detail.split(':')[0]}"
+    except (OSError, ValueError):
+        return "its manifest.json is not readable JSON"
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        got = m.get("format") if isinstance(m, dict) else None
+        return f"its manifest.json is not a rollout-cli manifest (format {got!r}, expected {FORMAT!r})"
+    v = m.get("schema_version")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1 or not isinstance(m.get("steps"), list):
+        return "its manifest.json names the rollout-cli format but has no schema version or list of steps"
+    return None
+
+
 def read(out: str) -> dict:
     """Load OUT/manifest.json, checking it is one of ours with a schema version this tool reads
     (READ_SCHEMA_VERSIONS: an older output lacks the columns core.schema.COLUMNS_SINCE names;
