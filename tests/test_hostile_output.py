@@ -298,3 +298,41 @@ def test_a_lock_file_deleted_under_a_running_convert_lets_no_second_writer_in(tm
     assert not (out / "manifest.json").exists()
     res = cli("convert", tmp_path / "other", out, "--workers", "1", "-q", "--overwrite")
     assert res.exit_code == 0, res.output
+
+
+# --- held before: a Parquet footer claiming 3 billion rows ----------------------------------
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, v = v & 0x7F, v >> 7
+        out.append(b | 0x80 if v else b)
+        if not v:
+            return bytes(out)
+
+
+def _claim_rows(path: Path, claim: int) -> None:
+    """The file's footer made to claim `claim` rows: FileMetaData.num_rows (Thrift compact: field
+    3, i64, right before the row_groups list) rewritten, the footer's length fixed."""
+    import pyarrow.parquet as pq
+
+    data = path.read_bytes()
+    n = pq.ParquetFile(path).metadata.num_rows
+    flen = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - flen:-8]
+    zigzag = lambda v: (v << 1) ^ (v >> 63)  # noqa: E731
+    old, new = b"\x16" + _varint(zigzag(n)) + b"\x19", b"\x16" + _varint(zigzag(claim)) + b"\x19"
+    assert old in footer
+    footer = footer.replace(old, new, 1)
+    path.write_bytes(data[:-8 - flen] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    assert pq.ParquetFile(path).metadata.num_rows == claim
+
+
+def test_a_shard_footer_claiming_3_billion_rows_is_refused(sample_out):
+    _claim_rows(sample_out / SHARD, 3_000_000_000)
+    _relist(sample_out, SHARD)
+    for flags in ([], ["--quick"]):
+        res = cli("verify", sample_out, *flags)
+        assert res.exit_code == 4 and f"{SHARD}: rows: 3000000000 rows in the footer" in res.output, res.output
+    t = open_output(sample_out).table(1, 0, source="parquet")  # the rows there are, never 3e9 allocated
+    assert t.num_rows == open_output(sample_out).shard(1, 0).rows
