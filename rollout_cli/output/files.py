@@ -50,6 +50,24 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _resolved(path: str) -> str:
+    """The path with every link resolved: on Linux one O_PATH descriptor (which opens nothing,
+    so a FIFO cannot block it) read back through /proc, else os.path.realpath."""
+    flag = getattr(os, "O_PATH", 0)
+    if flag and os.path.isdir("/proc/self/fd"):
+        try:
+            fd = os.open(path, flag | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return os.path.realpath(path)
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return os.path.realpath(path)
+        finally:
+            os.close(fd)
+    return os.path.realpath(path)
+
+
 def check_regular(path: str, root: str | None = None) -> os.stat_result | None:
     """Before a local file of an output is opened (lstat, nothing opened): IntegrityError naming
     it when it is missing, not a regular file (a FIFO, device, socket or folder), or, with
@@ -62,8 +80,8 @@ def check_regular(path: str, root: str | None = None) -> os.stat_result | None:
     except OSError as e:
         raise IntegrityError(f"{path}: missing: {e.strerror or e}", [{"path": path, "reason": "missing"}]) from None
     if root is not None:
-        real = os.path.realpath(path)
-        if not _inside(real, os.path.realpath(root)):
+        real = _resolved(path)
+        if not _inside(real, _resolved(root)):
             raise IntegrityError(f"{path}: a symbolic link to {real}, outside the output {root}: not read",
                                  [{"path": path, "reason": "symbolic link outside the output", "target": real}])
     if stat.S_ISLNK(st.st_mode):
