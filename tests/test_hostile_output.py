@@ -287,7 +287,7 @@ def test_a_lock_file_deleted_under_a_running_convert_lets_no_second_writer_in(tm
         for flags in ([], ["--overwrite"], ["--resume"]):
             res = cli("convert", tmp_path / "other", out, "--workers", "1", "-q", *flags)
             assert res.exit_code == 8 and "being written by another process" in res.output, (flags, res.output)
-        assert tree_state(out / ".staging") == staged  # the first's staging area, as it was
+        assert set(staged) <= set(tree_state(out / ".staging"))  # the first's staging area: nothing of it removed
         data = b"".join(orjson.dumps(make_sample(index=i, group_index=i // 2)) + b"\n" for i in range(4))
         _, err = first.communicate(data, timeout=300)
     finally:

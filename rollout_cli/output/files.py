@@ -34,8 +34,6 @@ def ranges(steps: list[int]) -> str:
     return f"{steps[0]}..{steps[-1]} ({len(steps)})" if len(steps) > 3 else ", ".join(map(str, steps))
 
 
-
-
 def file_kind(mode: int) -> str:
     """What a file of this st_mode is, in words."""
     for test, words in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),

@@ -166,6 +166,18 @@ class LocalLock:
             except BaseException:
                 os.close(dir_fd)
                 raise
+            try:  # the file too, as releases that locked only the file do: they are kept out as well
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    holder = _read_holder(fd)
+                    os.close(fd)
+                    os.close(dir_fd)
+                    return holder
+                if e.errno not in _NO_LOCKS:
+                    os.close(fd)
+                    os.close(dir_fd)
+                    raise
             self.dir_fd = dir_fd
             self._record(fd)
             return None
