@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 from typer.testing import CliRunner
 
 from conftest import ROOT, SAMPLE_JSONL, make_sample, tree_state, write_jsonl
@@ -118,6 +119,19 @@ def test_a_process_reading_a_forged_arrow_copy_exits_cleanly(sample_out):
     assert p.returncode == 0 and p.stdout.startswith("refused"), (p.returncode, p.stdout, p.stderr)
     p = run("verify", sample_out)
     assert p.returncode == 4 and IPC in p.stderr + p.stdout, (p.returncode, p.stderr)
+
+
+def test_a_garbled_arrow_schema_is_exit_4_in_quick_verify_and_for_readers(sample_out):
+    """A byte of a column name in the IPC copy's footer no longer UTF-8 (digest forged)."""
+    data = bytearray((sample_out / IPC).read_bytes())
+    name = data.rfind(b"rollout_mask_sum")
+    data[name + 2] = 0x8B
+    (sample_out / IPC).write_bytes(bytes(data))
+    _relist(sample_out, IPC)
+    res = cli("verify", sample_out, "--quick")
+    assert res.exit_code == 4 and f"{IPC}: readable: malformed Arrow schema" in res.output, res.output
+    with pytest.raises(IntegrityError, match="malformed Arrow schema"):
+        open_output(sample_out).table(1, 0)
 
 
 # --- #6: a shard that is a FIFO -------------------------------------------------------------
@@ -336,3 +350,39 @@ def test_a_shard_footer_claiming_3_billion_rows_is_refused(sample_out):
         assert res.exit_code == 4 and f"{SHARD}: rows: 3000000000 rows in the footer" in res.output, res.output
     t = open_output(sample_out).table(1, 0, source="parquet")  # the rows there are, never 3e9 allocated
     assert t.num_rows == open_output(sample_out).shard(1, 0).rows
+
+
+# --- any damage to a shard whose digest was forged: a table or exit 4, nothing else ---------
+
+@pytest.fixture(scope="module")
+def clean_out(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fuzz") / "out"
+    assert cli("convert", SAMPLE_JSONL, out, "--shards", "2", "--workers", "1", "-q").exit_code == 0
+    return out
+
+
+@settings(max_examples=25, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rel=st.sampled_from([SHARD, IPC]), tail=st.booleans(),
+       flips=st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 7)), min_size=1, max_size=4))
+def test_bit_flips_of_a_shard_with_its_digest_forged_give_a_table_or_exit_4(clean_out, tmp_path_factory, rel, tail, flips):
+    """Every reader of the output either reads it or raises one of the tool's own errors (the
+    CLI's exit codes): never another exception, never a signal (which would end this process)."""
+    from rollout_cli.core.errors import RolloutCliError
+    from rollout_cli.inspect.api import inspect_paths
+    from rollout_cli.verify.check import verify_output
+
+    out = tmp_path_factory.mktemp("flip") / "out"
+    shutil.copytree(clean_out, out)
+    data = bytearray((out / rel).read_bytes())
+    for at, bit in flips:  # the footer (schema, offsets of the batches) when tail, else anywhere
+        i = len(data) - 1 - at % min(2000, len(data)) if tail else at % len(data)
+        data[i] ^= 1 << bit
+    (out / rel).write_bytes(bytes(data))
+    _relist(out, rel)
+    for read in (lambda: open_output(out).table(1, 0), lambda: open_output(out).table(1, 0, source="parquet"),
+                 lambda: list(open_output(out).iter_batches(0)), lambda: verify_output(str(out)),
+                 lambda: verify_output(str(out), quick=True), lambda: inspect_paths([str(out)])):
+        try:
+            read()
+        except RolloutCliError:
+            pass

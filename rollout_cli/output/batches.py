@@ -189,7 +189,7 @@ def read_shard(output, step: int, shard: int, split: str = "train", source: str 
             try:
                 reader = pa.ipc.open_file(pa.BufferReader(region.buffer))
                 batches = [reader.get_batch(j) for j in range(reader.num_record_batches)]
-            except (pa.ArrowInvalid, OSError) as e:
+            except (pa.ArrowException, OSError) as e:
                 raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
             for b in batches:  # before any concatenation reads through their offsets
                 check_arrow(path, b, output.schema)

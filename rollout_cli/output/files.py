@@ -48,40 +48,50 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _resolved(path: str) -> str:
-    """The path with every link resolved: on Linux one O_PATH descriptor (which opens nothing,
-    so a FIFO cannot block it) read back through /proc, else os.path.realpath."""
-    flag = getattr(os, "O_PATH", 0)
-    if flag and os.path.isdir("/proc/self/fd"):
-        try:
-            fd = os.open(path, flag | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            return os.path.realpath(path)
-        try:
-            return os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            return os.path.realpath(path)
-        finally:
-            os.close(fd)
-    return os.path.realpath(path)
+_PROC_FD = "/proc/self/fd"
 
 
-def check_regular(path: str, root: str | None = None) -> os.stat_result | None:
+def _fd_path(fd: int, path: str) -> str:
+    """Where an open descriptor's file is, every link resolved: read back through /proc on
+    Linux, else os.path.realpath of the path it was opened by."""
+    try:
+        return os.readlink(f"{_PROC_FD}/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved_root(root: str) -> str:
+    """OUT with every link resolved (a link to OUT itself is the caller's choice and is fine)."""
+    return os.path.realpath(root)
+
+
+def _refuse_outside(path: str, real: str, root: str) -> None:
+    if not _inside(real, _resolved_root(os.path.abspath(root))):
+        raise IntegrityError(f"{path}: a symbolic link to {real}, outside the output {root}: not read",
+                             [{"path": path, "reason": "symbolic link outside the output", "target": real}])
+
+
+def _not_regular(path: str, mode: int) -> IntegrityError:
+    kind = file_kind(mode)
+    return IntegrityError(f"{path}: {kind}, not a regular file: not read",
+                          [{"path": path, "reason": f"not a regular file ({kind})"}])
+
+
+def check_regular(path: str, root: str | None = None, resolve: bool = True) -> os.stat_result | None:
     """Before a local file of an output is opened (lstat, nothing opened): IntegrityError naming
     it when it is missing, not a regular file (a FIFO, device, socket or folder), or, with
-    `root` (OUT), when it resolves outside OUT through a symbolic link. Its stat; None for an
-    object-store path (the store holds objects only)."""
+    `root` (OUT) and `resolve`, when it resolves outside OUT through a symbolic link (of the
+    file or of a folder above it). Its stat; None for an object-store path (the store holds
+    objects only)."""
     if storage.is_uri(path):
         return None
     try:
         st = os.lstat(path)
     except OSError as e:
         raise IntegrityError(f"{path}: missing: {e.strerror or e}", [{"path": path, "reason": "missing"}]) from None
-    if root is not None:
-        real = _resolved(path)
-        if not _inside(real, _resolved(root)):
-            raise IntegrityError(f"{path}: a symbolic link to {real}, outside the output {root}: not read",
-                                 [{"path": path, "reason": "symbolic link outside the output", "target": real}])
+    if root is not None and resolve:
+        _refuse_outside(path, os.path.realpath(path), root)
     if stat.S_ISLNK(st.st_mode):
         try:
             st = os.stat(path)
@@ -89,27 +99,29 @@ def check_regular(path: str, root: str | None = None) -> os.stat_result | None:
             raise IntegrityError(f"{path}: a broken symbolic link: {e.strerror or e}",
                                  [{"path": path, "reason": "broken symbolic link"}]) from None
     if not stat.S_ISREG(st.st_mode):
-        kind = file_kind(st.st_mode)
-        raise IntegrityError(f"{path}: {kind}, not a regular file: not read",
-                             [{"path": path, "reason": f"not a regular file ({kind})"}])
+        raise _not_regular(path, st.st_mode)
     return st
 
 
 def open_regular(path: str, root: str | None = None) -> int:
     """A read-only descriptor of a local file of an output, opened only after check_regular and
     without blocking (O_NONBLOCK: a file swapped for a FIFO meanwhile cannot hang the open),
-    checked again through the descriptor."""
-    check_regular(path, root)
+    then checked through the descriptor: a regular file, and (with `root`) the file it is lies
+    inside OUT."""
+    check_regular(path, root, resolve=False)  # where it leads is read off the descriptor below
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise IntegrityError(f"{path}: cannot open: {e.strerror or e}", [{"path": path, "reason": "unreadable"}]) from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(path, st.st_mode)
+        if root is not None:
+            _refuse_outside(path, _fd_path(fd, path), root)
+    except BaseException:
         os.close(fd)
-        kind = file_kind(st.st_mode)
-        raise IntegrityError(f"{path}: {kind}, not a regular file: not read",
-                             [{"path": path, "reason": f"not a regular file ({kind})"}])
+        raise
     return fd
 
 
@@ -145,39 +157,51 @@ def check_arrow(path: str, data: pa.Table | pa.RecordBatch, schema: pa.Schema | 
     of its type (every column of it unless `subset`: the columns asked for), and the buffers
     hold together (Arrow's full validation: offsets in bounds and non-decreasing, buffer sizes,
     UTF-8). IntegrityError naming the file otherwise."""
-    try:
-        names = data.schema.names
-        for f in data.schema:
-            str(f.type)
-    except (UnicodeDecodeError, ValueError, pa.ArrowException) as e:  # a garbled footer names no column
-        raise IntegrityError(f"{path}: malformed Arrow schema: {e}", [{"path": path, "reason": "malformed Arrow schema"}]) from None
-    if schema is not None:
-        for f in data.schema:
-            i = schema.get_field_index(f.name)
-            if i < 0:
-                raise IntegrityError(f"{path}: unexpected column {f.name} (not in the manifest's schema)",
-                                     [{"path": path, "reason": f"unexpected column {f.name}"}])
-            want = schema.field(i).type
-            if not f.type.equals(want):
-                raise IntegrityError(f"{path}: column {f.name}: expected {want}, got {f.type}",
-                                     [{"path": path, "reason": f"column {f.name}: expected {want}, got {f.type}"}])
-        if not subset and len(names) != len(schema):
-            missing = [n for n in schema.names if n not in set(names)]
-            v = (schema.metadata or {}).get(b"rollout_cli.schema_version", b"?").decode()
-            raise IntegrityError(f"{path}: column {missing[0]} is missing (the manifest's schema version {v} has it)",
-                                 [{"path": path, "reason": f"missing column {missing[0]}"}])
+    if schema is not None and (subset or not data.schema.equals(schema, check_metadata=False)):
+        _check_columns(path, data.schema, schema, subset)  # the slow path: what differs, in words
     try:
         data.validate(full=True)
     except pa.ArrowException as e:
         where, why = "", str(e)
-        for name in data.schema.names:  # name the first broken column
+        for i in range(data.num_columns):  # name the first broken column
             try:
-                data.column(name).validate(full=True)
+                data.column(i).validate(full=True)
             except pa.ArrowException as ce:
-                where, why = f"column {name}: ", str(ce)
+                where, why = f"column {_name(data.schema, i)}: ", str(ce)
                 break
         raise IntegrityError(f"{path}: {where}malformed Arrow data: {why}",
                              [{"path": path, "reason": f"{where}malformed Arrow data: {why}"}]) from None
+
+
+def _name(got: pa.Schema, i: int) -> str:
+    try:
+        return got.field(i).name
+    except UnicodeDecodeError:
+        return f"#{i}"
+
+
+def _check_columns(path: str, got: pa.Schema, schema: pa.Schema, subset: bool) -> None:
+    """IntegrityError naming the first column of `got` not in `schema`, or of another type, or
+    (unless `subset`) the first column of `schema` missing. Nullability is verify's to check."""
+    try:
+        fields = list(got)
+        names = [f.name for f in fields]
+    except (UnicodeDecodeError, ValueError) as e:  # a garbled footer names no column
+        raise IntegrityError(f"{path}: malformed Arrow schema: {e}", [{"path": path, "reason": "malformed Arrow schema"}]) from None
+    for f in fields:
+        i = schema.get_field_index(f.name)
+        if i < 0:
+            raise IntegrityError(f"{path}: unexpected column {f.name} (not in the manifest's schema)",
+                                 [{"path": path, "reason": f"unexpected column {f.name}"}])
+        want = schema.field(i).type
+        if not f.type.equals(want):
+            raise IntegrityError(f"{path}: column {f.name}: expected {want}, got {f.type}",
+                                 [{"path": path, "reason": f"column {f.name}: expected {want}, got {f.type}"}])
+    if not subset and len(names) != len(schema):
+        missing = [n for n in schema.names if n not in set(names)]
+        v = (schema.metadata or {}).get(b"rollout_cli.schema_version", b"?").decode()
+        raise IntegrityError(f"{path}: column {missing[0]} is missing (the manifest's schema version {v} has it)",
+                             [{"path": path, "reason": f"missing column {missing[0]}"}])
 
 
 def check_size(path: str, entry: FileEntry, size: int) -> None:
@@ -248,7 +272,7 @@ def ipc_table(path: str, buf: pa.Buffer) -> pa.Table:
     """The Table an Arrow IPC file's bytes hold (zero copy; not yet validated: check_arrow)."""
     try:
         return pa.ipc.open_file(pa.BufferReader(buf)).read_all()
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowException, OSError) as e:
         raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
 
 
@@ -274,7 +298,7 @@ def read_parquet(path: str, entry: FileEntry, verify: bool, columns: list[str] |
             present = set(pq.read_schema(pa.BufferReader(data)).names)
             columns = [c for c in columns if c in present]
         t = pq.read_table(pa.BufferReader(data), columns=columns)
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowException, OSError) as e:
         raise IntegrityError(f"{path}: not a readable Parquet file: {e}") from None
     check_arrow(path, t, schema, subset=columns is not None)
     return t

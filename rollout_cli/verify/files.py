@@ -59,6 +59,14 @@ def _words(e: IntegrityError, full: str) -> str:
 
 
 def check_schema(rel: str, schema, expected, rep: Report) -> bool:
+    try:
+        return _check_schema(rel, schema, expected, rep)
+    except (UnicodeDecodeError, ValueError) as e:  # a garbled footer names no column
+        rep.fail(rel, "readable", f"malformed Arrow schema: {e}")
+        return False
+
+
+def _check_schema(rel: str, schema, expected, rep: Report) -> bool:
     ok = True
     if not schema.equals(expected, check_metadata=False):
         got = {f.name: f for f in schema}
