@@ -7,8 +7,9 @@ regular file (a FIFO would block the reader, a device or socket is no shard) and
 symbolic link or lies under one, only when it resolves inside OUT (`check_regular`); every
 table handed out has the manifest's schema and buffers that hold together (`check_arrow`:
 Arrow's full validation, offsets in bounds and non-decreasing, buffer sizes, UTF-8), so no read
-of it can touch memory outside the file. Full validation is a walk over the offsets and string
-bytes only: 0.5 ms for the 250 MB of Arrow copies of the 16-step bench output."""
+of it can touch memory outside the file. Full validation walks the offsets, validity bitmaps and
+string bytes only, about 10 us a shard; what the checks cost a loader epoch and a verify is
+measured by bench/output_checks.py (docs/performance.md)."""
 from __future__ import annotations
 
 import functools
@@ -48,26 +49,22 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-_PROC_FD = "/proc/self/fd"
-
-
-def _fd_path(fd: int, path: str) -> str:
-    """Where an open descriptor's file is, every link resolved: read back through /proc on
-    Linux, else os.path.realpath of the path it was opened by."""
-    try:
-        return os.readlink(f"{_PROC_FD}/{fd}")
-    except OSError:
-        return os.path.realpath(path)
-
-
 @functools.lru_cache(maxsize=64)
 def _resolved_root(root: str) -> str:
     """OUT with every link resolved (a link to OUT itself is the caller's choice and is fine)."""
     return os.path.realpath(root)
 
 
-def _refuse_outside(path: str, real: str, root: str) -> None:
-    if not _inside(real, _resolved_root(os.path.abspath(root))):
+@functools.lru_cache(maxsize=4096)
+def _folder_target(folder: str, root: str) -> str | None:
+    """Where a folder inside OUT leads when a link takes it outside OUT, else None. Asked once
+    per folder in a process (a step's shards share theirs), the file itself every time."""
+    real = os.path.realpath(folder)
+    return None if _inside(real, _resolved_root(root)) else real
+
+
+def _refuse_outside(path: str, real: str | None, root: str) -> None:
+    if real is not None and not _inside(real, _resolved_root(root)):
         raise IntegrityError(f"{path}: a symbolic link to {real}, outside the output {root}: not read",
                              [{"path": path, "reason": "symbolic link outside the output", "target": real}])
 
@@ -78,21 +75,31 @@ def _not_regular(path: str, mode: int) -> IntegrityError:
                           [{"path": path, "reason": f"not a regular file ({kind})"}])
 
 
-def check_regular(path: str, root: str | None = None, resolve: bool = True) -> os.stat_result | None:
-    """Before a local file of an output is opened (lstat, nothing opened): IntegrityError naming
-    it when it is missing, not a regular file (a FIFO, device, socket or folder), or, with
-    `root` (OUT) and `resolve`, when it resolves outside OUT through a symbolic link (of the
-    file or of a folder above it). Its stat; None for an object-store path (the store holds
-    objects only)."""
-    if storage.is_uri(path):
-        return None
+def _lstat(path: str) -> os.stat_result:
     try:
-        st = os.lstat(path)
+        return os.lstat(path)
     except OSError as e:
         raise IntegrityError(f"{path}: missing: {e.strerror or e}", [{"path": path, "reason": "missing"}]) from None
-    if root is not None and resolve:
-        _refuse_outside(path, os.path.realpath(path), root)
-    if stat.S_ISLNK(st.st_mode):
+
+
+def check_regular(path: str, root: str | None = None) -> os.stat_result | None:
+    """Before a local file of an output is opened (lstat, nothing opened): IntegrityError naming
+    it when it is missing, not a regular file (a FIFO, device, socket or folder), or, with
+    `root` (OUT), when it resolves outside OUT through a symbolic link (the file's own, or a
+    folder's above it). Its stat; None for an object-store path (the store holds objects only)."""
+    if storage.is_uri(path):
+        return None
+    return _check(path, root)[0]
+
+
+def _check(path: str, root: str | None) -> tuple[os.stat_result, bool]:
+    """check_regular's work: (the file's stat, whether the path itself is a link)."""
+    st = _lstat(path)
+    link = stat.S_ISLNK(st.st_mode)
+    if root is not None:
+        _refuse_outside(path, os.path.realpath(path) if link else _folder_target(os.path.dirname(path), os.path.abspath(root)),
+                        root)
+    if link:
         try:
             st = os.stat(path)
         except OSError as e:
@@ -100,28 +107,24 @@ def check_regular(path: str, root: str | None = None, resolve: bool = True) -> o
                                  [{"path": path, "reason": "broken symbolic link"}]) from None
     if not stat.S_ISREG(st.st_mode):
         raise _not_regular(path, st.st_mode)
-    return st
+    return st, link
 
 
 def open_regular(path: str, root: str | None = None) -> int:
-    """A read-only descriptor of a local file of an output, opened only after check_regular and
-    without blocking (O_NONBLOCK: a file swapped for a FIFO meanwhile cannot hang the open),
-    then checked through the descriptor: a regular file, and (with `root`) the file it is lies
-    inside OUT."""
-    check_regular(path, root, resolve=False)  # where it leads is read off the descriptor below
+    """A read-only descriptor of a local file of an output, opened only after check_regular,
+    without blocking (O_NONBLOCK: a file swapped for a FIFO meanwhile cannot hang the open) and,
+    where the file was no link, without following one (O_NOFOLLOW: nor can a link swapped in),
+    then checked through the descriptor."""
+    _, was_link = _check(path, root)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags if was_link else flags | getattr(os, "O_NOFOLLOW", 0))
     except OSError as e:
         raise IntegrityError(f"{path}: cannot open: {e.strerror or e}", [{"path": path, "reason": "unreadable"}]) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _not_regular(path, st.st_mode)
-        if root is not None:
-            _refuse_outside(path, _fd_path(fd, path), root)
-    except BaseException:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise
+        raise _not_regular(path, st.st_mode)
     return fd
 
 
