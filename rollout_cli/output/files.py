@@ -97,7 +97,7 @@ def _check(path: str, root: str | None) -> tuple[os.stat_result, bool]:
     st = _lstat(path)
     link = stat.S_ISLNK(st.st_mode)
     if root is not None:
-        _refuse_outside(path, os.path.realpath(path) if link else _folder_target(os.path.dirname(path), os.path.abspath(root)),
+        _refuse_outside(path, os.path.realpath(path) if link else _folder_target(os.path.dirname(os.path.abspath(path)), os.path.abspath(root)),
                         root)
     if link:
         try:
@@ -139,12 +139,22 @@ def map_regular(path: str, root: str | None = None, access: int = mmap.ACCESS_RE
         os.close(fd)
 
 
-def random_access(path: str, root: str | None = None):
+def random_access(path: str, root: str | None = None, mapped: bool = True):
     """A file of an output for pyarrow's readers (ParquetFile, ipc.open_file): the object
-    opened for random access on an object store, else the local file mapped (map_regular)."""
+    opened for random access on an object store, else the local file mapped (map_regular) or,
+    not `mapped`, read with pread (the descriptor open_regular checked, opened again through
+    /proc where there is one, so it is the same file)."""
     if storage.is_uri(path):
         return storage.open_read(path, seekable=True)
-    return pa.BufferReader(pa.py_buffer(map_regular(path, root)))
+    if mapped or not os.path.isdir("/proc/self/fd"):
+        return pa.BufferReader(pa.py_buffer(map_regular(path, root)))
+    fd = open_regular(path, root)
+    try:
+        return pa.OSFile(f"/proc/self/fd/{fd}")
+    except OSError as e:
+        raise IntegrityError(f"{path}: cannot open: {e}", [{"path": path, "reason": "unreadable"}]) from None
+    finally:
+        os.close(fd)
 
 
 @functools.lru_cache(maxsize=16)

@@ -98,7 +98,7 @@ def check_parquet_shard(rel: str, full: str, sh: dict, step: int, shard_no: int,
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(open_file(full))
+        pf = pq.ParquetFile(open_file(full, mapped=False))  # read with pread, as a row group at a time needs
         schema = pf.schema_arrow
     except IntegrityError as e:  # replaced since its size was checked: not a regular file now
         rep.fail(rel, "file_present", f"listed in the manifest but {_words(e, full)}")
