@@ -23,6 +23,7 @@ Standalone use:  python bench/procmon.py [--interval-ms 20] -- CMD ARGS...
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -302,16 +303,15 @@ def measure_quiet(cmd, prepare, *, retries: int, idle_wait: float, noisy_frac: f
 
 
 def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    interval = 0.02
-    if argv[:1] == ["--interval-ms"]:
-        interval = float(argv[1]) / 1000
-        argv = argv[2:]
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    if not argv:
-        sys.exit("usage: procmon.py [--interval-ms N] -- CMD ARGS...")
-    r = measure(argv, interval=interval, pss=True, capture=False)
+    parser = argparse.ArgumentParser(description="Run one command and measure it as a whole process tree "
+                                                 "(wall, CPU, max RSS, peak PSS); the figures go to stderr as JSON.")
+    parser.add_argument("--interval-ms", type=float, default=20.0, help="the sampler's period (default 20)")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the command to measure")
+    args = parser.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        parser.error("no command given")
+    r = measure(cmd, interval=args.interval_ms / 1000, pss=True, capture=False)
     r.pop("output")
     print(json.dumps(r, indent=1), file=sys.stderr)
     sys.exit(r["rc"])

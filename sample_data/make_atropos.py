@@ -22,9 +22,9 @@ The functions (`sequence`, `group`, `dumps`) are the generator the tests use as 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
 IGNORE = -100
@@ -108,4 +108,8 @@ def build(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    build(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "atropos")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, default=Path(__file__).resolve().parent / "atropos",
+                        help="the folder to write (default: sample_data/atropos/)")
+    args = parser.parse_args()
+    build(args.out)

@@ -20,9 +20,9 @@ checkpoint, and the new session, counting from 0 again, appends steps 3-4 to sha
 """
 from __future__ import annotations
 
+import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
 RUN = "grpo_demo"
@@ -99,4 +99,8 @@ def write(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    write(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "open_instruct")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, default=Path(__file__).parent / "open_instruct",
+                        help="the folder to write (default: sample_data/open_instruct/)")
+    args = parser.parse_args()
+    write(args.out)

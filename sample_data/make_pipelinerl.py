@@ -21,8 +21,8 @@ rollout). Eval: one pass at version 12, two groups of 2 rollouts.
 """
 from __future__ import annotations
 
+import argparse
 import random
-import sys
 from pathlib import Path
 
 import orjson
@@ -96,4 +96,8 @@ def write(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    write(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "pipelinerl")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, default=Path(__file__).parent / "pipelinerl",
+                        help="the folder to write (default: sample_data/pipelinerl/)")
+    args = parser.parse_args()
+    write(args.out)

@@ -18,9 +18,9 @@ The functions (`node`, `trace`, `episode`) are the generator the tests use as we
 """
 from __future__ import annotations
 
+import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
 import orjson
@@ -219,4 +219,8 @@ def build(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    build(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "prime_rl")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, default=Path(__file__).resolve().parent / "prime_rl",
+                        help="the folder to write (default: sample_data/prime_rl/)")
+    args = parser.parse_args()
+    build(args.out)

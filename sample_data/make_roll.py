@@ -20,6 +20,7 @@ TensorDict not consolidated). Needs torch and tensordict (the test extra).
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.util
 import random
@@ -153,4 +154,8 @@ def build(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    build(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "roll")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, default=Path(__file__).resolve().parent / "roll",
+                        help="the folder to write (default: sample_data/roll/)")
+    args = parser.parse_args()
+    build(args.out)

@@ -18,6 +18,7 @@ groups, each `(prompt_ids, [(response_ids, loss_mask, rollout_logprobs), ...])`.
 """
 from __future__ import annotations
 
+import argparse
 import random
 import sys
 from pathlib import Path
@@ -127,5 +128,9 @@ def build(out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, default=Path(__file__).resolve().parent / "skyrl",
+                        help="the folder to write (default: sample_data/skyrl/)")
+    args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    build(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "skyrl")
+    build(args.out)

@@ -22,6 +22,7 @@ groups, each `(prompt_ids, [(response_ids, response_mask, rollout_log_probs, sco
 """
 from __future__ import annotations
 
+import argparse
 import random
 import sys
 import uuid
@@ -130,5 +131,9 @@ def build(out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, default=Path(__file__).resolve().parent / "verl",
+                        help="the folder to write (default: sample_data/verl/)")
+    args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    build(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "verl")
+    build(args.out)

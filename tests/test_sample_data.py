@@ -312,3 +312,18 @@ def test_prime_rl_sample_data_holds_each_case():
             assert all(("advantages" in n) == (k[2] == "effective") for n in nodes)
         if k[2] == "effective":
             assert all(t["ok"] and t["agent"]["trainable"] for e in v for t in e["traces"])
+
+
+def test_every_generator_prints_usage_and_writes_nothing(tmp_path):
+    """Each sample_data/make_*.py parses its arguments: --help prints its usage and writes
+    nothing (an output folder named --help, say)."""
+    from script_help import git_status, help_of
+
+    scripts = sorted(DATA.glob("make_*.py"))
+    assert len(scripts) >= 9
+    before = git_status()
+    for script in scripts:
+        cwd = tmp_path / script.stem
+        cwd.mkdir()
+        assert "out" in help_of(script, cwd)
+    assert git_status() == before

@@ -1,6 +1,6 @@
 """The train-side inputs of an audit, read one step at a time: a file is read when the step
 it gives is audited. That step is the `rollout_id` at the start of its pickle
-(train_pt.peek_step, nothing unpickled), else the first number of its name (slime writes
+(train_pt.peek_keys, nothing unpickled), else the first number of its name (slime writes
 `{rollout_id}.pt`, or `{rank}` after it); its payload's rollout_id decides once it is read, and
 a step's several files (one per writing rank) are merged by rollout_position."""
 from __future__ import annotations

@@ -12,7 +12,7 @@ import typer
 from .audit import audit_cmd
 from .common import JsonUsageErrors
 from .convert import convert
-from .helpfmt import FittedCommand, FittedGroup
+from .helpfmt import CONTEXT_SETTINGS, FittedCommand, FittedGroup
 from .export import export_cmd
 from .inspect import inspect_cmd
 from .report import report_cmd
@@ -32,7 +32,8 @@ app = typer.Typer(
     "6 output not writable, "
     "7 a --fail-on gate failed, 8 output busy (another writer), 9 input unreadable (network, "
     "credentials, permission). Reference: docs/cli.md.",
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings=CONTEXT_SETTINGS,
+    rich_markup_mode=None,  # click's formatter: cli/helpfmt.py
 )
 
 
@@ -52,12 +53,12 @@ def _root(
     """Convert RL rollout sample dumps (slime .pt, JSONL, Parquet) into sharded train-data Parquet."""
 
 
-app.command("convert", cls=FittedCommand)(convert)
-app.command("inspect", cls=FittedCommand)(inspect_cmd)
-app.command("verify", cls=FittedCommand)(verify)
-app.command("report", cls=FittedCommand)(report_cmd)
-app.command("export", cls=FittedCommand)(export_cmd)
-app.command("audit", cls=FittedCommand)(audit_cmd)
+app.command("convert", cls=FittedCommand, context_settings=CONTEXT_SETTINGS)(convert)
+app.command("inspect", cls=FittedCommand, context_settings=CONTEXT_SETTINGS)(inspect_cmd)
+app.command("verify", cls=FittedCommand, context_settings=CONTEXT_SETTINGS)(verify)
+app.command("report", cls=FittedCommand, context_settings=CONTEXT_SETTINGS)(report_cmd)
+app.command("export", cls=FittedCommand, context_settings=CONTEXT_SETTINGS)(export_cmd)
+app.command("audit", cls=FittedCommand, context_settings=CONTEXT_SETTINGS)(audit_cmd)
 
 
 def main() -> None:

@@ -10,10 +10,10 @@ from typing import Callable, NoReturn, TypeVar
 
 import typer
 
-try:  # typer 0.28 carries its own copy of click; earlier versions use click itself
-    from typer._click.exceptions import UsageError as ClickUsageError
-except ImportError:  # pragma: no cover
-    from click.exceptions import UsageError as ClickUsageError
+if hasattr(typer, "TyperException"):  # typer 0.28 carries its own click, whose errors derive from this
+    CommandLineError = typer.TyperException
+else:  # pragma: no cover (earlier typer raises click's own)
+    from click import ClickException as CommandLineError
 
 from ..core.errors import ExitCode, RolloutCliError
 from .render import err_console
@@ -32,7 +32,12 @@ def wants_json(args) -> bool:
     return False
 
 
-def print_usage_error(e: ClickUsageError) -> None:
+def is_usage_error(e: Exception) -> bool:
+    """A mistake on the command line (click's UsageError and its kinds: exit code 2)."""
+    return getattr(e, "exit_code", None) == int(ExitCode.USAGE)
+
+
+def print_usage_error(e: CommandLineError) -> None:
     """The JSON object of a command-line mistake (unknown option, bad value, missing argument),
     on stdout as every other error's: the usage text goes to stderr as without --json."""
     print(json.dumps({"error": "UsageError", "message": e.format_message(), "exit_code": int(ExitCode.USAGE)}))
@@ -48,8 +53,8 @@ class JsonUsageErrors:
         as_json = wants_json(args)
         try:
             ctx = super().make_context(info_name, args, parent=parent, **extra)
-        except ClickUsageError as e:
-            if as_json:
+        except CommandLineError as e:
+            if as_json and is_usage_error(e):
                 print_usage_error(e)
             raise
         ctx.meta[_JSON] = as_json
@@ -58,8 +63,8 @@ class JsonUsageErrors:
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except ClickUsageError as e:
-            if ctx.meta.get(_JSON):
+        except CommandLineError as e:
+            if ctx.meta.get(_JSON) and is_usage_error(e):
                 print_usage_error(e)
             raise
 

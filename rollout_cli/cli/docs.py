@@ -10,7 +10,6 @@ compares.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ def help_text(args: list[str], flag: list[str] = ["--help"]) -> str:  # noqa: B0
 
     from .app import app
 
-    env = {"COLUMNS": str(COLUMNS), "TERMINAL_WIDTH": str(COLUMNS), "NO_COLOR": "1"}
+    env = {"NO_COLOR": "1"}  # the width is the commands' own (cli/helpfmt.py)
     r = CliRunner().invoke(app, [*args, *flag], prog_name=PROG, env=env)
     if r.exit_code != 0:
         raise RuntimeError(f"{PROG} {' '.join([*args, *flag])} exited {r.exit_code}: {r.output}")
@@ -72,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when the file is stale, write nothing")
     ap.add_argument("--out", type=Path, default=DOC, help=f"where to write (default: {DOC})")
     a = ap.parse_args(argv)
-    os.environ["TERMINAL_WIDTH"] = str(COLUMNS)  # typer reads it once, when first imported
     text = render()
     if a.check:
         current = a.out.read_text(encoding="utf-8") if a.out.exists() else ""

@@ -48,14 +48,15 @@ def apply(gates, result: dict, junit_xml: Optional[str], as_json: bool, verbose:
     return run_command(work, as_json, verbose)
 
 
-def print_lines(checks: list[dict]) -> None:
-    """One line per check, the last lines of the human output."""
+def print_lines(checks: list[dict], brief: bool = False) -> None:
+    """One line per check, the last lines of the human output (`brief`: verdict, worst value
+    and its step only, for -q)."""
     if not checks:
         return
-    from ..gates import line
+    from ..gates import brief as brief_line, line
 
     for c in checks:
-        print(line(c))
+        print(brief_line(c) if brief else line(c))
 
 
 def exit_if_failed(checks: list[dict]) -> None:

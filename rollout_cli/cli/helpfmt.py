@@ -1,62 +1,48 @@
-"""Help that fits 80 columns with every option name whole.
-
-typer renders each option's help as a rich `Columns`, which measures as wide as the terminal;
-rich's table then narrows the widest columns in turn, the option names included, and at 80
-columns cuts any name longer than about 32 characters (slime's
-`--microbatch-group-size-per-vp-stage` has 36). Measuring the help cell by its text instead
-lets the name column keep its natural width and the help text wrap. Installed when help is
-first rendered, so other commands never import rich for it."""
+"""Help at 80 columns, through click's own formatter (the app sets `rich_markup_mode=None` and
+`max_content_width` / `terminal_width` 80): click writes each option's name whole and wraps
+its help text. The options stay grouped as typer's rich layout groups them: each option's
+`rich_help_panel` is a section of its own (arguments first, then the plain "Options", then
+the panels in the order they first appear)."""
 from __future__ import annotations
 
 import typer.core
 
-_installed = False
+WIDTH = 80
+# the context settings of every command: the help's width, whatever the terminal's
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": WIDTH, "terminal_width": WIDTH}
 
 
-class _ByText:
-    """A help cell that rich measures by its words, not by the space it could fill."""
-
-    def __init__(self, columns):
-        self.columns = columns
-
-    def __rich_console__(self, console, options):
-        yield self.columns
-
-    def __rich_measure__(self, console, options):
-        from rich.measure import Measurement
-
-        parts = [Measurement.get(console, options, r) for r in self.columns.renderables]
-        if not parts:
-            return Measurement(1, 1)
-        return Measurement(max(p.minimum for p in parts), sum(p.maximum for p in parts) + len(parts) - 1)
-
-
-def _install() -> None:
-    global _installed
-    if _installed:
-        return
-    from typer import rich_utils
-
-    original = rich_utils._get_parameter_help
-
-    def measured(**kwargs):
-        return _ByText(original(**kwargs))
-
-    rich_utils._get_parameter_help = measured
-    _installed = True
+def _sections(command, ctx, formatter) -> None:
+    """The command's arguments, then its options by panel, each panel one help section."""
+    args: list[tuple[str, str]] = []
+    panels: dict[str, list[tuple[str, str]]] = {"Options": []}
+    for param in command.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is None:
+            continue
+        if param.param_type_name == "argument":
+            args.append(record)
+        else:
+            panels.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
+    if args:
+        with formatter.section("Arguments"):
+            formatter.write_dl(args)
+    for name, rows in panels.items():
+        if rows:
+            with formatter.section(name):
+                formatter.write_dl(rows)
 
 
 class FittedCommand(typer.core.TyperCommand):
-    """A command whose --help is laid out as above."""
+    """A command whose help sections follow its options' panels."""
 
-    def format_help(self, ctx, formatter):
-        _install()
-        return super().format_help(ctx, formatter)
+    def format_options(self, ctx, formatter):
+        _sections(self, ctx, formatter)
 
 
 class FittedGroup(typer.core.TyperGroup):
-    """The root command, laid out the same way (its help must not depend on what ran first)."""
+    """The root command, laid out the same way, then its commands."""
 
-    def format_help(self, ctx, formatter):
-        _install()
-        return super().format_help(ctx, formatter)
+    def format_options(self, ctx, formatter):
+        _sections(self, ctx, formatter)
+        self.format_commands(ctx, formatter)

@@ -58,7 +58,9 @@ def inspect_cmd(
     checks: o.ChecksFile = None,
     junit_xml: o.JunitXml = None,
     as_json: o.Json = False,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No notes on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "-q", "--quiet", help="Print only the gates' results (one line each: verdict, worst value and its step) "
+                              "and errors.")] = False,
     verbose: Annotated[bool, typer.Option(
         "-v", "--verbose", help="List every kept anomaly and skipped file; tracebacks for internal errors.")] = False,
 ) -> None:
@@ -81,18 +83,20 @@ def inspect_cmd(
         return inspect_paths(paths, group_by.value if group_by else None, opts, sort=sort, limit=shown)
 
     result = run_command(work, as_json, verbose)
-    _dropped_warnings(paths, split.value)
+    if not quiet:
+        _dropped_warnings(paths, split.value)
     gated = apply(gates, result, junit_xml, as_json, verbose)
     if as_json:
         print(json.dumps(result))
     elif "rollout" in result:
         print_rollout(result["rollout"])
+    elif quiet:
+        print_lines(gated, brief=True)
     else:
         print_inspect(result, verbose)
         print_lines(gated)
-        if not quiet:
-            for n in result["summary"]["notes"]:
-                print(f"note: {n}", file=sys.stderr)
+        for n in result["summary"]["notes"]:
+            print(f"note: {n}", file=sys.stderr)
     exit_if_failed(gated)
 
 

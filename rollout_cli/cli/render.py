@@ -180,7 +180,10 @@ def print_inspect(result: dict, verbose: bool) -> None:
         _text(con, f"raw_reward: {_rstats(s['rewards']['raw_reward'])}{extra}")
         _text(con, f"reward (post-processed): {_rstats(s['rewards']['reward'])}{extra}")
     _text(con, f"samples per rollout (size: rollouts): {_hist(s['samples_per_rollout'])}")
-    _text(con, f"prompt-group sizes (size: groups): {_hist(s['group_sizes'])}")
+    _text(con, f"prompt-group sizes in rollouts (size: groups): {_hist(s['group_sizes'])}")
+    if s.get("removed_samples"):
+        _text(con, f"removed samples (remove_sample, left out of the loss): {s['removed_samples']}"
+                   f"{'' if verbose else ' (-v lists them)'}")
     _text(con, "")
     _table(con, "per step", ["split", "step", "samples", "rejected", "rollouts", "groups", "tokens", "mask sum", "mean resp len",
                              "raw reward", "reward", "trunc rate", "zero-var groups"],
@@ -209,15 +212,17 @@ def print_inspect(result: dict, verbose: bool) -> None:
         title = f"by {gb}: {s['groups_total']} group(s)" + (f", first {shown} shown (--limit 0 shows all)" if shown < s["groups_total"] else "")
         _table(con, title, [key_h, "samples", "rollouts", "groups", "tokens", mask_h, "reward mean", "min", "max", "raw mean", "statuses"],
                rows)
+    removed = result.get("removed") or []
+    if verbose and removed:
+        _table(con, f"removed samples: {s['removed_samples']}, {len(removed)} listed",
+               ["level", "step", "where", "rollout_id", "sample_index"],
+               [[r["level"], r["step"], _where(r["where"]), r["rollout_id"], r["sample_index"]] for r in removed], left=2)
     counts = s["anomaly_counts"]
     if not counts:
         _text(con, "anomalies: none")
         return
     _text(con, "anomalies by kind: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    from ..inspect.anomalies import LEVELS
-
-    rank = {lv: k for k, lv in enumerate(LEVELS)}  # the most severe first, then by step (none last)
-    items = sorted(result["anomalies"], key=lambda a: (rank.get(a["level"], len(rank)), a["step"] is None, a["step"] or 0))
+    items = result["anomalies"]  # the most severe first, then by step (inspect_paths orders them)
     items = items if verbose else items[:TEXT_ANOMALY_LIMIT]
     total = sum(counts.values())
     levels = ", ".join(_plural(n, lv) for lv, n in s["anomaly_levels"].items())

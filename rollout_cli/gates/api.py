@@ -76,7 +76,8 @@ def evaluate(p: Plan, result: dict) -> list[dict]:
     lists each step (rules: each finding) that crosses with its value, `value` is the worst
     (the largest for > and >=, the smallest for < and <=, else the first crossing) and
     `checked` how many steps it saw; with no step at all it fails, having nothing to check.
-    A null or NaN figure crosses."""
+    A null or NaN figure crosses. `worst_at`: the step (or finding) of the worst value, None
+    for a run-wide figure."""
     return [_evaluate(c, result) for c in p.checks]
 
 
@@ -84,12 +85,14 @@ def _evaluate(c: Check, result: dict) -> dict:
     pairs = c.figure.values(result)
     crossing = [(label, v) for label, v in pairs if crosses(v, c.op, c.threshold)]
     value = _worst([v for _, v in pairs], [v for _, v in crossing], c.op)
+    at = next((label for label, v in pairs if not known(value) and not known(v) or known(value) and v == value), None)
     return {
         "expr": c.expr, "name": c.name, "op": c.op, "threshold": c.threshold,
         "value": _json(value),
         "passed": bool(pairs) and not crossing,
         "checked": len(pairs),
         "steps": [{**label, "value": _json(v)} for label, v in crossing if label is not None],
+        "worst_at": at,
     }
 
 
@@ -135,6 +138,13 @@ def line(c: dict) -> str:
         value += f" ({which} of {c['checked']})"
     out = f"check {state}: {c['expr']}: value {value}, threshold {c['threshold']}"
     return out + (f"; crossed at {crossing_text(c)}" if c["steps"] else "")
+
+
+def brief(c: dict) -> str:
+    """The check in one short line (inspect -q): verdict, expression, worst value and where."""
+    state = "passed" if c["passed"] else "FAILED"
+    where = f" at {_label(c['worst_at'])}" if c.get("worst_at") else ""
+    return f"{state} {c['expr']}: worst {_fmt(c['value'])}{where}"
 
 
 def _fmt(v: Any) -> str:

@@ -44,10 +44,6 @@ class Figure:
     absent: Any = None  # the value when the last key of `path` is missing (0 for counts)
     empty: Any = None  # per-entry figures: the one value when the list is missing or empty
 
-    @property
-    def per_entry(self) -> bool:
-        return self.entries is not None
-
     def values(self, result: dict) -> list[tuple[dict | None, Any]]:
         """[(label, value)]: one pair labelled None for a run-wide figure (and for a per-entry
         figure with no entries but an `empty` value), one per entry otherwise, labelled by its

@@ -95,9 +95,6 @@ class Format:
             return [(0, None)]
         return _resolve(self.splitter)(inp, parts)
 
-    def has_extension(self, path: str) -> bool:
-        return path.lower().endswith(self.extensions) if self.extensions else False
-
     def claims(self, path: str) -> bool:
         return self.detector is not None and _resolve(self.detector + ":claims")(path)
 

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from ..core.errors import UsageError
 from ..core.schema import STATUSES
-from .anomalies import LEVELS
+from .anomalies import LEVELS, group_rollouts
 from .lineage import step_lineage
 from .rows import ROW_SCHEMA, StepData
 
@@ -44,6 +44,7 @@ RUN_FIGURES = {
     "tokens.mask_sum": "tokens trained on (loss-mask sum)",
     "truncated": "truncated samples",
     "truncation_rate": "truncated samples over rows",
+    "removed_samples": "samples remove_sample leaves out of the loss",
     "rewards_not_recorded": "samples whose reward the framework did not record",
     "multi_version_samples": "samples whose weight versions span more than one",
 } | {f"rewards.{col}.{k}": f"{col}: {text}" for col in ("raw_reward", "reward") for k, text in _STATS.items()} | {
@@ -61,6 +62,7 @@ STEP_FIGURES = {
     "reward_mean": "mean normalised reward",
     "reward_std": "std of the normalised reward",
     "truncation_rate": "truncated samples over rows",
+    "removed_samples": "samples remove_sample leaves out of the loss",
     "zero_variance_groups": "groups whose samples share one reward",
     "zero_variance_share": "zero-variance groups over prompt groups",
     "rewards_not_recorded": "samples whose reward the framework did not record",
@@ -115,7 +117,7 @@ class Totals:
         rid = t.column("rollout_id").to_numpy()
         pg = t.column("pgroup").to_numpy()
         rcounts = np.unique(rid, return_counts=True)[1] if len(rid) else np.zeros(0, np.int64)
-        gcounts = np.bincount(pg) if len(pg) else np.zeros(0, np.int64)
+        gcounts = group_rollouts(pg, rid)  # a group's size in rollouts: a compact rollout is one member
         self.samples_per_rollout.update(rcounts.tolist())
         self.group_sizes.update(gcounts.tolist())
         self.per_step.append(_step_summary(sd, len(rcounts), len(gcounts)))
@@ -148,6 +150,7 @@ def _step_summary(sd: StepData, rollouts: int, prompt_groups: int) -> dict:
         "reward_mean": r6(np.nanmean(reward)) if known else None,
         "reward_std": r6(np.nanstd(reward)) if known else None,
         "truncation_rate": r6(t.column("truncated").to_numpy(zero_copy_only=False).mean()) if n else None,
+        "removed_samples": int(pc.sum(pc.cast(pc.fill_null(t.column("remove_sample"), False), pa.int64())).as_py() or 0),
         "zero_variance_groups": sd.zero_variance_groups,
         "zero_variance_share": r6(sd.zero_variance_groups / prompt_groups) if prompt_groups else None,
         **step_lineage(t),
@@ -181,6 +184,7 @@ def summary(totals: Totals, table: pa.Table, *, kind: str, split: str, files: in
         | {s: c for s, c in sorted(status_counts.items()) if s not in STATUSES},
         "truncated": truncated,
         "truncation_rate": r6(truncated / n) if n else None,
+        "removed_samples": sum(p["removed_samples"] for p in per_step),
         "rewards_not_recorded": sum(p["rewards_not_recorded"] for p in per_step),
         "multi_version_samples": sum(p["multi_version_samples"] for p in per_step),
         "rewards": {

@@ -35,13 +35,27 @@ _LOC_RE = re.compile(r"^(?P<file>.*):(?P<kind>line|row|sample) (?P<n>-?\d+)$")
 
 
 class Anomalies:
-    """Anomaly records in order; at most `cap` stored per kind, every one counted."""
+    """Anomaly records in order; at most `cap` stored per kind, every one counted. Samples
+    `remove_sample` left out of the loss on purpose are no anomaly: they are listed apart
+    (`removed`, at most `cap`) and counted (`removed_count`)."""
 
     def __init__(self, cap: int | None):
         self.cap = cap
         self.items: list[dict] = []
         self.counts: Counter = Counter()
         self.levels: Counter = Counter()
+        self.removed: list[dict] = []
+        self.removed_count = 0
+
+    def add_removed(self, split: str, step: int | None, where: list[dict], **extra) -> None:
+        self.removed_count += 1
+        if self.cap is None or len(self.removed) < self.cap:
+            self.removed.append({"level": "info", "split": split, "step": step, **extra, "where": where})
+
+    def sorted_items(self) -> list[dict]:
+        """The stored anomalies, most severe first, then by step (none last), else as found."""
+        rank = {lv: k for k, lv in enumerate(LEVELS)}
+        return sorted(self.items, key=lambda a: (rank.get(a["level"], len(rank)), a["step"] is None, a["step"] or 0))
 
     def add(self, kind: str, level: str, split: str, step: int | None, message: str, where: list[dict], **extra) -> None:
         self.counts[kind] += 1
@@ -111,7 +125,8 @@ def row_anomalies(sd: StepData, where_row: Callable[[int], dict], anomalies: Ano
 
 def _zero_masks(sd: StepData, where_row, anomalies: Anomalies) -> None:
     """Samples that train on no token (`remove_sample` from the rows: the dump's flag, or the
-    output's column; null for an output of schema version 2)."""
+    output's column; null for an output of schema version 2). Those `remove_sample` left out
+    are listed apart (Anomalies.add_removed), not as anomalies."""
     t = sd.rows
     removed = t.column("remove_sample").to_pylist()
     mask_sum = t.column("mask_sum").to_numpy()
@@ -120,8 +135,11 @@ def _zero_masks(sd: StepData, where_row, anomalies: Anomalies) -> None:
     sidx = t.column("sample_index").to_pylist()
     for i in np.flatnonzero(mask_sum == 0).tolist():
         rem = removed[i]
+        if rem:
+            anomalies.add_removed(sd.split, sd.step, [where_row(i)], rollout_id=int(rid[i]), sample_index=sidx[i])
+            continue
         why = "an empty response" if rl[i] == 0 else ("remove_sample" if rem else "every loss-mask entry is 0")
-        anomalies.add("all_zero_loss_mask", "info" if rem else "warning", sd.split, sd.step,
+        anomalies.add("all_zero_loss_mask", "warning", sd.split, sd.step,
                       f"sample trains on no token ({why}); rollout {int(rid[i])} mask sum "
                       f"{int(t.column('rollout_mask_sum')[i].as_py())}",
                       [where_row(i)], rollout_id=int(rid[i]), sample_index=sidx[i], remove_sample=rem)
@@ -160,12 +178,13 @@ def _group_anomalies(sd: StepData, where_row, anomalies: Anomalies, n_expected: 
         anomalies.add("single_sample_group", "warning", split, step,
                       f"prompt group {gidx[i]} has one sample: its normalised reward is 0.0 (no learning signal)",
                       [where_row(i)], group_index=gidx[i])
-    expected = n_expected if n_expected else int(np.bincount(sizes).argmax())
-    odd = np.flatnonzero(sizes != expected)
+    members = group_rollouts(pg, t.column("rollout_id").to_numpy())  # a compact rollout is one member
+    expected = n_expected if n_expected else int(np.bincount(members).argmax())
+    odd = np.flatnonzero(members != expected)
     if len(odd):
-        hist = {int(k): int(v) for k, v in sorted(Counter(sizes.tolist()).items())}
+        hist = {int(k): int(v) for k, v in sorted(Counter(members.tolist()).items())}
         anomalies.add("uneven_groups", "info", split, step,
-                      f"{len(odd)} of {len(sizes)} prompt groups differ from the group size {expected} "
+                      f"{len(odd)} of {len(members)} prompt groups differ from the group size {expected} rollouts "
                       f"({'--n-samples-per-prompt' if n_expected else 'the most common size'}); sizes {hist}",
                       [where_row(int(first[g])) for g in odd[:6].tolist()], expected=expected, group_sizes=hist,
                       groups=[gidx[int(first[g])] for g in odd[:20].tolist()])
@@ -186,6 +205,16 @@ def _group_anomalies(sd: StepData, where_row, anomalies: Anomalies, n_expected: 
                       [where_row(i)], group_index=gidx[i], samples=int(sizes[g]),
                       raw_reward=float(t.column("raw_reward")[i].as_py()))
     return zero_var
+
+
+def group_rollouts(pg: np.ndarray, rollout_ids: np.ndarray) -> np.ndarray:
+    """Per prompt group (dense labels `pg`), its distinct rollouts: the group's size."""
+    from ..pipeline.rewards import rollout_units
+
+    if not len(pg):
+        return np.zeros(0, np.int64)
+    _, unit_group = rollout_units(pg, rollout_ids)
+    return np.bincount(unit_group, minlength=int(pg.max()) + 1)
 
 
 def _fanout_shift(sd: StepData, pg: np.ndarray, gidx: list, where_row, anomalies: Anomalies) -> None:

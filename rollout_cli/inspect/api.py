@@ -26,8 +26,10 @@ def inspect_paths(
     limit: int | None = None,
     each_step: Callable[[StepData], None] | None = None,
 ) -> dict:
-    """`{"summary": {...}, "groups": [...], "anomalies": [...], "loss_weight": [...]}` for dumps or
-    converted output (`loss_weight`: per step, inspect.loss_weight's modes and movers).
+    """`{"summary": {...}, "groups": [...], "anomalies": [...], "removed": [...], "loss_weight": [...]}`
+    for dumps or converted output (anomalies most severe first, then by step; `removed`: the
+    samples remove_sample left out, as many as anomalies of a kind are kept; `loss_weight`: per
+    step, inspect.loss_weight's modes and movers).
     `each_step`, when given, sees every step's rows as they are aggregated (one read of the input
     for callers that need the rows too).
 
@@ -56,7 +58,8 @@ def inspect_paths(
     rows: list[dict] = []
     if group_by:
         rows, s["groups_total"] = groups(table, group_by, sort, limit)
-    return {"summary": s, "groups": rows, "anomalies": anomalies.items, "loss_weight": weights}
+    return {"summary": s, "groups": rows, "anomalies": anomalies.sorted_items(), "removed": anomalies.removed,
+            "loss_weight": weights}
 
 
 def _pending(src: Sources, opts: InspectOptions) -> list[dict]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..output.loss import divisors
 from ..pipeline.fields import group_fields, rollout_mask_sums, step_fields
 from ..pipeline.rewards import group_labels
 
@@ -30,22 +31,25 @@ MOVERS = 5
 
 def token_weights(mask_totals, rollout_sums, group_sums, group_rollouts, totals: dict) -> dict[str, np.ndarray]:
     """Per sample, the weight of each of its trained tokens under every mode (L = 1 for the
-    constant divisor: only its shares are meaningful)."""
+    constant divisor: only its shares are meaningful). The modes a batch's token_weights has
+    take their divisors from output/loss.py (a divisor 0 gives 0: such a sample trains no token)."""
     m = np.asarray(mask_totals, dtype=np.float64)
+    rs = np.asarray(rollout_sums, dtype=np.float64)
     gs = np.asarray(group_sums, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_group = np.where(gs > 0, 1.0 / np.where(gs > 0, gs, 1.0), 0.0)
-    s = max(totals["step_samples"], 1)
-    r = max(totals["step_rollouts"], 1)
-    g = max(totals["step_groups"], 1)
+
+    def per_token(aggregation: str, constant=None) -> np.ndarray:
+        d = divisors(aggregation, m, rs, gs, totals, constant)
+        return np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+
+    group = per_token("group_mean") * max(totals["step_groups"], 1)  # 1 / group_mask_sum
     return {
-        "token_mean": np.full(len(m), 1.0 / max(totals["step_mask_sum"], 1)),
-        "seq_mean_token_mean": 1.0 / (np.maximum(m, 1.0) * s),
-        "rollout_mean": 1.0 / (np.maximum(np.asarray(rollout_sums, dtype=np.float64), 1.0) * r),
-        "seq_mean_token_sum": np.full(len(m), 1.0 / s),
-        "prompt_mean": per_group / g,
-        "prompt_mean_by_rollouts": per_group * np.asarray(group_rollouts, dtype=np.float64) / r,
-        "constant": np.full(len(m), 1.0 / s),
+        "token_mean": per_token("token_mean"),
+        "seq_mean_token_mean": per_token("sample_mean"),
+        "rollout_mean": per_token("rollout_mean"),
+        "seq_mean_token_sum": np.full(len(m), 1.0 / max(totals["step_samples"], 1)),
+        "prompt_mean": per_token("group_mean"),
+        "prompt_mean_by_rollouts": group * np.asarray(group_rollouts, dtype=np.float64) / max(totals["step_rollouts"], 1),
+        "constant": per_token("constant", 1),
     }
 
 

@@ -5,7 +5,7 @@ slime's train_data form is loader/slime.py's."""
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from typing import Any, Iterator
 
 import numpy as np
@@ -19,6 +19,8 @@ except ModuleNotFoundError as e:  # torch is an extra: say which
                               "torch: pip install 'rollout-cli[torch]'", name="torch") from None
 
 from ..core.errors import UsageError
+from ..output.batch_fields import ARRAY_FIELDS, PER_SAMPLE, batch_dataclass
+from ..output import loss
 from ..output.gather import block_layout
 from ..output.views import Ragged
 from . import slime
@@ -26,8 +28,7 @@ from . import slime
 __all__ = ["PackedBatch"]
 
 
-
-@dataclass(eq=False, repr=False)
+@batch_dataclass("torch.Tensor")
 class PackedBatch:
     """One shard of one step, packed: flat token and response streams plus per-sample arrays.
 
@@ -51,48 +52,18 @@ class PackedBatch:
                         "Loss denominators")
       rollout_positions int64 [n]                    each sample's place in its step (the key
                         back to the dump: slime's partition entry)
+      optimizer_steps, micro_batch_ids   int64 [n] or None: a --schedule slime shard served as
+                        converted: the sample's optimizer step within the step and its
+                        micro-batch within the rank's optimizer step
       extras            every other column of the row schema, by its column name, also read as
                         an attribute (`batch.status`): output/views.py says each type's form
       micro_batch_index, num_micro_batches   int: this batch's place among its rank's
                         micro-batches of the step (iter_batches; 0 and 1 for `load()`)
 
-    On CPU after `load()` the tensors are views of the memory-mapped shard (no copy).
+    On CPU after `load()` the tensors are views of the memory-mapped shard (no copy). The
+    fields are declared once, for this class and the numpy Batch: output/batch_fields.FIELDS.
     """
 
-    tokens: torch.Tensor
-    cu_seqlens: torch.Tensor
-    loss_mask: torch.Tensor
-    response_lengths: torch.Tensor
-    total_lengths: torch.Tensor
-    rewards: torch.Tensor
-    raw_rewards: torch.Tensor
-    rollout_ids: torch.Tensor
-    sample_indices: torch.Tensor
-    group_indices: torch.Tensor
-    rollout_mask_sums: torch.Tensor
-    group_mask_sums: torch.Tensor
-    group_rollouts: torch.Tensor
-    truncated: torch.Tensor
-    remove_samples: torch.Tensor
-    rollout_log_probs: torch.Tensor | None
-    teacher_log_probs: torch.Tensor | None
-    round_numbers: torch.Tensor | None = None
-    source_names: list[str] | None = None
-    step: int = 0
-    shard: int = 0
-    split: str = "train"
-    step_mask_sum: int = 0
-    step_rollouts: int = 0
-    step_samples: int = 0
-    step_groups: int = 0
-    # --schedule slime shards: per sample, its position in the step (slime's partition entry),
-    # optimizer step and micro-batch within the rank's optimizer step (int64 each); else None
-    rollout_positions: torch.Tensor | None = None
-    optimizer_steps: torch.Tensor | None = None
-    micro_batch_ids: torch.Tensor | None = None
-    extras: dict = field(default_factory=dict, repr=False)
-    micro_batch_index: int = 0
-    num_micro_batches: int = 1
     # the step's schedule record from the manifest, and a reader of its whole-batch lists
     schedule: dict | None = field(default=None, repr=False)
     _whole_batch: Any = field(default=None, repr=False)
@@ -120,7 +91,7 @@ class PackedBatch:
         form: field name -> array, None, or a list for source_names); `meta`: step, shard, split."""
         arrays = dict(arrays)
         block = arrays.pop("_block", None)  # the one buffer the arrays lie in (output/gather.take_blocks)
-        for name in _TENSOR_FIELDS:  # (the rest are ints, strings, None)
+        for name in ARRAY_FIELDS:  # (the rest are ints, strings, None)
             v = arrays.get(name)
             if v is not None:
                 arrays[name] = torch.from_numpy(v)
@@ -301,6 +272,15 @@ class PackedBatch:
             yield self.slice(a, b)
 
 
+    # -- loss -------------------------------------------------------------------------------
+    def token_weights(self, aggregation: str, constant: float | None = None) -> torch.Tensor:
+        """float32 [num_tokens] on the batch's device, aligned with `tokens`: each token's weight
+        in the step's loss under `aggregation` ("token_mean", "sample_mean", "rollout_mean",
+        "group_mean", or "constant" with `constant`), 0 on prompt tokens and masked ones;
+        Σ weights × per-token loss over every micro-batch of every rank is the step's loss
+        (docs/loss.md; the numpy Batch's the same, output/loss.py)."""
+        return loss.of_batch(_TORCH_OPS, self, aggregation, constant)
+
     # -- slime ------------------------------------------------------------------------------
     def to_slime_train_data(self) -> dict[str, Any]:
         """This shard as slime's train_data dict after `tensorize_rollout_data_for_training`
@@ -310,14 +290,19 @@ class PackedBatch:
 
 
 
-# the per-sample fields ([n], one value per sample), besides source_names and the extras
-PER_SAMPLE = ("response_lengths", "total_lengths", "rewards", "raw_rewards", "rollout_ids", "sample_indices",
-              "group_indices", "rollout_mask_sums", "group_mask_sums", "group_rollouts", "truncated",
-              "remove_samples", "round_numbers", "rollout_positions", "optimizer_steps", "micro_batch_ids")
-
-
-# the tensor fields, in declaration order (output/batches.ARRAY_FIELDS, a gathered block's layout)
-_TENSOR_FIELDS = tuple(f.name for f in fields(PackedBatch) if "Tensor" in str(f.type) and f.name != "_staging")
+# output/loss.py's array functions, in torch (on the batch's device)
+_TORCH_OPS = loss.Ops(
+    arange=lambda n, like: torch.arange(n, dtype=torch.int64, device=like.device),
+    zeros=lambda n, like: torch.zeros(n, dtype=torch.float32, device=like.device),
+    as_weight=lambda x: x.to(torch.float32),
+    as_float=lambda x: x.to(torch.float64),
+    as_index=lambda x: x.to(torch.int64),
+    cumsum=lambda x: torch.cumsum(x, 0),
+    repeat=torch.repeat_interleave,
+    segment_sum=lambda values, labels, n: torch.zeros(n, dtype=values.dtype, device=values.device).index_add_(
+        0, labels, values),
+    where=torch.where,
+)
 
 
 def _map_value(v, fn):

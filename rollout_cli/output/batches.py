@@ -26,13 +26,15 @@ Each batch carries the whole step's denominators (step_mask_sum, step_rollouts,
 step_samples, step_groups, from the manifest, checked against the rows) and each sample its
 rollout's and group's (rollout_mask_sums, group_mask_sums, group_rollouts), whichever rank
 and micro-batch it lands on; `rollout_positions` names each sample's row in the step.
+`batch.token_weights(aggregation)` turns them into each token's weight in the step's loss
+(output/loss.py).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import warnings
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 import numpy as np
@@ -40,7 +42,8 @@ import pyarrow as pa
 
 from ..core.errors import IntegrityError, UsageError
 from ..pipeline.fields import STEP_FIELDS
-from . import gather, partition, stepcache, views
+from . import gather, loss, partition, stepcache, views
+from .batch_fields import ARRAY_FIELDS, batch_dataclass
 from .files import check_arrow, check_digest, check_rows, check_size, ranges, read_parquet
 
 __all__ = ["Batch", "BatchIterator", "read_shard", "identity", "BACKENDS", "STATE_FORMAT", "ARRAY_FIELDS"]
@@ -49,44 +52,12 @@ BACKENDS = ("numpy", "torch")
 STATE_FORMAT = "rollout_cli.batches/1"
 
 
-@dataclass(eq=False, repr=False)
+@batch_dataclass("np.ndarray")
 class Batch:
-    """One micro-batch as numpy arrays: PackedBatch's fields and layout (loader/batch.py),
-    without torch. Arrays are views of the mapped shard where the micro-batch is one run of
-    one shard's rows, else of one gathered copy."""
+    """One micro-batch as numpy arrays: PackedBatch's fields and layout (loader/batch.py), both
+    declared by output/batch_fields.FIELDS, without torch. Arrays are views of the mapped shard
+    where the micro-batch is one run of one shard's rows, else of one gathered copy."""
 
-    tokens: np.ndarray
-    cu_seqlens: np.ndarray
-    loss_mask: np.ndarray
-    response_lengths: np.ndarray
-    total_lengths: np.ndarray
-    rewards: np.ndarray
-    raw_rewards: np.ndarray
-    rollout_ids: np.ndarray
-    sample_indices: np.ndarray
-    group_indices: np.ndarray
-    rollout_mask_sums: np.ndarray
-    group_mask_sums: np.ndarray
-    group_rollouts: np.ndarray
-    truncated: np.ndarray
-    remove_samples: np.ndarray
-    rollout_log_probs: np.ndarray | None
-    teacher_log_probs: np.ndarray | None
-    round_numbers: np.ndarray | None = None
-    source_names: list[str] | None = None
-    step: int = 0
-    shard: int = 0
-    split: str = "train"
-    step_mask_sum: int = 0
-    step_rollouts: int = 0
-    step_samples: int = 0
-    step_groups: int = 0
-    rollout_positions: np.ndarray | None = None
-    optimizer_steps: np.ndarray | None = None
-    micro_batch_ids: np.ndarray | None = None
-    extras: dict = field(default_factory=dict)
-    micro_batch_index: int = 0
-    num_micro_batches: int = 1
     # the one buffer every array lies in (output/gather.take_blocks), None for views of a shard
     _block: np.ndarray | None = field(default=None, repr=False)
 
@@ -123,6 +94,13 @@ class Batch:
         np.cumsum(self.response_lengths, out=out[1:])
         return out
 
+    def token_weights(self, aggregation: str, constant: float | None = None) -> np.ndarray:
+        """float32 [num_tokens], aligned with `tokens`: each token's weight in the step's loss
+        under `aggregation` ("token_mean", "sample_mean", "rollout_mean", "group_mean", or
+        "constant" with `constant`), 0 on prompt tokens and masked ones; Σ weights × per-token
+        loss over every micro-batch of every rank is the step's loss (docs/loss.md)."""
+        return loss.of_batch(loss.NUMPY, self, aggregation, constant)
+
     def arrays(self) -> dict[str, np.ndarray]:
         """Every numpy array of the batch by field name (None fields and extras left out)."""
         return {f.name: getattr(self, f.name) for f in fields(self)
@@ -137,11 +115,6 @@ class Batch:
             parts = (v.values, v.offsets) if isinstance(v, views.Ragged) else (v,)
             out.extend(p.reshape(-1).view(np.uint8) for p in parts if isinstance(p, np.ndarray))
         return out
-
-
-# the array fields, in the order Batch (and PackedBatch) declare them: a gathered micro-batch's
-# block lays them out in this order (output/gather.take_blocks)
-ARRAY_FIELDS = tuple(f.name for f in fields(Batch) if "np.ndarray" in str(f.type) and f.name != "_block")
 
 
 def identity(output, split: str) -> str:

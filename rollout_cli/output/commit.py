@@ -127,7 +127,7 @@ class Staging:
         if not os.path.exists(opt_path):
             write_json_atomic(opt_path, options)
 
-    def abandon(self, keep: bool = False, remove_out: bool = False) -> None:
+    def abandon(self, keep: bool = False) -> None:
         """Drop what this run staged after a failure, so OUT is as it was before the run: with
         keep (an interruption) nothing is removed, for --resume; a resumed interrupted run's
         staging keeps what it held before this run, and only that."""
@@ -145,11 +145,6 @@ class Staging:
                 pass  # what is left is staging a resume starts from again
             return
         shutil.rmtree(os.path.join(self.out, STAGING), ignore_errors=True)
-        if remove_out:
-            try:
-                os.rmdir(self.out)
-            except OSError:
-                pass
 
     def commit(self, manifest: dict) -> None:
         """Move staged entries into OUT and write the manifest last (roll-forward safe)."""
@@ -372,7 +367,7 @@ class RemoteStaging:
         storage.write_bytes(pointer, json.dumps({"generation": run.generation, "options": options}).encode())
         return run
 
-    def abandon(self, keep: bool = False, remove_out: bool = False) -> None:
+    def abandon(self, keep: bool = False) -> None:
         """Drop this run's files after a failure (not once its manifest is in place); a resumed
         interrupted run's generation keeps what it held before this run."""
         if keep or self.committed:

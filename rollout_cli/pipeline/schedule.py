@@ -72,10 +72,6 @@ class Schedule:
     dropped: list[dict] = field(default_factory=list)  # trailing rollouts: {"rollout_id", "positions"}
     trailing_kept: bool = False  # the last optimizer step is the short trailing one
 
-    @property
-    def dropped_positions(self) -> list[int]:
-        return sorted(p for d in self.dropped for p in d["positions"])
-
 
 def group_rollouts(rollout_ids: Sequence[Hashable]) -> dict:
     """rollout id -> its sample positions, rollouts in first-occurrence order."""

@@ -131,8 +131,8 @@ def _clip(s: str | None) -> str | None:
 
 def _pick_details(anomalies: list[dict], tables: dict[int, dict], budget: int,
                   first: list[tuple[int, int]] = ()) -> list[tuple[int, int]]:
-    """Rollouts to embed in full: `first` (the trainer section's), those anomalies name, then
-    round-robin over the steps. Only rollouts that have rows: an anomaly may name one whose
+    """Rollouts to embed in full: `first` (the trainer section's), those `anomalies` name (and
+    inspect's removed samples), then round-robin over the steps. Only rollouts that have rows: an anomaly may name one whose
     samples were all rejected."""
     picked: list[tuple[int, int]] = []
     seen: set = set()
@@ -195,7 +195,7 @@ def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Pro
         t["zero_variance_share"] = p["zero_variance_share"]
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
     details: dict[str, dict] = {}
-    picked = _pick_details(ins["anomalies"], tables, opts.details, first)
+    picked = _pick_details(ins["anomalies"] + ins["removed"], tables, opts.details, first)
     shown = show_rollouts(paths, list(picked), iopts) if picked else {}  # each step read once
     for j, (step, rid) in enumerate(picked):
         r = shown[(step, rid)]

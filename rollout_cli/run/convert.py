@@ -93,7 +93,7 @@ def _convert_locked(out: str, units: list[Unit], opts: ConvertOptions, recorded:
         lock.check()
         staging.commit(m)
     except BaseException as e:
-        _leave_output(out, staging, keep=isinstance(e, KeyboardInterrupt), created=False)
+        _leave_output(out, staging, keep=isinstance(e, KeyboardInterrupt))
         if isinstance(e, OSError):  # the readers turn input OSErrors into InvalidInputError: this is OUT
             raise output_error(out, e) from None
         raise
@@ -171,7 +171,7 @@ def _check_distinct_steps(results: list[UnitResult]) -> None:
         claim_step(seen, r.split, r.step, r.input.display)
 
 
-def _leave_output(out: str, staging, keep: bool, created: bool) -> None:
+def _leave_output(out: str, staging, keep: bool) -> None:
     """After a failure: a commit under way is rolled forward (the old output is partly moved
     aside), anything else leaves OUT as it was (a killed run leaves its staging, for --resume)."""
     if staging.committing():
@@ -180,7 +180,7 @@ def _leave_output(out: str, staging, keep: bool, created: bool) -> None:
         except Exception:
             pass  # left for --resume, which finishes it
     else:
-        staging.abandon(keep=keep, remove_out=created)
+        staging.abandon(keep=keep)
 
 
 def _summary(out: str, m: dict, results: list[UnitResult], skipped: list[str], notes: list[str], t0: float) -> dict:

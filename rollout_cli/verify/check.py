@@ -2,8 +2,8 @@
 
 `verify_output(out, quick=False)` returns plain data: what was checked and a list of failures,
 each `{"file", "invariant", "detail"}` (`file` relative to OUT). It never raises for a broken
-output (only `UsageError` when OUT is not a directory); `check_output` raises `IntegrityError`
-(exit 4) when anything fails.
+output (only `UsageError` when OUT is not a directory); `failure_message` words the first
+failure, as `verify` prints it before exiting 4.
 
 This module walks the output; the checks live in modules by job: manifest.py (the manifest
 alone), files.py (the listed files and the shards' reading), rows.py (row invariants),
@@ -72,7 +72,7 @@ from __future__ import annotations
 import os
 
 from ..core import storage
-from ..core.errors import IntegrityError, UsageError
+from ..core.errors import UsageError
 from ..core.hashing import DIGEST_KEYS, digest_of, file_digest  # noqa: F401 (re-exported)
 from ..core.layout import MANIFEST
 from .common import EXAMPLES, Report, full_path
@@ -142,11 +142,3 @@ def failure_message(result: dict) -> str:
     first = f[0]
     more = f" (and {len(f) - 1} more failure{'s' if len(f) > 2 else ''})" if len(f) > 1 else ""
     return f"{result['out']}: {first['file']}: {first['invariant']}: {first['detail']}{more}"
-
-
-def check_output(out: str, quick: bool = False) -> dict:
-    """verify_output, raising IntegrityError (exit 4) naming the first broken file and invariant."""
-    result = verify_output(out, quick=quick)
-    if result["failures"]:
-        raise IntegrityError(failure_message(result), result["failures"])
-    return result

@@ -10,7 +10,7 @@ from rollout_cli.audit import AuditOptions, audit_paths, train_side
 from rollout_cli.core.errors import InvalidInputError
 from rollout_cli.audit.train_side import TrainSide
 from rollout_cli.inputs.discover import discover_train
-from rollout_cli.inputs.train_pt.reader import peek_step
+from rollout_cli.inputs.train_pt.reader import peek_keys
 
 
 def _dumps(tmp_path, steps=(0, 1, 2)):
@@ -22,9 +22,9 @@ def _dumps(tmp_path, steps=(0, 1, 2)):
 
 def test_peek_reads_the_step_without_unpickling(tmp_path):
     (p,) = T.write_train(tmp_path, T.rollout_samples(0), 12345678901, n=2, rbs=3)
-    assert peek_step(str(p)) == 12345678901
+    assert peek_keys(str(p))["rollout_id"] == 12345678901
     p.write_bytes(b"not a zip")
-    assert peek_step(str(p)) is None
+    assert peek_keys(str(p)) is None
 
 
 def test_swapped_names_pair_by_payload(tmp_path):

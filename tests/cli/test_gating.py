@@ -79,11 +79,12 @@ def test_inspect_dumps_json_checks(tmp_path):
     d = json.loads(r.stdout)
     assert d["checks"] == [
         {"expr": "step.truncation_rate > 0.1", "name": "step.truncation_rate", "op": ">", "threshold": 0.1,
-         "value": 0.1875, "passed": False, "checked": 3, "steps": [{"step": 1, "value": 0.1875}, {"step": 3, "value": 0.133333}]},
+         "value": 0.1875, "passed": False, "checked": 3, "steps": [{"step": 1, "value": 0.1875}, {"step": 3, "value": 0.133333}],
+         "worst_at": {"step": 1}},
         {"expr": "step.zero_variance_share >= 0.5", "name": "step.zero_variance_share", "op": ">=", "threshold": 0.5,
-         "value": 0.5, "passed": False, "checked": 3, "steps": [{"step": 1, "value": 0.5}]},
+         "value": 0.5, "passed": False, "checked": 3, "steps": [{"step": 1, "value": 0.5}], "worst_at": {"step": 1}},
         {"expr": "anomalies.id_reused_across_groups > 0", "name": "anomalies.id_reused_across_groups", "op": ">",
-         "threshold": 0, "value": 0, "passed": True, "checked": 1, "steps": []},
+         "threshold": 0, "value": 0, "passed": True, "checked": 1, "steps": [], "worst_at": None},
     ]
     # every check against the figure --json shows beside it
     per = {p["step"]: p for p in d["summary"]["per_step"]}

@@ -51,7 +51,7 @@ def test_help_at_80_columns_shows_every_option_name_whole(args):
 def test_convert_help_is_in_panels():
     text = docs.help_text(["convert"])
     for panel in ("Rewards", "Normalisation", "Rollout ids", "Inputs", "Validation", "Output", "Execution"):
-        assert f"─ {panel} ─" in text, panel
+        assert f"\n{panel}:\n" in text, panel
 
 
 def test_docs_cli_md_is_current():

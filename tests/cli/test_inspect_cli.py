@@ -130,7 +130,7 @@ def test_json_snapshot(monkeypatch):
     monkeypatch.chdir(ROOT)
     d = inspect_json("sample_data/jsonl", "--group-by", "rollout_id")
     assert d == json.loads(SNAPSHOT.read_text())
-    assert list(d) == ["summary", "groups", "anomalies", "loss_weight"]
+    assert list(d) == ["summary", "groups", "anomalies", "removed", "loss_weight"]
 
 
 def test_limit_and_sort():
@@ -346,3 +346,13 @@ def test_sibling_reward_mismatch_is_an_anomaly_not_a_failure(tmp_path):
     assert a["rollout_id"] == 10 and a["rewards"] == [1.0, 0.0, 1.0] and len(a["where"]) == 3
     d = inspect_json(path, "--reward-baseline", "rollout", "--sibling-reward", "mean")
     assert not [a for a in d["anomalies"] if a["kind"] == "sibling_reward_mismatch"]
+
+
+def test_quiet_prints_only_the_gates():
+    r = invoke(str(DATA / "jsonl"), "-q", "--fail-on", "step.truncation_rate > 0.1",
+               "--fail-on", "step.zero_variance_share > 0.9")
+    assert r.exit_code == 7, r.output
+    assert r.stdout.splitlines() == ["FAILED step.truncation_rate > 0.1: worst 0.1875 at step 1",
+                                     "passed step.zero_variance_share > 0.9: worst 0.5 at step 1"]
+    r = invoke(str(DATA / "jsonl"), "-q")
+    assert r.exit_code == 0 and r.stdout == ""

@@ -41,12 +41,13 @@ def _params(name: str) -> dict[str, TyperOption]:
 def _help_rows(name: str) -> dict[str, str]:
     """Option name -> its help row(s), whitespace and box lines collapsed (wide enough that the
     text is not wrapped differently by each command's column widths)."""
-    r = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "400", "TERMINAL_WIDTH": "400", "NO_COLOR": "1"})
+    r = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "400", "NO_COLOR": "1"})
     assert r.exit_code == 0, r.output
     rows: dict[str, str] = {}
     current = None
     for line in r.stdout.splitlines():
-        m = re.match(r"^\W*(--[a-z0-9-]+)", line)
+        # an option row starts at column 2 or 3; its wrapped text is indented further
+        m = re.match(r"^ {1,2}(?:-[a-zA-Z], )?(--[a-z0-9-]+)", line)
         if m:
             current = m.group(1)
             rows[current] = line

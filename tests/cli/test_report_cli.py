@@ -49,7 +49,7 @@ def test_json_prints_path_and_counts(tmp_path):
     assert r.exit_code == 0, r.output
     res = json.loads(r.stdout)
     assert res["path"] == str(out) and res["bytes"] == out.stat().st_size
-    assert res["counts"]["train"] == {"steps": 3, "samples": 46, "rows": 46, "rejected": 0, "rollouts": 35, "anomalies": 9,
+    assert res["counts"]["train"] == {"steps": 3, "samples": 46, "rows": 46, "rejected": 0, "rollouts": 35, "anomalies": 7,
                                       "rollouts_embedded": 35}
     assert res["counts"]["eval"]["samples"] == 7
 
@@ -57,7 +57,7 @@ def test_json_prints_path_and_counts(tmp_path):
 def test_summary_line(tmp_path):
     r = run("report", str(SAMPLE_DATA / "jsonl"), "-o", str(tmp_path / "r.html"))
     assert r.exit_code == 0 and r.stdout.startswith(f"wrote {tmp_path / 'r.html'} (")
-    assert "train: 3 step(s), 46 samples, 35 rollouts, 9 anomalies" in r.stdout
+    assert "train: 3 step(s), 46 samples, 35 rollouts, 7 anomalies" in r.stdout
 
 
 def test_invalid_samples_are_anomalies_on_the_page(tmp_path):

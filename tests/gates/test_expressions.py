@@ -52,7 +52,7 @@ def test_spacing_and_numbers(text, expr, threshold):
 
 def test_audit_names_with_a_dot_inside_the_key():
     c = p("mismatch.ratio_below_0.5 > 0.01", "audit")
-    assert c.figure.path == ("mismatch", "ratio_below_0.5") and c.figure.per_entry
+    assert c.figure.path == ("mismatch", "ratio_below_0.5") and c.figure.entries is not None
 
 
 @pytest.mark.parametrize("text", ["truncation_rate >> 0.2", "truncation_rate 0.2", "truncation_rate > ", "> 0.2",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rollout_cli.core.errors import UsageError
-from rollout_cli.gates import evaluate, line, plan
+from rollout_cli.gates import brief, evaluate, line, plan
 
 FILE = '''
 fail_on = ["anomalies.id_reused_across_groups > 0", "mismatch.k3 > 0.01"]
@@ -87,7 +87,7 @@ def _one(command, expr, result):
 def test_run_wide_figures():
     c = _one("inspect", "truncation_rate > 0.1", INSPECT)
     assert c == {"expr": "truncation_rate > 0.1", "name": "truncation_rate", "op": ">", "threshold": 0.1, "value": 0.15,
-                 "passed": False, "checked": 1, "steps": []}
+                 "passed": False, "checked": 1, "steps": [], "worst_at": None}
     assert _one("inspect", "rewards.reward.std >= 0.7", INSPECT)["passed"] is False
     assert _one("inspect", "rewards.reward.std < 0.7", INSPECT)["passed"] is True
     assert _one("inspect", "status.completed == 40", INSPECT)["passed"] is False
@@ -101,6 +101,9 @@ def test_per_step_figures_name_each_crossing_step():
     assert c["steps"] == [{"step": 1, "value": 0.1875}, {"step": 3, "value": 0.3}]
     assert line(c) == ("check FAILED: step.truncation_rate > 0.15: value 0.3 (largest of 3), threshold 0.15; "
                        "crossed at step 1 (0.1875), step 3 (0.3)")
+    assert c["worst_at"] == {"step": 3} and brief(c) == "FAILED step.truncation_rate > 0.15: worst 0.3 at step 3"
+    assert brief(_one("inspect", "step.truncation_rate > 0.5", INSPECT)) == \
+        "passed step.truncation_rate > 0.5: worst 0.3 at step 3"
     c = _one("inspect", "step.truncation_rate < 0.1", INSPECT)
     assert (c["value"], c["steps"]) == (0.0, [{"step": 2, "value": 0.0}])  # the smallest
     c = _one("inspect", "step.zero_variance_share >= 0.5", INSPECT)

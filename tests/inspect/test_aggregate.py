@@ -11,7 +11,7 @@ def test_summary_counts_sample_data():
     assert (s["files"], s["steps"], s["samples"], s["rows"], s["rejected"]) == (3, 3, 46, 46, 0)
     assert (s["rollouts"], s["prompt_groups"]) == (16 + 8 + 11, 12)
     assert s["samples_per_rollout"] == {1: 27, 2: 5, 3: 3}
-    assert s["group_sizes"] == {2: 1, 3: 2, 4: 7, 5: 2}
+    assert s["group_sizes"] == {1: 1, 2: 5, 4: 6}  # in rollouts: a compact rollout is one member
     assert s["status"] == {"completed": 40, "truncated": 5, "aborted": 1}
     assert s["tokens"]["total"] == 524 + 366 + 406
     assert s["tokens"]["prompt"] + s["tokens"]["response"] == s["tokens"]["total"]

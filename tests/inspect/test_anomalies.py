@@ -40,8 +40,12 @@ def test_group_and_mask_anomalies(tmp_path):
     assert a["uneven_groups"][0]["expected"] == 3 and a["uneven_groups"][0]["groups"] == [2]
     assert [x["group_index"] for x in a["zero_variance_group"]] == [1]
     zero = {x["sample_index"]: x for x in a["all_zero_loss_mask"]}
-    assert zero[4]["level"] == "warning" and zero[4]["remove_sample"] is False
-    assert zero[7]["level"] == "info" and zero[7]["remove_sample"] is True
+    assert list(zero) == [4] and zero[4]["level"] == "warning" and zero[4]["remove_sample"] is False
+    # a removed sample is no anomaly: counted, and listed apart
+    r = inspect_paths([str(f)])
+    assert r["summary"]["removed_samples"] == 1 and r["summary"]["per_step"][0]["removed_samples"] == 1
+    assert [(x["level"], x["step"], x["sample_index"], x["where"]) for x in r["removed"]] == [
+        ("info", 2, 7, [{"file": str(f), "line": 8}])]
     # an explicit group size makes every other size uneven
     b = anomalies_of([f], n_samples_per_prompt=4)
     assert b["uneven_groups"][0]["expected"] == 4 and b["uneven_groups"][0]["groups"] == [0, 1, 2, 3]
@@ -69,3 +73,39 @@ def test_every_kind_is_documented():
     doc = (ROOT / "docs" / "inspect.md").read_text()
     for k in ANOMALY_KINDS:
         assert f"`{k}`" in doc, k
+
+
+def test_an_agentic_run_of_compact_rollouts_is_quiet(tmp_path):
+    """Prompt groups of 8 rollouts each, a rollout 1-3 samples (an agent's turns), some turns
+    removed by a sample filter: group sizes are 8 rollouts everywhere (no uneven_groups) and the
+    removed samples are a count and a listing, not anomalies."""
+    rows, index, rid = [], 0, 0
+    for g in range(4):
+        for r in range(8):
+            rid += 1
+            for turn in range(1 + (g + r) % 3):
+                removed = (g + r + turn) % 5 == 0
+                rows.append(sample(index, g, rid, float((r + turn) % 2), remove_sample=removed,
+                                   mask=[0, 0, 0] if removed else None))
+                index += 1
+    f = write_jsonl(tmp_path / "1.jsonl", rows)
+    r = inspect_paths([str(f)], options=InspectOptions(n_samples_per_prompt=8))
+    kinds = r["summary"]["anomaly_counts"]
+    assert "uneven_groups" not in kinds and "all_zero_loss_mask" not in kinds
+    assert r["summary"]["group_sizes"] == {8: 4}
+    removed = sum(1 for x in rows if x["remove_sample"])
+    assert removed and r["summary"]["removed_samples"] == removed == len(r["removed"])
+    # a group short of one rollout is uneven, by rollouts
+    short = [x for x in rows if not (x["group_index"] == 0 and x["rollout_id"] == 1)]
+    a = anomalies_of([write_jsonl(tmp_path / "2.jsonl", short)], n_samples_per_prompt=8)
+    assert a["uneven_groups"][0]["group_sizes"] == {7: 1, 8: 3} and a["uneven_groups"][0]["groups"] == [0]
+
+
+def test_anomalies_come_most_severe_first_then_by_step(tmp_path):
+    f1 = write_jsonl(tmp_path / "d" / "1.jsonl", [sample(0, 0, None, 1.0), sample(1, 0, None, 1.0)])  # zero variance
+    f2 = write_jsonl(tmp_path / "d" / "2.jsonl", [sample(2, 0, None, 1.0), sample(3, 0, None, 0.0, mask=[0, 0, 0]),
+                                                   sample(4, 1, None, 1.0)])  # zero mask, one-sample group
+    got = [(a["level"], a["step"]) for a in inspect_paths([str(tmp_path / "d")])["anomalies"]]
+    rank = {"error": 0, "warning": 1, "info": 2}
+    assert got == sorted(got, key=lambda x: (rank[x[0]], x[1]))
+    assert ("warning", 2) in got and ("info", 1) in got  # step 2's warnings before step 1's info

@@ -71,25 +71,25 @@ def test_an_object_store_output_inspects_as_the_local_one(s3, tmp_path):
     assert r_remote["splits"]["train"]["distributions"] == r_local["splits"]["train"]["distributions"]
 
 
-def _zero_mask_findings(paths) -> list[tuple]:
-    """The all_zero_loss_mask anomalies, without where they are (a dump line, a shard row)."""
-    return sorted((a["step"], a["level"], a["rollout_id"], a["sample_index"], a["remove_sample"], a["message"])
-                  for a in anomalies_of(paths).get("all_zero_loss_mask", []))
+def _removed(paths) -> list[tuple]:
+    """The samples remove_sample left out, without where they are (a dump line, a shard row)."""
+    r = inspect_paths([str(p) for p in paths])
+    assert "all_zero_loss_mask" not in r["summary"]["anomaly_counts"]  # no anomaly
+    return sorted((x["step"], x["level"], x["rollout_id"], x["sample_index"]) for x in r["removed"])
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "pt"])
 def test_a_removed_sample_is_classified_alike_on_dumps_and_on_the_output(tmp_path, fmt):
     """sample_data step 1, sample 10 has remove_sample: inspect on the dumps reads the flag, on
-    the output the remove_sample column: the same finding (info, remove_sample true), the same
-    rows and the same counts; --show gives the flag on both."""
+    the output the remove_sample column: the same listing (info, not an anomaly), the same rows
+    and the same counts; --show gives the flag on both."""
     from inspect_samples import rows_of
     from rollout_cli.inspect import show_rollout
 
     out = do_convert([DATA / fmt], tmp_path / "out", shards=2)
-    on_dumps, on_output = _zero_mask_findings([DATA / fmt]), _zero_mask_findings([out])
+    on_dumps, on_output = _removed([DATA / fmt]), _removed([out])
     assert on_dumps == on_output
-    assert [(step, level, rid, removed) for step, level, rid, _, removed, _ in on_output] == [(1, "info", 10, True)]
-    assert "(remove_sample)" in on_output[0][-1]
+    assert [(step, level, rid) for step, level, rid, _ in on_output] == [(1, "info", 10)]
     a, b = inspect_paths([str(DATA / fmt)]), inspect_paths([str(out)])
     assert a["summary"]["anomaly_counts"] == b["summary"]["anomaly_counts"]
     dumps_rows = rows_of([DATA / fmt]).filter(pa.compute.equal(pa.compute.field("step"), 1))
@@ -109,8 +109,9 @@ def test_an_output_of_schema_version_2_has_no_remove_sample_to_show(tmp_path):
     from rollout_cli.inspect import show_rollout
 
     out = as_schema_version_2(do_convert([DATA / "jsonl"], tmp_path / "out", shards=2))
-    found = _zero_mask_findings([out])
-    assert [(step, level, rid, removed) for step, level, rid, _, removed, _ in found] == [(1, "warning", 10, None)]
+    found = sorted((a["step"], a["level"], a["rollout_id"], a["remove_sample"])
+                   for a in anomalies_of([out]).get("all_zero_loss_mask", []))
+    assert found == [(1, "warning", 10, None)] and inspect_paths([str(out)])["removed"] == []
     assert show_rollout([str(out)], "1:10")["rollout"]["samples"][0]["remove_sample"] is None
     assert inspect_paths([str(out)])["summary"]["rows"] == inspect_paths([str(DATA / "jsonl")])["summary"]["rows"]
 

@@ -59,7 +59,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
 
 from rollout_cli.core.errors import UsageError  # noqa: E402
 from rollout_cli.loader import BatchDataset  # noqa: E402
-from rollout_cli.output.batches import ARRAY_FIELDS, Batch  # noqa: E402
+from rollout_cli.output.batches import Batch  # noqa: E402
 
 SAMPLE = os.path.join(REPO, "sample_data", "jsonl")
 BUDGET = 64
@@ -177,17 +177,6 @@ def test_stateful_dataloader_resumes_exactly(out4, workers):
     dl.load_state_dict(state)
     got += [_key(b) for b in dl]
     assert got == ref
-
-
-def test_the_numpy_batch_has_packed_batchs_fields():
-    import dataclasses
-
-    torch_only = {"schedule", "_whole_batch", "_staging"}
-    assert [f.name for f in dataclasses.fields(Batch) if f.name != "_block"] == [
-        f.name for f in dataclasses.fields(PackedBatch) if f.name not in torch_only]
-    # a gathered micro-batch's block and PackedBatch's staging buffer: one layout, this order
-    tensors = [f.name for f in dataclasses.fields(PackedBatch) if "Tensor" in str(f.type) and f.name != "_staging"]
-    assert tensors == list(ARRAY_FIELDS) and len(tensors) > 15
 
 
 def test_a_gathered_micro_batch_is_one_staging_buffer(out4):

@@ -430,14 +430,18 @@ def test_parquet_problem_names_row(tmp_path):
 
 
 def test_pt_problem_names_sample_position(tmp_path):
-    from rollout_cli.inputs.slime_pt.reader import read_pt
+    from types import SimpleNamespace
+
+    from rollout_cli.inputs.slime_pt.reader import read
 
     recs = [make_sample(index=i) for i in range(3)]
     recs[1]["loss_mask"] = [1, 1, 1]
     path = write_pt(tmp_path / "dump_8.pt", recs, 8)
-    dump = read_pt(str(path), "dump_8.pt")
-    assert dump.step == 8
-    nc = normalize_chunk(dump.chunk, 0, reward_key=None, keep_text=False)
+    info = SimpleNamespace()
+    (chunk,) = read(SimpleNamespace(path=str(path), display="dump_8.pt"),
+                    SimpleNamespace(trust_pickle=False, chunk_records=None), info)
+    assert info.step == 8 and not info.train_dump
+    nc = normalize_chunk(chunk, 0, reward_key=None, keep_text=False)
     (pos, prob), = nc.problems
     assert pos == 1
     assert prob.location == Location("dump_8.pt", "sample", 1)

@@ -69,7 +69,7 @@ def test_numbers_shown_are_inspects(page):
     assert cards["samples"] == str(s["samples"]) and cards["rollouts"] == str(s["rollouts"])
     assert cards["prompt groups"] == str(s["prompt_groups"]) and cards["loss-mask sum"] == str(s["tokens"]["mask_sum"])
     rows = js(b, "document.querySelectorAll('#anomaly-table tbody tr').length")
-    assert rows == len(data["splits"]["train"]["inspect"]["anomalies"]) == 9
+    assert rows == len(data["splits"]["train"]["inspect"]["anomalies"]) == 7
     # the plotted reward means are the per-step table's
     ys = js(b, "document.getElementById('plot-reward').data.filter(t => t.name === 'reward mean')[0].y")
     assert ys == [p["reward_mean"] for p in s["per_step"]]
@@ -105,10 +105,10 @@ def test_group_and_links(page):
     b.eval("location.hash = '#anomaly-train-3'")
     b.settle(0.2)
     assert js(b, "document.getElementById('anomaly-train-3').classList.contains('hl')")
-    # a rollout link in the anomalies table opens that rollout
-    b.eval("document.querySelector('#anomaly-table a[href=\"#rollout-train-1-10\"]').click()")
+    # a group link in the anomalies table opens that prompt group
+    b.eval("document.querySelector('#anomaly-table a[href=\"#group-train-1-1\"]').click()")
     b.settle(0.2)
-    assert "rollout 1:10: 1 sample(s)" in b.eval("document.getElementById('drill-view').textContent")
+    assert "prompt group 1 of step 1:" in b.eval("document.getElementById('drill-view').textContent")
     assert b.errors() == []
 
 

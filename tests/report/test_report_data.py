@@ -83,7 +83,7 @@ def test_details_budget_picks_anomalous_rollouts_first():
     d = collect([JSONL], ReportOptions(InspectOptions(), details=2))
     det = d["splits"]["train"]["details"]
     assert len(det) == 2
-    # the anomaly naming a rollout: sample 10 of step 1 trains on no token (remove_sample)
+    # a rollout inspect lists: sample 10 of step 1 trains on no token (remove_sample)
     assert "1:10" in det
     assert collect([JSONL], ReportOptions(InspectOptions(), details=0))["splits"]["train"]["details"] == {}
 

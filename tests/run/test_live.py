@@ -111,7 +111,7 @@ def test_skip_incomplete_leaves_the_step_pending_and_resume_converts_it_once_com
     ins = inspect_paths([str(out)])
     assert ins["summary"]["pending"] == [dict(want[0], out=str(out))]
     assert any("train step 3 is pending" in n for n in ins["summary"]["notes"])
-    r = CliRunner().invoke(app, ["inspect", str(out), "-q"])
+    r = CliRunner().invoke(app, ["inspect", str(out)])
     assert r.exit_code == 0 and "pending: 1 step(s) not in the output" in r.output
 
     with pytest.warns(UserWarning, match="train step 3 is pending"):

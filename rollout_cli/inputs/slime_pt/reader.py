@@ -6,7 +6,6 @@ arbitrary objects, through torch itself.
 from __future__ import annotations
 
 import array
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -20,13 +19,6 @@ from ..columns import columnar
 # Samples converted per chunk: each chunk's arrays are new memory while the lists they replace
 # are still held (the unpickled graph is freed only as whole chunks are done)
 CHUNK_SAMPLES = 128
-
-
-@dataclass
-class PtDump:
-    step: int | None  # the payload's "rollout_id" key (slime's step number)
-    train_dump: bool  # slime's train-side dump (format_version key): not rollout samples
-    chunk: RawChunk | None
 
 
 def load_payload(path: str, display: str, trust_pickle: bool) -> Any:
@@ -78,15 +70,6 @@ def _chunk(display: str, samples: list, first: int) -> RawChunk:
                                   "record.type")
             records.append(None)
     return columnar(RawChunk(display, "sample", list(range(first, first + len(records))), records, problems))
-
-
-def read_pt(path: str, display: str | None = None, trust_pickle: bool = False) -> PtDump:
-    """Load a dump and return its samples as one chunk, numbered by position in `samples`."""
-    display = display or path
-    step, train_dump, samples = _open_dump(path, display, trust_pickle)
-    if train_dump:
-        return PtDump(None, True, None)
-    return PtDump(step, False, _chunk(display, samples, 0))
 
 
 def _as_arrays(s: dict) -> None:

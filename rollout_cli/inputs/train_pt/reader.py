@@ -44,11 +44,6 @@ class TrainDump:
         return {int(p): i for i, p in enumerate(self.positions.tolist())}
 
 
-def is_train_payload(payload: Any) -> bool:
-    """A train-side dump by its content: a `format_version` key next to a `samples` list."""
-    return isinstance(payload, dict) and K.FORMAT_VERSION in payload and isinstance(payload.get(K.SAMPLES), list)
-
-
 def _int(v: Any) -> int | None:
     if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "iu":
         return int(v)
@@ -205,11 +200,6 @@ def peek_keys(path: str) -> dict[str, int] | None:
         keys[key] = value
     return keys
 
-
-def peek_step(path: str) -> int | None:
-    """The step (`rollout_id`) a dump's pickle names at its start, if it does (peek_keys)."""
-    v = (peek_keys(path) or {}).get("rollout_id")
-    return v if v is not None and v >= 0 else None
 
 
 _MEMO_OPS = frozenset({"MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"})

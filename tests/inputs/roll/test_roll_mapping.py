@@ -6,9 +6,34 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rollout_cli.inputs.roll.mapping import Bad, batch_samples
+from rollout_cli.inputs.roll.mapping import Bad, _metadata, plan
 
 PAD = 0
+
+
+def batch_samples(np, proto) -> list:
+    """The oracle: the samples of one DataProto's rows, row by row, in row order (a row that cannot
+    be mapped is its Bad, with `.row`; a batch that cannot be read at all raises Bad); the
+    reader's columns (mapping.columns) are held to it below."""
+    p = plan(np, proto)
+    out: list = []
+    for b in range(p.rows):
+        if b in p.bad:
+            out.append(p.bad[b])
+            continue
+        n, p0 = int(p.n[b]), int(p.p0[b])
+        s = {"group_index": p.gid[b], "rollout_id": p.rid[b], "tokens": p.tokens[b, :n].astype(np.int64),
+             "response_length": n - p0, "loss_mask": p.rm[b, p0:n].astype(np.int64),
+             "reward": float(p.reward[b]), "status": "completed"}
+        if p.lp is not None:
+            s["rollout_log_probs"] = np.concatenate([np.zeros(1), p.lp[b].astype(np.float64)])[p0:n] if n else np.zeros(0)
+        md = _metadata(np, p, b)
+        if md:
+            s["metadata"] = md
+        if isinstance(md.get("tag"), str) and md["tag"]:
+            s["source"] = md["tag"]  # the env's tag (its type): the sample's source
+        out.append(s)
+    return out
 
 
 def proto(rows: list[dict], seq_len: int = 16, logprobs: bool = True) -> dict:
