@@ -388,3 +388,22 @@ def test_bit_flips_of_a_shard_with_its_digest_forged_give_a_table_or_exit_4(clea
             read()
         except RolloutCliError:
             pass
+
+
+def test_overwrite_never_replaces_an_object_store_prefix_that_is_no_output(s3):
+    """The same rule on an object store: a prefix holding data/ and a foreign manifest.json."""
+    with s3.open_output_stream("bkt/project/data/weights.bin") as f:
+        f.write(b"\x00" * 100)
+    with s3.open_output_stream("bkt/project/manifest.json") as f:
+        f.write(b'{"name": "my-project"}')
+    for flags in ([], ["--overwrite"]):
+        res = cli("convert", SAMPLE_JSONL, "s3://bkt/project", "--workers", "1", "-q", *flags)
+        assert res.exit_code == 5 and "not a rollout-cli output" in res.output and "--overwrite" not in res.output, res.output
+    with s3.open_input_stream("bkt/project/data/weights.bin") as f:
+        assert f.read() == b"\x00" * 100
+    with s3.open_input_stream("bkt/project/manifest.json") as f:
+        assert f.read() == b'{"name": "my-project"}'
+    from pyarrow import fs as pafs
+
+    listed = sorted(i.path for i in s3.get_file_info(pafs.FileSelector("bkt/project", recursive=True)))
+    assert listed == ["bkt/project/data", "bkt/project/data/weights.bin", "bkt/project/manifest.json"]  # no lease written

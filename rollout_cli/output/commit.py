@@ -285,12 +285,13 @@ def _refuse_older_schema(out: str, prev: dict) -> None:
 
 
 def lock_output(out: str, wait: float | None = None, command: str = "convert"):
-    """Refuse a local OUT that is not a rollout-cli output (exit 5, before anything is written
-    into it), create it when absent, and take its writer lock (exit 8 while another process
-    holds it, or wait up to `wait` seconds). Returns (the held lock, whether OUT was created)."""
+    """Refuse an OUT that is not a rollout-cli output (exit 5, before anything, a lock or a
+    lease, is written into it), create a local one when absent, and take its writer lock (exit
+    8 while another process holds it, or wait up to `wait` seconds). Returns (the held lock,
+    whether OUT was created)."""
     created = False
+    refuse_foreign(out)
     if not storage.is_uri(out):
-        refuse_foreign(out)
         created = state(out) == "absent"
         os.makedirs(out, exist_ok=True)
     try:
