@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""What reading an output as data costs: a loader epoch and a `verify` of the loader bench's
-output (bench/loader.py makes it: 16 steps, 4 shards), each run with the readers' checks
-(output/files.py: the file kind and location before and after opening, the schema, Arrow's full
-validation) and with them turned into no-ops, alternating, in this process.
+"""What reading an output as data costs: loader epochs (bench/loader.py's `load` and
+`iter-numpy` methods, its consumer touching every byte of every batch) and a `verify` of the
+loader bench's output (bench/loader.py makes it: 16 steps, 4 shards), each run with the
+readers' checks (output/files.py: the file kind and location before and after opening, the
+schema, Arrow's full validation) and with them turned into no-ops, alternating, in this process.
 
     python bench/loader.py --quick            # or a full run: makes bench/.data/loader-16-s0/out-4
     python bench/output_checks.py [--out OUT] [--reps 21]
@@ -15,14 +16,14 @@ import argparse
 import mmap
 import os
 import statistics
+import sys
 import time
 import timeit
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
 
 def main(argv=None) -> int:
@@ -36,7 +37,6 @@ def main(argv=None) -> int:
     import rollout_cli.output.batches as batches
     import rollout_cli.output.files as files
     import rollout_cli.verify.files as vfiles
-    from rollout_cli import open_dataset
     from rollout_cli.output.model import open_output
     from rollout_cli.verify.check import verify_output
 
@@ -49,18 +49,18 @@ def main(argv=None) -> int:
         for m, n, f in real:
             setattr(m, n, f if on else _OFF.get(n, lambda *_, **__: None))
 
-    def epoch() -> None:
-        ds = open_dataset(a.out)
-        for s in ds.steps:
-            for r in range(ds.num_shards):
-                b = ds.load(s, r)
-                for t in (b.tokens, b.loss_mask, b.cu_seqlens):
-                    np.bitwise_xor.reduce(t.numpy().view(np.uint8))
+    import loader as bench_loader  # bench/loader.py: its epochs and consumer
+
+    steps = open_output(a.out).step_numbers()
+
+    def epoch(method: str):
+        return lambda: bench_loader.consume(bench_loader.streams(method, a.out, 6, 6, 16384, steps))
 
     def verify() -> None:
         assert verify_output(a.out)["ok"]
 
-    for name, fn in (("loader epoch", epoch), ("verify", verify)):
+    for name, fn in (("loader epoch, load", epoch("load")), ("loader epoch, iter-numpy (W=6, 16384)", epoch("iter-numpy")),
+                     ("verify", verify)):
         fn()
         t: dict[bool, list[float]] = {True: [], False: []}
         for i in range(a.reps):
