@@ -55,7 +55,6 @@ TREES = (*SPLIT_TREES.values(), MMAP)
 # (the manifest last) and the only names `--overwrite` replaces; any other name in OUT is left
 # alone. A layout change that adds an entry adds it here.
 ENTRIES = (*TREES, REJECTS)
-OWN = (MANIFEST, *ENTRIES, STAGING, LOCK)  # every name the tool itself writes at OUT's top
 SPLITS = tuple(SPLIT_TREES)
 GENERATIONS = "gen"  # object stores: OUT/gen/<id>/ holds one run's trees and rejects
 _GENERATION_ID = re.compile(r"[0-9a-f]{8,64}")
