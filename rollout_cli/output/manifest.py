@@ -90,24 +90,38 @@ class ManifestError(IntegrityError):
         self.path, self.invariant, self.detail, self.parsed = path, invariant, detail, parsed
 
 
-def ownership(out: str) -> str | None:
-    """None when OUT's manifest is one this tool wrote (its format id, an integer schema
-    version, a list of steps: any version's, readable or not); else why it is not, in words.
-    A local manifest is opened only when it is a regular file."""
-    path = layout.manifest_path(out)
+def _load(path: str) -> dict:
+    """The manifest file at `path` parsed (a local one opened only when it is a regular file);
+    ManifestError when it is missing, not a regular file or not JSON."""
     try:
         if not storage.is_uri(path):
             _regular(path)
-        m = json.loads(storage.read_bytes(path))
+        return json.loads(storage.read_bytes(path))
     except FileNotFoundError:
-        return "no manifest.json"
-    except ManifestError as e:
-        return f"its manifest.json is {e.detail.split(':')[0]}"
-    except (OSError, ValueError):
-        return "its manifest.json is not readable JSON"
+        raise ManifestError(path, "manifest", "missing: not a complete rollout-cli output (an interrupted run, or not converted)",
+                           parsed=False) from None
+    except (OSError, ValueError) as e:
+        raise ManifestError(path, "manifest", f"unreadable: {e}", parsed=False) from None
+
+
+def _not_ours(m) -> str | None:
+    """Why a parsed manifest is not one this tool wrote (None when it is)."""
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         got = m.get("format") if isinstance(m, dict) else None
-        return f"its manifest.json is not a rollout-cli manifest (format {got!r}, expected {FORMAT!r})"
+        return f"not a rollout-cli manifest (format {got!r}, expected {FORMAT!r})"
+    return None
+
+
+def ownership(out: str) -> str | None:
+    """None when OUT's manifest is one this tool wrote (its format id, an integer schema
+    version, a list of steps: any version's, readable or not); else why it is not, in words."""
+    try:
+        m = _load(layout.manifest_path(out))
+    except ManifestError as e:
+        return f"its manifest.json: {e.detail.split(':')[0]}"
+    why = _not_ours(m)
+    if why is not None:
+        return f"its manifest.json is {why}"
     v = m.get("schema_version")
     if not isinstance(v, int) or isinstance(v, bool) or v < 1 or not isinstance(m.get("steps"), list):
         return "its manifest.json names the rollout-cli format but has no schema version or list of steps"
@@ -119,18 +133,10 @@ def read(out: str) -> dict:
     (READ_SCHEMA_VERSIONS: an older output lacks the columns core.schema.COLUMNS_SINCE names;
     the one manifest reader: convert's --resume, the loader, inspect and verify all use it)."""
     path = layout.manifest_path(out)
-    try:
-        if not storage.is_uri(path):
-            _regular(path)
-        m = json.loads(storage.read_bytes(path))
-    except FileNotFoundError:
-        raise ManifestError(path, "manifest", "missing: not a complete rollout-cli output (an interrupted run, or not converted)",
-                           parsed=False) from None
-    except (OSError, ValueError) as e:
-        raise ManifestError(path, "manifest", f"unreadable: {e}", parsed=False) from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        got = m.get("format") if isinstance(m, dict) else None
-        raise ManifestError(path, "manifest", f"not a rollout-cli manifest (format {got!r}, expected {FORMAT!r})")
+    m = _load(path)
+    why = _not_ours(m)
+    if why is not None:
+        raise ManifestError(path, "manifest", why)
     v = m.get("schema_version")
     if not isinstance(v, int) or isinstance(v, bool) or v not in READ_SCHEMA_VERSIONS:
         reads = ", ".join(map(str, READ_SCHEMA_VERSIONS))
