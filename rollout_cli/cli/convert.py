@@ -43,7 +43,8 @@ KeepText = Annotated[bool, typer.Option(
     "--keep-text", rich_help_panel=o.OUTPUT, help="Keep prompt, response and label as text columns.")]
 Overwrite = Annotated[bool, typer.Option(
     "--overwrite", rich_help_panel=o.OUTPUT,
-    help="Replace an existing OUT; the old one stays whole until the new one is complete.")]
+    help="Replace an existing output (only a rollout-cli output, and only its own entries); the old one "
+         "stays whole until the new one is complete.")]
 Resume = Annotated[bool, typer.Option(
     "--resume", rich_help_panel=o.OUTPUT,
     help="Finish an interrupted run, or bring a complete OUT up to date: only new or changed "

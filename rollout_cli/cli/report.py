@@ -16,7 +16,7 @@ R = o.RULES
 
 Out = Annotated[str, typer.Option(
     "-o", "--out", metavar="FILE", rich_help_panel=o.OUTPUT, show_default=False, help="The HTML file to write.")]
-Overwrite = Annotated[bool, typer.Option("--overwrite", rich_help_panel=o.OUTPUT, help="Replace an existing file.")]
+Overwrite = Annotated[bool, typer.Option("--overwrite", rich_help_panel=o.OUTPUT, help="Replace an existing page report wrote; any other file is never replaced.")]
 Train = Annotated[Optional[List[str]], typer.Option(
     "--train", metavar="PATH", rich_help_panel=o.INPUTS, show_default=False,
     help="The trainer's dumps (as for audit): adds a trainer section with audit's mismatch "

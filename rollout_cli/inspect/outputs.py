@@ -4,6 +4,7 @@ manifest's anomalies listed as the anomalies of dumps are."""
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -15,6 +16,7 @@ import pyarrow.compute as pc
 from ..core import layout, storage
 from ..core.errors import IntegrityError, InvalidInputError, UsageError
 from ..inputs.units import in_steps
+from ..output.files import check_arrow, open_regular, random_access
 from ..output.model import Output, open_output
 from ..pipeline.rewards import group_keys
 from ..pipeline.step import SIBLING_RULE
@@ -95,17 +97,18 @@ def _small_columns(b: pa.RecordBatch, names: set) -> pa.Table:
     })
 
 
-def _read_shard(path: str, k: int, got: _Shards) -> None:
+def _read_shard(o: Output, path: str, k: int, got: _Shards) -> None:
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(storage.open_read(path, seekable=True)) if storage.is_uri(path) else pq.ParquetFile(path, memory_map=True)
+        pf = pq.ParquetFile(random_access(path, o.local_root))  # a regular file inside OUT only
         names = set(pf.schema_arrow.names)
         missing = [c for c in OUT_COLUMNS if c not in names and c not in _MAY_LACK]
         if missing:
             raise InvalidInputError(f"{path}: not a rollout-cli shard: no column {missing[0]}")
         r0 = 0
         for b in pf.iter_batches(batch_size=_BATCH_ROWS, columns=[c for c in OUT_COLUMNS if c in names]):
+            check_arrow(path, b, o.schema, subset=True)
             _, mlen = mask_sums(b.column("loss_mask"))
             rl = b.column("response_length").to_numpy(zero_copy_only=False).astype(np.int64)
             for i in np.flatnonzero(mlen != rl).tolist():
@@ -155,7 +158,7 @@ def output_steps(o: Output, opts: InspectOptions, anomalies: Anomalies, seen: se
         for k, sh in enumerate(s.shards):
             path = o.full_path(sh.path)
             got.names.append(path)
-            _read_shard(path, k, got)
+            _read_shard(o, path, k, got)
         keys, groups_known = _prompt_keys([g for p in got.parts for g in p.column("group_index").to_pylist()], mopts)
         rows = _step_rows(got, step, keys)
         rejected = s.rejected
@@ -191,7 +194,7 @@ def _reject_anomalies(o: Output, split: str, step: int, anomalies: Anomalies) ->
         return
     path = o.full_path(info.get("path", layout.REJECTS))
     try:
-        f = io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else open(path, "rb")
+        f = io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else os.fdopen(open_regular(path, o.local_root), "rb")
     except OSError as e:
         raise InvalidInputError(f"{path}: cannot open: {e.strerror or e}") from None
     with f:

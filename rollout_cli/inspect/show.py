@@ -9,6 +9,7 @@ import pyarrow as pa
 from ..core import storage
 from ..core.errors import InvalidInputError, UsageError
 from ..inputs.registry import format_of
+from ..output.files import check_arrow, random_access
 from .aggregate import r6
 from .anomalies import Anomalies, loc_dict
 from .dumps import dump_step, read_chunks, validate_chunk
@@ -193,12 +194,13 @@ def _output_views(out: str, s: dict, opts: InspectOptions, want_ids: list[int]) 
     for sh in s.get("shards", []):
         path = storage.join(out, sh["path"])
         try:
-            pf = pq.ParquetFile(storage.open_read(path, seekable=True)) if storage.is_uri(path) else pq.ParquetFile(path, memory_map=True)
+            pf = pq.ParquetFile(random_access(path, None if storage.is_uri(out) else out))  # a regular file inside OUT only
             names = pf.schema_arrow.names
             text = all(c in names for c in _TEXT)
             cols = [c for c in OUT_COLUMNS + list(_TEXT) if c in names]
             r0 = 0
             for b in pf.iter_batches(batch_size=8192, columns=cols):
+                check_arrow(path, b, None)
                 rids = b.column("rollout_id").to_numpy()
                 for k in np.flatnonzero(np.isin(rids, wanted)).tolist():
                     r = {c: b.column(c)[k].as_py() for c in cols if c != "loss_mask"}
