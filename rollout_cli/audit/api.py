@@ -92,7 +92,7 @@ def _no_train_dumps(train_paths: list[str], units, rollout_steps: list[int]) -> 
 def _unit(unit, opts: AuditOptions, train: TrainSide, seen: dict, notes: list) -> StepAudit | None:
     """One rollout unit: its step read from the dump, paired, audited (None: not audited)."""
     inp = unit.input
-    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS)
+    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS, tokenizer=opts.tokenizer)
     chunks = iter(reading)
     first = next(chunks, None)  # the payload is open now: its step and kind are known
     if reading.info.train_dump:

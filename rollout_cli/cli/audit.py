@@ -41,6 +41,7 @@ def audit_cmd(
     steps: o.Steps = R.steps,
     trust_pickle: o.TrustPickle = R.trust_pickle,
     input_format: o.InputFormat = R.input_format,
+    tokenizer: o.Tokenizer = R.tokenizer,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
     fail_on: o.FailOn = None,
     checks: o.ChecksFile = None,

@@ -106,6 +106,7 @@ def convert(
     step: o.Step = D.step,
     trust_pickle: o.TrustPickle = D.trust_pickle,
     input_format: o.InputFormat = D.input_format,
+    tokenizer: o.Tokenizer = D.tokenizer,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(D.prime_rl_subset),
     on_error: OnErrorOpt = OnError(D.on_error),
     max_errors: MaxErrors = D.max_errors,

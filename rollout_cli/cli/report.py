@@ -42,6 +42,7 @@ def report_cmd(
     steps: o.Steps = R.steps,
     trust_pickle: o.TrustPickle = R.trust_pickle,
     input_format: o.InputFormat = R.input_format,
+    tokenizer: o.Tokenizer = R.tokenizer,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summary.")] = False,

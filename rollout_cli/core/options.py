@@ -50,6 +50,9 @@ class RuleOptions:
     # --max-staleness: a rollout whose oldest weight version is more than this many steps behind
     # its step is rejected whole (pipeline/staleness.py); None: no limit
     max_staleness: int | None = None
+    # --tokenizer: a tokenizer.json (or a folder holding one) that text dumps are tokenized with
+    # (inputs/textdump.py) and token ids are decoded with for display
+    tokenizer: str | None = None
 
     def check(self) -> None:
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
@@ -87,7 +90,7 @@ class RuleOptions:
 
 # RuleOptions' fields that choose what to read; the others (RULE_FIELDS) decide ids and rewards,
 # and every command that computes them takes each as an option (cli/options.py's rule group).
-INPUT_FIELDS = ("steps", "step", "trust_pickle", "input_format", "prime_rl_subset")
+INPUT_FIELDS = ("steps", "step", "trust_pickle", "input_format", "prime_rl_subset", "tokenizer")
 RULE_FIELDS = tuple(f.name for f in dataclasses.fields(RuleOptions) if f.name not in INPUT_FIELDS)
 
 

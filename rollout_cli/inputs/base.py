@@ -79,3 +79,4 @@ class ReadRequest:
     keep_text: bool = True
     chunk_records: int | None = None
     threads: int = 1  # cores the reader may use for this part (Parquet decodes columns on them)
+    tokenizer: str | None = None  # --tokenizer: what a text dump's reader tokenizes with

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from . import atropos, jsonl, miles, nemo_rl, open_instruct, parquet, pipelinerl, prime_rl, roll, skyrl, slime_pt, verl
+from . import text, trl, verl_text
 from .base import RawChunk, ReadInfo, ReadRequest
 from .format import Format
 
@@ -30,6 +31,9 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     open_instruct.FORMAT,
     skyrl.FORMAT,
     verl.FORMAT,
+    verl_text.FORMAT,
+    trl.FORMAT,
+    text.FORMAT,
 )}
 STDIN_FORMAT = "jsonl"  # what `-` (stdin) is read as
 
@@ -76,9 +80,10 @@ class Reading:
 
 
 def read_input(inp, *, trust_pickle: bool = False, start: int = 0, end: int | None = None,
-               chunk_records: int | None = None, keep_text: bool = True, threads: int = 1) -> Reading:
+               chunk_records: int | None = None, keep_text: bool = True, threads: int = 1,
+               tokenizer: str | None = None) -> Reading:
     """Read an InputFile (or one part of it, as split_input planned) through its format's reader."""
-    return Reading(inp, ReadRequest(start, end, trust_pickle, keep_text, chunk_records, threads))
+    return Reading(inp, ReadRequest(start, end, trust_pickle, keep_text, chunk_records, threads, tokenizer))
 
 
 def split_input(inp, parts: int) -> list[tuple[int, int | None]]:

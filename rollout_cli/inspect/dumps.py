@@ -40,7 +40,7 @@ _SMALL_PRE = ["_pos", "sample_index", "group_index", "response_length", "total_l
 
 def read_chunks(inp: InputFile, opts: InspectOptions, payload: dict):
     """The same reader dispatch as convert, in smaller chunks."""
-    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS)
+    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS, tokenizer=opts.tokenizer)
     yield from reading
     payload.update(step=reading.info.step, train_dump=reading.info.train_dump, lines=reading.info.lines)
 

@@ -73,7 +73,7 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
     res.start = start
     sink = rows if rows is not None else _Staged(task.stage_path)
     try:
-        reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end,
+        reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end, tokenizer=opts.tokenizer,
                              keep_text=opts.keep_text, threads=task.threads)
         for raw in reading:
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
