@@ -171,6 +171,9 @@ def print_inspect(result: dict, verbose: bool) -> None:
                    f"converted ({steps}); `convert --resume` adds them")
     t = s["tokens"]
     _text(con, f"tokens: prompt {t['prompt']}, response {t['response']}, total {t['total']}, loss-mask sum {t['mask_sum']}")
+    if s.get("not_token_exact"):
+        _text(con, f"not token-exact: {s['not_token_exact']} of {s['rows']} rows are a text dump tokenized by --tokenizer "
+                   "(the ids the policy sampled were not recorded)")
     _text(con, f"status: {_hist(s['status'])}; truncation rate {_fmt(s['truncation_rate'])}")
     unrecorded = s.get("rewards_not_recorded", 0)
     if unrecorded and unrecorded == s["rows"]:

@@ -227,3 +227,17 @@ def read(inp, request, info, record: Callable[[dict], TextRecord], rule: str) ->
         yield flush(numbers, mapped, problems)
 
 
+
+
+def cut_off(path: str) -> str | None:
+    """A line file's cut-off last line (the format's `cut_off`); a table file is checked whole."""
+    from .completeness import line_cut
+
+    return line_cut(path) if path.lower().endswith(LINE_ENDINGS) else None
+
+
+def whole(path: str) -> str | None:
+    """A Parquet file's missing footer (the format's `whole`)."""
+    from .completeness import parquet_missing
+
+    return parquet_missing(path) if path.lower().endswith(".parquet") else None

@@ -150,6 +150,7 @@ def _step_summary(sd: StepData, rollouts: int, prompt_groups: int) -> dict:
         "truncation_rate": r6(t.column("truncated").to_numpy(zero_copy_only=False).mean()) if n else None,
         "zero_variance_groups": sd.zero_variance_groups,
         "zero_variance_share": r6(sd.zero_variance_groups / prompt_groups) if prompt_groups else None,
+        "not_token_exact": sd.not_token_exact,
         **step_lineage(t),
     }
 
@@ -183,6 +184,7 @@ def summary(totals: Totals, table: pa.Table, *, kind: str, split: str, files: in
         "truncation_rate": r6(truncated / n) if n else None,
         "rewards_not_recorded": sum(p["rewards_not_recorded"] for p in per_step),
         "multi_version_samples": sum(p["multi_version_samples"] for p in per_step),
+        "not_token_exact": sum(p["not_token_exact"] for p in per_step),
         "rewards": {
             "raw_reward": _stats(table.column("raw_reward").to_numpy(zero_copy_only=False).astype(np.float64)),
             "reward": _stats(table.column("reward").to_numpy(zero_copy_only=False).astype(np.float64)),

@@ -36,6 +36,16 @@ def resolve(path: str) -> str:
     return path
 
 
+def file_digest(path: str) -> str:
+    """The blake3 digest of the tokenizer.json a --tokenizer PATH names (what the manifest
+    records); no `tokenizers` import."""
+    from ..core.hashing import bytes_digest
+
+    f = resolve(path)
+    with open(f, "rb") as fh:
+        return bytes_digest(fh.read())
+
+
 @dataclass
 class Tokenizer:
     """A loaded tokenizer: the `tokenizers.Tokenizer`, the file it came from and its digest."""

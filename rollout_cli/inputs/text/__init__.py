@@ -11,5 +11,6 @@ FORMAT = Format(
     content_groups=True,
     text_dump="text dump (prompt and completion text)",
     no_train_side="a text dump holds decoded text and rewards only: no trainer dump goes with it",
-    cut_off="rollout_cli.inputs.completeness:line_cut",
+    cut_off="rollout_cli.inputs.textdump:cut_off",
+    whole="rollout_cli.inputs.textdump:whole",
 )

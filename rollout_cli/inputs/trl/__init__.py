@@ -12,5 +12,6 @@ FORMAT = Format(
     content_groups=True,
     text_dump="TRL completions table",
     no_train_side="TRL writes no trainer dump: its completion logs hold decoded text and rewards only",
-    cut_off="rollout_cli.inputs.completeness:line_cut",
+    cut_off="rollout_cli.inputs.textdump:cut_off",
+    whole="rollout_cli.inputs.textdump:whole",
 )
