@@ -276,6 +276,14 @@ def print_rollout(r: dict) -> None:
             _text(con, f"   prompt: {_clip(smp.get('prompt'))}")
             _text(con, f"   response: {_clip(smp.get('response'))}")
             _text(con, f"   label: {_clip(smp.get('label'))}")
+        if smp.get("decoded"):
+            from ..text.pieces import BOUNDARY, MASKED_CLOSE, MASKED_OPEN, render
+
+            prompt, response = render(smp["decoded"])
+            _text(con, f"   decoded (--tokenizer; tokens split by {BOUNDARY}, loss-masked spans in {MASKED_OPEN}{MASKED_CLOSE}):")
+            _text(con, f"   prompt tokens: {_clip(prompt)}")
+            _text(con, f"   response tokens: {_clip(response)}")
+            _text(con, f"   ids: {_clip(' '.join(map(str, smp['decoded']['ids'])))}")
     for rej in r["rejected"]:
         _text(con, f"rejected: {_where([rej['where']])}: {rej['field'] or ''}{': ' if rej['field'] else ''}{rej['reason']}")
 

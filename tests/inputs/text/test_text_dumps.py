@@ -150,3 +150,27 @@ def test_the_text_sample_data_is_reproducible(tmp_path):
         shipped = {p.relative_to(SAMPLE_DATA / sub): p.read_bytes() for p in (SAMPLE_DATA / sub).rglob("*") if p.is_file()}
         made = {p.relative_to(tmp_path / sub): p.read_bytes() for p in (tmp_path / sub).rglob("*") if p.is_file()}
         assert shipped == made, sub
+
+
+def test_show_puts_each_token_decoded_beside_its_id(tmp_path, tok, tok_dir):
+    """On a dump and on a converted output: each token's piece, and its role by the loss mask."""
+    src = SAMPLE_DATA / "chat_drift"
+    rec = json.loads((src / "1.jsonl").read_text().splitlines()[0])
+    assert run("convert", src, tmp_path / "out").exit_code == 0
+    for where in (src, tmp_path / "out"):
+        r = run("inspect", where, "--show", "1:0", "--tokenizer", tok_dir, "--json")
+        assert r.exit_code == 0, r.output
+        dec = json.loads(r.output)["rollout"]["samples"][0]["decoded"]
+        assert dec["ids"] == rec["tokens"] and "".join(dec["pieces"]) == tok.decode(rec["tokens"], skip_special_tokens=False)
+        p0 = len(rec["tokens"]) - rec["response_length"]
+        assert dec["roles"] == ["prompt"] * p0 + ["trained" if m else "masked" for m in rec["loss_mask"]]
+    from rollout_cli.text.pieces import render
+
+    prompt, response = render(dec)
+    assert prompt.startswith("<s>│<|im_start|>│s") and "<|im_end|>│\\n│⟦<|im_start|>│u" in response  # the masked user turn
+    assert response.count("⟦") == response.count("⟧") == 1
+    text = run("inspect", src, "--show", "1:0", "--tokenizer", tok_dir).output
+    assert "decoded (--tokenizer" in text and "⟦" in text
+    page = tmp_path / "r.html"
+    assert run("report", src, "-o", page, "--tokenizer", tok_dir).exit_code == 0
+    assert page.read_text().count('"decoded":') == 4
