@@ -13,7 +13,7 @@ dumps of a made-up run, and a token-level conversation dump with planted chat-te
   (huggingface/trl@f2cd5771: trl/trainer/grpo_trainer.py:3310-3327): columns `step`, `prompt`,
   `completion`, one per reward function, `advantage`. TRL writes it with pandas; pyarrow writes
   the same columns here (no pandas index metadata, which readers ignore).
-- `chat_drift/1.jsonl`: slime-shaped samples (`prompt` as a message list, `messages` the whole
+- `chat_drift/1.jsonl`: slime-shaped samples (`prompt` as a message list, `metadata.messages` the whole
   conversation, tokens, response_length, loss_mask) whose tokens are the template rendered through
   the tokenizer, except two planted drifts: sample 1 drops the newline after `<|im_end|>` at the
   boundary before the second user turn, sample 2 starts with the BOS token twice.
@@ -184,7 +184,7 @@ def write_chat_drift(out: Path, tokenizer_dir: Path, samples: int = 4) -> Path:
         if i == 2:  # a duplicated BOS
             tokens.insert(0, tok.token_to_id(BOS))
         rl = len(mask)
-        recs.append({"index": i, "group_index": 0, "prompt": prompt, "messages": msgs,
+        recs.append({"index": i, "group_index": 0, "prompt": prompt, "metadata": {"messages": msgs},
                      "response": tok.decode(tokens[len(tokens) - rl:], skip_special_tokens=False),
                      "tokens": tokens, "response_length": rl, "loss_mask": mask, "reward": float(i % 2),
                      "status": "completed"})

@@ -174,6 +174,14 @@ def print_inspect(result: dict, verbose: bool) -> None:
     if s.get("not_token_exact"):
         _text(con, f"not token-exact: {s['not_token_exact']} of {s['rows']} rows are a text dump tokenized by --tokenizer "
                    "(the ids the policy sampled were not recorded)")
+    tpl = s.get("template")
+    if tpl is not None:
+        _text(con, f"chat template ({tpl['template']}): {tpl['drifting']} of {tpl['checked']} checked samples drift "
+                   f"(rate {_fmt(tpl['drift_rate'])}); {tpl['not_checked']} not checked (no message-list prompt)")
+        for p in tpl["per_step"]:
+            _text(con, f"  step {p['step']}: drift rate {_fmt(p['drift_rate'])}; supervised tokens stored "
+                       f"{p['supervised_stored']}, re-rendered {p['supervised_rendered']} "
+                       f"(difference {p['supervised_difference']:+d}, share {_fmt(p['supervised_difference_share'])})")
     _text(con, f"status: {_hist(s['status'])}; truncation rate {_fmt(s['truncation_rate'])}")
     unrecorded = s.get("rewards_not_recorded", 0)
     if unrecorded and unrecorded == s["rows"]:
