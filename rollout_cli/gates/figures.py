@@ -83,12 +83,11 @@ def _inspect() -> list[Figure]:
     out += [Figure(f"status.{s}", f"samples {s}", statuses, ("summary", "status", s), absent=0) for s in STATUSES]
     step = "per step (summary.per_step[]; fails when any step crosses, naming it)"
     out += [Figure(f"step.{n}", m, step, (n,), entries=("summary", "per_step")) for n, m in STEP_FIGURES.items()]
-    tpl = "chat-template check (summary.template.per_step[], with --check-template; fails when any step crosses)"
-    out.append(Figure("template.drift_rate", "share of checked samples whose stored tokens are not the chat template "
-                      "re-rendered", tpl, ("drift_rate",), entries=("summary", "template", "per_step")))
     anomalies = "anomaly counts (summary.anomaly_counts; 0 when none)"
     out += [Figure(f"anomalies.{k}", "anomalies of this kind", anomalies, ("summary", "anomaly_counts", k), absent=0)
             for k in ANOMALY_KINDS]
+    tpl = "chat template (summary.template.per_step[], with --check-template)"
+    out.append(Figure("template.drift_rate", "share of checked samples that drift", tpl, ("drift_rate",), entries=("summary", "template", "per_step")))
     return out
 
 

@@ -46,6 +46,7 @@ RUN_FIGURES = {
     "truncation_rate": "truncated samples over rows",
     "rewards_not_recorded": "samples whose reward the framework did not record",
     "multi_version_samples": "samples whose weight versions span more than one",
+    "not_token_exact": "rows tokenized from text by --tokenizer",
 } | {f"rewards.{col}.{k}": f"{col}: {text}" for col in ("raw_reward", "reward") for k, text in _STATS.items()} | {
     f"anomaly_levels.{lv}": f"anomalies of level {lv}, every kind" for lv in LEVELS}
 STEP_FIGURES = {
@@ -65,6 +66,7 @@ STEP_FIGURES = {
     "zero_variance_share": "zero-variance groups over prompt groups",
     "rewards_not_recorded": "samples whose reward the framework did not record",
     "multi_version_samples": "samples whose weight versions span more than one",
+    "not_token_exact": "rows tokenized from text by --tokenizer",
 }
 
 
