@@ -216,11 +216,7 @@ class ConvertOptions(RuleOptions):
         if d["max_staleness"] is None:
             d.pop("max_staleness")  # recorded only when given, as before it existed
         if d["tokenizer"] is None:
-            d.pop("tokenizer")
-        else:  # what decides the rows is the file's content, not where it lies
-            from ..text.tokenizer import file_digest
-
-            d["tokenizer"] = file_digest(d["tokenizer"])
+            d.pop("tokenizer")  # given, run/convert.py records its file's digest: the content decides the rows
         d["step"] = d.pop("step")  # the recorded order of earlier manifests
         schedule = {k: d.pop(k) for k in SCHEDULE_FIELDS}
         scheduled = d.pop("schedule") == "slime"
