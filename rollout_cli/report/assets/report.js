@@ -85,6 +85,7 @@
     card("raw reward mean", unrecorded ? NOT_RECORDED : s.rewards.raw_reward.mean);
     card("reward mean", unrecorded ? NOT_RECORDED : s.rewards.reward.mean);
     card("anomalies", Object.values(s.anomaly_counts).reduce(function (a, b) { return a + b; }, 0));
+    if (s.not_token_exact) card("rows not token-exact (text tokenized by --tokenizer)", s.not_token_exact);
     box.appendChild(cards);
     s.notes.forEach(function (n) { box.appendChild(el("p", { cls: "muted", text: "note: " + n })); });
   }

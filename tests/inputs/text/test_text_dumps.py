@@ -174,3 +174,15 @@ def test_show_puts_each_token_decoded_beside_its_id(tmp_path, tok, tok_dir):
     page = tmp_path / "r.html"
     assert run("report", src, "-o", page, "--tokenizer", tok_dir).exit_code == 0
     assert page.read_text().count('"decoded":') == 4
+
+
+def test_audit_says_when_its_rows_are_not_token_exact(tok_dir):
+    from rollout_cli.audit.api import text_dump_notes
+    from rollout_cli.core.options import RuleOptions
+    from rollout_cli.inputs.discover import discover
+
+    inputs, _, _ = discover([str(SAMPLE_DATA / "verl_text"), str(SAMPLE_DATA / "chat_drift")],
+                            options=RuleOptions(tokenizer=str(tok_dir)))
+    notes = text_dump_notes(inputs)
+    assert len(notes) == 2 and all("verl rollout_data_dir text dump tokenized by --tokenizer" in n
+                                   and "not token-exact" in n for n in notes)
