@@ -109,6 +109,7 @@ def convert(
     max_line_bytes: o.MaxLineBytes = D.max_line_bytes,
     max_storage_bytes: o.MaxStorageBytes = D.max_storage_bytes,
     input_format: o.InputFormat = D.input_format,
+    tokenizer: o.Tokenizer = D.tokenizer,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(D.prime_rl_subset),
     on_error: OnErrorOpt = OnError(D.on_error),
     max_errors: MaxErrors = D.max_errors,

@@ -178,6 +178,11 @@ PrimeRlSubsetOpt = Annotated[PrimeRlSubset, typer.Option(
          + per_value({PrimeRlSubset.effective: "the episodes sent to the trainer",
                       PrimeRlSubset.all: "every episode that arrived, errored ones as removed samples"}))]
 
+Tokenizer = Annotated[Optional[str], typer.Option(
+    "--tokenizer", metavar="PATH", rich_help_panel=INPUTS,
+    help="The run's tokenizer: a tokenizer.json or a folder holding one (read by the tokenizers "
+         "library, no network). Tokenizes text dumps (rows not token-exact) and shows token ids as text.")]
+
 InputFormat = Annotated[Optional[str], typer.Option(
     "--input-format", metavar="NAME", rich_help_panel=INPUTS,
     help=f"Read every input with this reader: {', '.join(FORMATS)} (default: recognised from "

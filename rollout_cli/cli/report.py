@@ -44,6 +44,7 @@ def report_cmd(
     max_line_bytes: o.MaxLineBytes = R.max_line_bytes,
     max_storage_bytes: o.MaxStorageBytes = R.max_storage_bytes,
     input_format: o.InputFormat = R.input_format,
+    tokenizer: o.Tokenizer = R.tokenizer,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summary.")] = False,

@@ -54,6 +54,9 @@ class RuleOptions:
     # (inputs/limits.py): beyond them an input is refused, before it is read into memory
     max_line_bytes: int = 256 << 20
     max_storage_bytes: int = 64 << 30
+    # --tokenizer: a tokenizer.json (or a folder holding one) that text dumps are tokenized with
+    # (inputs/textdump.py) and token ids are decoded with for display
+    tokenizer: str | None = None
 
     def check(self) -> None:
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
@@ -94,7 +97,7 @@ class RuleOptions:
 
 # RuleOptions' fields that choose what to read; the others (RULE_FIELDS) decide ids and rewards,
 # and every command that computes them takes each as an option (cli/options.py's rule group).
-INPUT_FIELDS = ("steps", "step", "trust_pickle", "input_format", "prime_rl_subset", "max_line_bytes", "max_storage_bytes")
+INPUT_FIELDS = ("steps", "step", "trust_pickle", "input_format", "prime_rl_subset", "tokenizer", "max_line_bytes", "max_storage_bytes")
 RULE_FIELDS = tuple(f.name for f in dataclasses.fields(RuleOptions) if f.name not in INPUT_FIELDS)
 
 
@@ -219,6 +222,8 @@ class ConvertOptions(RuleOptions):
             d.pop("prime_rl_subset")  # recorded only when it is not the default, as before it existed
         if d["max_staleness"] is None:
             d.pop("max_staleness")  # recorded only when given, as before it existed
+        if d["tokenizer"] is None:
+            d.pop("tokenizer")  # given, run/convert.py records its file's digest: the content decides the rows
         d["step"] = d.pop("step")  # the recorded order of earlier manifests
         schedule = {k: d.pop(k) for k in SCHEDULE_FIELDS}
         scheduled = d.pop("schedule") == "slime"

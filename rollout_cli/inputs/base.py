@@ -81,3 +81,4 @@ class ReadRequest:
     threads: int = 1  # cores the reader may use for this part (Parquet decodes columns on them)
     max_line_bytes: int | None = None  # inputs/limits.py's, set for the read (None: as they are)
     max_storage_bytes: int | None = None
+    tokenizer: str | None = None  # --tokenizer: what a text dump's reader tokenizes with

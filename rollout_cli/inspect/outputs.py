@@ -29,8 +29,8 @@ from .rows import ROW_SCHEMA, StepData, dense
 # outputs of schema version 2)
 OUT_COLUMNS = ["rollout_id", "sample_index", "group_index", "response_length", "total_length", "loss_mask",
                "remove_sample", "reward", "raw_reward", "truncated", "status", "source_name", "rollout_mask_sum",
-               "weight_versions"]
-_MAY_LACK = ("source_name", "remove_sample", "weight_versions")
+               "weight_versions", "token_exact"]
+_MAY_LACK = ("source_name", "remove_sample", "weight_versions", "token_exact")
 _BATCH_ROWS = 8192
 
 
@@ -66,6 +66,7 @@ class _Shards:
     shard_of: list[np.ndarray] = field(default_factory=list)
     row_in: list[np.ndarray] = field(default_factory=list)
     length_bad: list[tuple[str, int, int, int]] = field(default_factory=list)  # (shard, row, response_length, mask length)
+    not_token_exact: int = 0  # rows whose token_exact is false (schema version 5 on)
 
     def where_row(self):
         sh = np.concatenate(self.shard_of) if self.shard_of else np.zeros(0, np.int64)
@@ -114,6 +115,8 @@ def _read_shard(o: Output, path: str, k: int, got: _Shards) -> None:
             for i in np.flatnonzero(mlen != rl).tolist():
                 got.length_bad.append((path, r0 + i, int(rl[i]), int(mlen[i])))
             nb = b.num_rows
+            if "token_exact" in names:
+                got.not_token_exact += nb - int(pc.sum(pc.cast(b.column("token_exact"), pa.int64())).as_py() or 0)
             got.parts.append(_small_columns(b, names))
             got.shard_of.append(np.full(nb, k, dtype=np.int64))
             got.row_in.append(np.arange(r0, r0 + nb, dtype=np.int64))
@@ -162,7 +165,8 @@ def output_steps(o: Output, opts: InspectOptions, anomalies: Anomalies, seen: se
         keys, groups_known = _prompt_keys([g for p in got.parts for g in p.column("group_index").to_pylist()], mopts)
         rows = _step_rows(got, step, keys)
         rejected = s.rejected
-        sd = StepData(split, step, out, rows.num_rows + rejected, rejected, rows, groups_known=groups_known)
+        sd = StepData(split, step, out, rows.num_rows + rejected, rejected, rows, groups_known=groups_known,
+                      not_token_exact=got.not_token_exact)
         for path, r, rl, ml in got.length_bad:
             anomalies.add("loss_mask_length", "error", split, step,
                           f"loss_mask: expected length {rl} (response_length), got {ml}", [{"file": path, "row": r}], field="loss_mask",

@@ -55,7 +55,7 @@ def same_content(a: dict | None, b: dict | None) -> bool:
 
 def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict, rejects: dict | None,
           anomalies: list[dict], volatile: dict, generation: str | None = None,
-          pending: list[dict] | None = None) -> dict:
+          pending: list[dict] | None = None, tokenizer: dict | None = None) -> dict:
     """The manifest. `generation` (object stores only) names the folder OUT/gen/<id>/ this
     run wrote its files in; local manifests have no such key."""
     return {
@@ -69,6 +69,7 @@ def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict,
         "rejects": rejects,
         "anomalies": anomalies,
         **({"pending": pending} if pending else {}),
+        **({"tokenizer": tokenizer} if tokenizer else {}),
         "volatile": volatile,
         **({"generation": generation} if generation else {}),
     }

@@ -15,7 +15,7 @@ from rollout_cli.output import manifest
 
 def test_remove_sample_is_a_bool_column_of_the_current_schema():
     s = train_schema()
-    assert SCHEMA_VERSION == 4 and s.metadata == {b"rollout_cli.schema_version": b"4"}
+    assert SCHEMA_VERSION == 5 and s.metadata == {b"rollout_cli.schema_version": b"5"}
     f = s.field("remove_sample")
     assert f.type == pa.bool_() and not f.nullable
     assert s.names.index("remove_sample") == s.names.index("loss_mask") + 1
@@ -33,20 +33,28 @@ def test_schema_4_adds_weight_versions_and_lets_unrecorded_rewards_be_null():
         assert not any(old.field(n).nullable for n in ("reward", "raw_reward", "selected_reward"))
 
 
+def test_schema_5_adds_token_exact():
+    s = train_schema()
+    assert s.field("token_exact").type == pa.bool_() and not s.field("token_exact").nullable
+    for v in (2, 3, 4):
+        assert "token_exact" not in train_schema(False, v).names
+
+
 def test_an_older_version_is_the_current_schema_without_its_later_columns():
-    assert READ_SCHEMA_VERSIONS == (2, 3, 4) and COLUMNS_SINCE == {"remove_sample": 3, "weight_versions": 4}
+    assert READ_SCHEMA_VERSIONS == (2, 3, 4, 5)
+    assert COLUMNS_SINCE == {"remove_sample": 3, "weight_versions": 4, "token_exact": 5}
     assert NULLABLE_SINCE == {"reward": 4, "raw_reward": 4, "selected_reward": 4}
     for keep_text in (False, True):
         new = train_schema(keep_text)
-        for v in (2, 3):
+        for v in (2, 3, 4):
             old = train_schema(keep_text, v)
             assert old.names == [n for n in new.names if COLUMNS_SINCE.get(n, 0) <= v]
-            assert all(old.field(n).equals(new.field(n).with_nullable(False) if n in NULLABLE_SINCE else new.field(n))
+            assert all(old.field(n).equals(new.field(n).with_nullable(False) if NULLABLE_SINCE.get(n, 0) > v else new.field(n))
                        for n in old.names)
             assert old.metadata == {b"rollout_cli.schema_version": str(v).encode()}
 
 
-@pytest.mark.parametrize("version, ok", [(1, False), (2, True), (3, True), (4, True), (5, False), ("3", False),
+@pytest.mark.parametrize("version, ok", [(1, False), (2, True), (3, True), (4, True), (5, True), (6, False), ("3", False),
                                          (True, False)])
 def test_the_manifest_reader_takes_the_versions_this_tool_reads(tmp_path, version, ok):
     m = manifest.build(options={}, inputs=[], steps=[], counts={}, rejects=None, anomalies=[], volatile={})
@@ -56,7 +64,7 @@ def test_the_manifest_reader_takes_the_versions_this_tool_reads(tmp_path, versio
     if ok:
         assert manifest.read(str(tmp_path))["schema_version"] == version
     else:
-        with pytest.raises(manifest.ManifestError, match="this tool reads 2, 3, 4") as e:
+        with pytest.raises(manifest.ManifestError, match="this tool reads 2, 3, 4, 5") as e:
             manifest.read(str(tmp_path))
         assert e.value.invariant == "schema_version"
 

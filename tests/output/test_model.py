@@ -282,6 +282,20 @@ def test_the_loader_refuses_a_shard_of_a_replaced_output(sample_out, tmp_path):
             ds.load(ds.steps[0], 1, source=source)
 
 
+def test_an_output_of_schema_version_4_written_by_that_version_reads(tmp_path):
+    """The committed output of schema version 4 (written before token_exact) opens with that
+    version's schema."""
+    from old_outputs import schema_4_output
+    from rollout_cli.core.schema import train_schema
+
+    o = open_output(schema_4_output(tmp_path / "v4"))
+    assert o.schema_version == 4 and [s.step for s in o.steps] == [3]
+    t = o.table(3, 0, "train", verify=True)
+    assert t.schema.equals(train_schema(False, 4)) and "token_exact" not in t.schema.names
+    assert t.column("weight_versions").to_pylist() == [["3"]] * 6
+    assert t.equals(o.table(3, 0, "train", source="parquet", verify=True))
+
+
 def test_an_output_of_schema_version_3_written_by_that_version_reads(tmp_path):
     """The committed output of schema version 3 (written before weight_versions and nullable
     rewards) opens with that version's schema: no weight_versions, rewards not null."""

@@ -15,6 +15,7 @@ from conftest import copts
 from rollout_cli.cli.app import app
 from rollout_cli.core.errors import ExitCode
 from rollout_cli.core.schema import train_schema
+from rollout_cli.core.versions import SCHEMA_VERSION
 from rollout_cli.verify.check import verify_output
 from verify_damage import out  # noqa: F401 (the fixture)
 from verify_damage import (
@@ -126,6 +127,18 @@ def test_an_output_written_by_schema_version_3_passes(tmp_path):
         assert res["schema_version"] == 3
 
 
+def test_an_output_written_by_schema_version_4_passes(tmp_path):
+    """The committed output of schema version 4 (no token_exact) verifies against its version's
+    schema, in full and quick mode."""
+    from old_outputs import schema_4_output
+
+    out = schema_4_output(tmp_path / "v4")
+    for quick in (False, True):
+        res = verify_output(str(out), quick=quick)
+        assert res["ok"], res["failures"]
+        assert res["schema_version"] == 4
+
+
 def test_null_rewards_pass_from_schema_version_4_only(tmp_path, monkeypatch):
     """verify accepts rewards the framework did not record (null) in a version-4 output; the
     same nulls in a version-3 output break its schema (rewards were not null then)."""
@@ -136,7 +149,7 @@ def test_null_rewards_pass_from_schema_version_4_only(tmp_path, monkeypatch):
     jsonl_without_rewards(monkeypatch)
     convert([str(write_unrecorded(tmp_path / "in"))], str(tmp_path / "out"), copts(mmap=True))
     res = verify_output(str(tmp_path / "out"))
-    assert res["ok"] and res["schema_version"] == 4, res["failures"]
+    assert res["ok"] and res["schema_version"] == SCHEMA_VERSION, res["failures"]
     out = schema_3_output(tmp_path / "v3")
     m = manifest(out)
     shard = step_entry(m, 3)["shards"][0]
