@@ -252,8 +252,11 @@ def test_object_store_commit_survives_a_crash_at_every_write(s3, tmp_path, monke
         except OutputError:
             finished = False
         monkeypatch.undo()
-        # a failure after the PUT is in the cleanup, which is best effort: the run has committed
-        assert finished == (k > put) and handler.dead == (k < len(writes))
+        # the dataset card's PUT follows the manifest's: a failure there fails the run (the card in
+        # place still names the previous dataset's files, kept); one after it is in the cleanup,
+        # which is best effort
+        assert writes[put + 1][1].endswith("/README.md")
+        assert finished == (k > put + 1) and handler.dead == (k < len(writes))
         if k <= put and old is None:
             with pytest.raises(manifest.ManifestError, match="missing"):
                 manifest.read(f"s3://{uri}")
