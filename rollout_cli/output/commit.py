@@ -25,6 +25,7 @@ from ..core.errors import OutputExistsError, UsageError
 from ..core.storage import fsync_dir
 from ..core import layout
 from ..core.layout import ENTRIES, LOCK, MANIFEST, STAGING, TREES
+from . import card
 from . import lock as writer_lock
 
 JOURNAL = "COMMITTING"
@@ -149,8 +150,6 @@ class Staging:
     def commit(self, manifest: dict) -> None:
         """Stage the dataset card, move staged entries into OUT and write the manifest last
         (roll-forward safe)."""
-        from . import card
-
         storage.write_durable(os.path.join(self.root, layout.CARD), card.attach(manifest))
         write_json_atomic(os.path.join(self.root, MANIFEST), manifest)
         # The journal is the whole plan of renames, decided once. Whether a step is done can be
@@ -397,8 +396,6 @@ class RemoteStaging:
         """PUT the manifest (the commit point), then the dataset card naming its files, then
         remove what it does not list. The card follows the manifest: until its PUT, the card in
         place names the previous dataset's files, which stay until remove_unlisted."""
-        from . import card
-
         data = card.attach(manifest)
         storage.write_bytes(storage.join(self.out, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode())
         self.committed = True
