@@ -288,6 +288,7 @@ TESTED_IN = {
     "output/files.py": "output/test_model.py",
     "run/record.py": "run/test_convert.py",
     "verify/common.py": "verify/test_check.py",
+    "verify/card.py": "output/test_card.py",
     "cli/audit_text.py": "cli/test_audit_cli.py",
     "cli/docs.py": "cli/test_help.py",
     "cli/render.py": "cli/test_convert_cli.py",

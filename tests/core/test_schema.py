@@ -15,7 +15,7 @@ from rollout_cli.output import manifest
 
 def test_remove_sample_is_a_bool_column_of_the_current_schema():
     s = train_schema()
-    assert SCHEMA_VERSION == 5 and s.metadata == {b"rollout_cli.schema_version": b"5"}
+    assert SCHEMA_VERSION == 6 and s.metadata == {b"rollout_cli.schema_version": b"6"}
     f = s.field("remove_sample")
     assert f.type == pa.bool_() and not f.nullable
     assert s.names.index("remove_sample") == s.names.index("loss_mask") + 1
@@ -40,8 +40,15 @@ def test_schema_5_adds_token_exact():
         assert "token_exact" not in train_schema(False, v).names
 
 
+def test_schema_6_adds_the_dataset_card_and_no_column():
+    from rollout_cli.core import layout
+
+    assert train_schema(False, 5).names == train_schema().names and layout.ENTRIES_SINCE == {layout.CARD: 6}
+    assert layout.CARD in layout.ENTRIES
+
+
 def test_an_older_version_is_the_current_schema_without_its_later_columns():
-    assert READ_SCHEMA_VERSIONS == (2, 3, 4, 5)
+    assert READ_SCHEMA_VERSIONS == (2, 3, 4, 5, 6)
     assert COLUMNS_SINCE == {"remove_sample": 3, "weight_versions": 4, "token_exact": 5}
     assert NULLABLE_SINCE == {"reward": 4, "raw_reward": 4, "selected_reward": 4}
     for keep_text in (False, True):
@@ -54,7 +61,8 @@ def test_an_older_version_is_the_current_schema_without_its_later_columns():
             assert old.metadata == {b"rollout_cli.schema_version": str(v).encode()}
 
 
-@pytest.mark.parametrize("version, ok", [(1, False), (2, True), (3, True), (4, True), (5, True), (6, False), ("3", False),
+@pytest.mark.parametrize("version, ok", [(1, False), (2, True), (3, True), (4, True), (5, True), (6, True), (7, False),
+                                         ("3", False),
                                          (True, False)])
 def test_the_manifest_reader_takes_the_versions_this_tool_reads(tmp_path, version, ok):
     m = manifest.build(options={}, inputs=[], steps=[], counts={}, rejects=None, anomalies=[], volatile={})
@@ -64,7 +72,7 @@ def test_the_manifest_reader_takes_the_versions_this_tool_reads(tmp_path, versio
     if ok:
         assert manifest.read(str(tmp_path))["schema_version"] == version
     else:
-        with pytest.raises(manifest.ManifestError, match="this tool reads 2, 3, 4, 5") as e:
+        with pytest.raises(manifest.ManifestError, match="this tool reads 2, 3, 4, 5, 6") as e:
             manifest.read(str(tmp_path))
         assert e.value.invariant == "schema_version"
 
