@@ -19,7 +19,7 @@ LAYERS = [
     {"pipeline"},
     {"output"},
     {"run"},
-    {"inspect", "loader", "verify", "slime", "export"},
+    {"inspect", "loader", "verify", "slime", "export", "derive"},
     {"audit"},
     {"report", "gates"},
     {"cli"},
