@@ -219,10 +219,11 @@ def _write(o: Output, steps, dest: str, opts: DeriveOptions, tok, lock, replace:
                         writers[split] = pq.ParquetWriter(os.path.join(stage, DATA, f"{split}.tmp"), schema, **_PARQUET)
                     writers[split].write_table(part)
                     nrows[split] += part.num_rows
-        if not writers:  # no rows: an empty train split, so the folder still loads
-            empty = select_step(_step_table(o, steps[0]).slice(0, 0), opts, rules.Counts(), text)
-            schema = empty.schema
-            writers["train"] = pq.ParquetWriter(os.path.join(stage, DATA, "train.tmp"), schema, **_PARQUET)
+        if not writers:  # `datasets` loads no folder without a row: say why there is none
+            c = counts.to_dict()
+            why = "; ".join(f"{n} {r}" for r, n in {**c["skipped"], **c["not_selected"]}.items()) or "no rollouts"
+            raise UsageError(f"{o.root}: no rows to derive with these options ({c['rollouts']} rollouts, "
+                             f"{c['candidates']} candidates: {why}); nothing written")
         files = []
         for split in SPLITS:
             if split not in writers:
