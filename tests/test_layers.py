@@ -272,6 +272,7 @@ TESTS = Path(__file__).resolve().parent
 # format's one test file, an engine or the worker half of convert through the contract it serves,
 # presentation through the command tests. module -> that test file (below tests/; it must exist).
 TESTED_IN = {
+    "inputs/limits.py": "inputs/jsonl/test_long_lines.py",
     "inputs/textdump.py": "inputs/text/test_text_dumps.py",
     "inputs/text/detect.py": "inputs/text/test_text_dumps.py",
     "inputs/trl/detect.py": "inputs/text/test_text_dumps.py",

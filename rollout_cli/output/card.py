@@ -107,12 +107,13 @@ def output_card(m: Mapping) -> bytes:
 
     rows = {split: sum(s["rows"] for s in m["steps"] if s["split"] == split) for split in layout.SPLITS}
     steps = {split: sum(1 for s in m["steps"] if s["split"] == split) for split in layout.SPLITS}
+    mmap = any(sh.get("mmap") for s in m["steps"] for sh in s["shards"])
     body = (
         f"Train data converted by rollout-cli (format `{m['format']}`, schema version {m['schema_version']}): "
         f"{rows['train']} train rows in {_steps(steps['train'])}"
         + (f", {rows['eval']} eval rows in {_steps(steps['eval'])} (the `validation` split)" if steps["eval"] else "")
-        + ". Every row carries its `step`; `manifest.json` lists every file with its checksum, and "
-        "`mmap/` holds uncompressed Arrow IPC copies of the same shards.\n\n"
+        + ". Every row carries its `step`; `manifest.json` lists every file with its checksum"
+        + (", and `mmap/` holds uncompressed Arrow IPC copies of the same shards" if mmap else "") + ".\n\n"
         "```python\nimport datasets\nds = datasets.load_dataset(\"path/to/this/folder\")\n```"
     )
     schema = train_schema(bool((m.get("options") or {}).get("keep_text", False)), m["schema_version"])
