@@ -167,3 +167,25 @@ def test_no_row_is_an_error_and_writes_nothing(out, tmp_path):
     with pytest.raises(UsageError, match="no rows to derive.*4 reward below --min-reward"):
         rollout_cli.derive(str(out), str(tmp_path / "d"), as_="sft", min_reward=100)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_text_dump_run_decodes_with_the_tokenizer_and_is_not_token_exact(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from conftest import SAMPLE_DATA, sample_generator
+
+    from rollout_cli.run.convert import ConvertOptions, convert
+
+    tok_dir = sample_generator("make_text_dumps").build_tokenizer(tmp_path / "tok")
+    tok = tokenizers.Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    out = tmp_path / "out"
+    convert([str(SAMPLE_DATA / "verl_text")], str(out), ConvertOptions(tokenizer=str(tok_dir), workers=1, mmap=False))
+    r = rollout_cli.derive(str(out), str(tmp_path / "d"), as_="sft", tokenizer=str(tok_dir))
+    rows = rows_of(tmp_path / "d")
+    assert rows and r.rows == {"train": len(rows)}
+    for row in rows:
+        assert row["token_exact"] is False
+        p = row["completion_mask"].count(0)  # a text dump's loss mask is all ones: the zeros are the prompt
+        assert row["prompt"] == tok.decode(row["input_ids"][:p], skip_special_tokens=False)
+        assert row["completion"] == tok.decode(row["input_ids"][p:], skip_special_tokens=False)
+    prov = json.loads((tmp_path / "d" / "provenance.json").read_text())
+    assert prov["options"]["text"] == "tokenizer" and prov["source"]["tokenizer_blake3"]
