@@ -156,8 +156,14 @@ def _check_dest(dest: str, overwrite: bool) -> bool:
     return True
 
 
+def _columns(o: Output) -> list[str]:
+    """The columns derive reads: the rules', the rows' and the text's, those the output has."""
+    want = set(rules.NEEDED) | set(rows_mod.PROVENANCE) | {"token_exact", "prompt", "response"}
+    return [n for n in o.schema.names if n in want]
+
+
 def _step_table(o: Output, s) -> pa.Table:
-    tables = list(o.tables(s.step, s.split, source="parquet"))
+    tables = list(o.tables(s.step, s.split, source="parquet", columns=_columns(o)))
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
