@@ -34,7 +34,7 @@ NO_PAIR = "no pair in its group"
 PROMPTS_DIFFER = "prompts differ within its group"
 
 NEEDED = ("step", "rollout_id", "group_index", "rollout_position", "sample_index", "status", "remove_sample",
-          "loss_mask", "raw_reward", "tokens", "response_length")
+          "loss_mask", "rollout_mask_sum", "raw_reward", "tokens", "response_length")
 
 
 @dataclass
@@ -68,7 +68,8 @@ def rollouts(t: pa.Table) -> pa.Table:
     """One row per rollout of `t` (a step's rows): step, rollout_id, group_index, samples,
     first_position, reward and `reason` (null for a candidate, else the first rule it breaks:
     SKIP_REASONS), sorted by (step, first_position)."""
-    flat_sum = _mask_sums(t["loss_mask"])
+    # the output's rollout_mask_sum is the rollout's loss-mask total on each of its rows
+    flat_sum = t["rollout_mask_sum"] if "rollout_mask_sum" in t.schema.names else _mask_sums(t["loss_mask"])
     work = pa.table({
         "step": t["step"], "rollout_id": t["rollout_id"],
         "group_index": t["group_index"], "rollout_position": t["rollout_position"],
@@ -81,14 +82,14 @@ def rollouts(t: pa.Table) -> pa.Table:
     })
     g = work.group_by(["step", "rollout_id"], use_threads=False).aggregate([
         ("rollout_position", "min"), ("rollout_position", "count"), ("group_index", "min"),
-        ("not_completed", "sum"), ("removed", "sum"), ("mask_sum", "sum"), ("no_reward", "sum"),
+        ("not_completed", "sum"), ("removed", "sum"), ("mask_sum", "max"), ("no_reward", "sum"),
         ("no_group", "sum"), ("raw_reward", "min"), ("raw_reward", "max"),
     ])
     lo, hi = g["raw_reward_min"], g["raw_reward_max"]
     checks = [
         (NOT_COMPLETED, pc.greater(g["not_completed_sum"], 0)),
         (REMOVED, pc.greater(g["removed_sum"], 0)),
-        (NO_TRAINED_TOKENS, pc.equal(g["mask_sum_sum"], 0)),
+        (NO_TRAINED_TOKENS, pc.equal(g["mask_sum_max"], 0)),
         (NO_REWARD, pc.greater(g["no_reward_sum"], 0)),
         (NO_GROUP, pc.greater(g["no_group_sum"], 0)),
         (REWARDS_DIFFER, pc.not_equal(lo, hi)),
