@@ -189,3 +189,16 @@ def test_a_text_dump_run_decodes_with_the_tokenizer_and_is_not_token_exact(tmp_p
         assert row["completion"] == tok.decode(row["input_ids"][p:], skip_special_tokens=False)
     prov = json.loads((tmp_path / "d" / "provenance.json").read_text())
     assert prov["options"]["text"] == "tokenizer" and prov["source"]["tokenizer_blake3"]
+
+
+def test_an_object_store_output_derives_as_the_local_one(s3, out, tmp_path):
+    from conftest import copts
+
+    from rollout_cli.run.convert import convert
+
+    src = out.parent / "dumps" / "rollout_data" / "1.jsonl"
+    convert([str(src)], "s3://bkt/derive-out", copts())
+    remote = rollout_cli.derive("s3://bkt/derive-out", str(tmp_path / "remote"), as_="dpo")
+    local = rollout_cli.derive(str(out), str(tmp_path / "local"), as_="dpo")
+    assert tree(tmp_path / "remote" / "data") == tree(tmp_path / "local" / "data")
+    assert remote.counts == local.counts
