@@ -202,3 +202,17 @@ def test_an_object_store_output_derives_as_the_local_one(s3, out, tmp_path):
     local = rollout_cli.derive(str(out), str(tmp_path / "local"), as_="dpo")
     assert tree(tmp_path / "remote" / "data") == tree(tmp_path / "local" / "data")
     assert remote.counts == local.counts
+
+
+def test_the_library_name_is_callable_however_it_was_imported():
+    """`rollout_cli.derive` is the package and the call at once, whichever import came first;
+    neither imports torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport rollout_cli.derive.rules\nfrom rollout_cli import derive, DeriveResult, DeriveOptions\n"
+            "import rollout_cli\nassert callable(derive) and rollout_cli.derive is derive\n"
+            "assert DeriveOptions().as_ == 'sft' and DeriveResult.__name__ == 'DeriveResult'\n"
+            "assert 'torch' not in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
