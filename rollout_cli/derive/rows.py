@@ -113,7 +113,7 @@ def _media(t: pa.Table) -> dict:
     return {}
 
 
-def samples(t: pa.Table, text: Text, kind: str, rewards: dict | None = None, min_reward: float | None = None) -> pa.Table:
+def samples(t: pa.Table, text: Text, kind: str, min_reward: float | None = None) -> pa.Table:
     """The rows of every sample of `t` (the selected rollouts' rows, in order): `sft` the whole
     sequence with its completion mask; `kto` and `rm` (pointwise) prompt and completion with
     `label` (reward >= min_reward) or `score` (the rollout's reward)."""

@@ -9,7 +9,6 @@ folder. Nothing in DEST holds a time or a path, so a rerun gives the same bytes.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import stat
@@ -23,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..core import hashing, storage
-from ..core.errors import InvalidInputError, OutputError, OutputExistsError, UsageError, output_error
+from ..core.errors import InvalidInputError, OutputExistsError, UsageError, output_error
 from ..core.storage import fsync_dir
 from ..core.versions import __version__
 from ..inputs.discover import parse_steps
@@ -167,8 +166,12 @@ def _step_table(o: Output, s) -> pa.Table:
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
-def select_step(t: pa.Table, opts: DeriveOptions, counts: rules.Counts, text: rows_mod.Text) -> pa.Table:
-    """One step's rows (`t`, as the output holds them) as the rows `opts` derives, counted."""
+def select_step(t: pa.Table, opts: DeriveOptions, counts: rules.Counts | None = None,
+                text: rows_mod.Text | None = None) -> pa.Table:
+    """One step's rows (`t`, as the output holds them) as the rows `opts` derives, counted in
+    `counts` when given; text columns as `text` says (none by default). Writes nothing."""
+    counts = rules.Counts() if counts is None else counts
+    text = rows_mod.Text(False) if text is None else text
     cand = rules.ranked(rules.count_skips(rules.rollouts(t), counts))
     if opts.dedupe and cand.num_rows:
         cand = rules.dedupe(t, cand, counts)
@@ -185,7 +188,7 @@ def select_step(t: pa.Table, opts: DeriveOptions, counts: rules.Counts, text: ro
         chosen = rules.select_rollouts(cand, counts, select="all")
     picked = t.filter(pc.is_in(t["rollout_id"], chosen["rollout_id"].combine_chunks()))
     picked = picked.take(pc.sort_indices(picked, [("rollout_position", "ascending")]))
-    return rows_mod.samples(picked, text, "sft" if opts.as_ == "sft" else opts.as_, min_reward=opts.min_reward)
+    return rows_mod.samples(picked, text, opts.as_, min_reward=opts.min_reward)
 
 
 def _split_mask(t: pa.Table, fraction: float) -> pa.Array:

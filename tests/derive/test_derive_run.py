@@ -216,3 +216,13 @@ def test_the_library_name_is_callable_however_it_was_imported():
             "assert 'torch' not in sys.modules\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_select_step_gives_the_written_rows_without_writing(out, tmp_path):
+    from rollout_cli.derive.options import DeriveOptions
+    from rollout_cli.derive.run import select_step
+
+    o = rollout_cli.open_output(str(out))
+    t = o.table(1, 0)
+    rollout_cli.derive(str(out), str(tmp_path / "d"), as_="dpo")
+    assert select_step(t, DeriveOptions(as_="dpo")).to_pylist() == rows_of(tmp_path / "d")
