@@ -51,4 +51,7 @@ def test_exit_codes(out, tmp_path):
     assert run(out, tmp_path / "b", "--as", "kto").exit_code == 2  # --min-reward required
     assert run(out, tmp_path / "b", "--as", "sft", "--pointwise").exit_code == 2
     assert run(out, tmp_path / "b", "--as", "sft", "--test-fraction", "1.5").exit_code == 2
+    assert run(out, tmp_path / "b", "--as", "sft", "--split", "eval").exit_code == 2  # the run has no eval step
+    assert run(out, tmp_path / "b", "--as", "sft", "--steps", "5:9").exit_code == 2
     assert not (tmp_path / "b").exists()
+    assert run(out, tmp_path / "b", "--as", "sft", "--steps", "1").exit_code == 0
