@@ -226,3 +226,18 @@ def test_select_step_gives_the_written_rows_without_writing(out, tmp_path):
     t = o.table(1, 0)
     rollout_cli.derive(str(out), str(tmp_path / "d"), as_="dpo")
     assert select_step(t, DeriveOptions(as_="dpo")).to_pylist() == rows_of(tmp_path / "d")
+
+
+def test_a_dest_being_written_is_refused_busy(out, tmp_path):
+    from rollout_cli.core.errors import OutputBusyError
+    from rollout_cli.output import lock as writer_lock
+
+    dest = tmp_path / "d"
+    held = writer_lock.acquire(str(dest), command="derive", path=writer_lock.sibling_lock_path(str(dest)))
+    try:
+        with pytest.raises(OutputBusyError, match="being written by another process"):
+            rollout_cli.derive(str(out), str(dest), as_="sft")
+    finally:
+        held.release()
+    assert not dest.exists()
+    rollout_cli.derive(str(out), str(dest), as_="sft")
