@@ -21,12 +21,50 @@ def _scalar(v) -> str:
     return json.dumps(v, ensure_ascii=False)
 
 
+# Arrow types as the `datasets` library names them in a card's `dataset_info.features`
+_DTYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8",
+           "uint16": "uint16", "uint32": "uint32", "uint64": "uint64", "float": "float32",
+           "double": "float64", "halffloat": "float16", "bool": "bool", "string": "string",
+           "large_string": "large_string"}
+
+
+def _feature(t, indent: str) -> list[str]:
+    """The YAML lines (after `name:`) declaring one column's type: `dtype` for a scalar, `list`
+    of a type or of fields, a struct's fields as `struct`."""
+    import pyarrow as pa
+
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = t.value_type
+        if pa.types.is_struct(inner):
+            return [f"{indent}list:"] + _fields(inner, indent)
+        if pa.types.is_list(inner) or pa.types.is_large_list(inner):
+            return [f"{indent}list:"] + _feature(inner, indent + "  ")
+        return [f"{indent}list: {_DTYPES[str(inner)]}"]
+    if pa.types.is_struct(t):
+        return [f"{indent}struct:"] + _fields(t, indent)
+    return [f"{indent}dtype: {_DTYPES[str(t)]}"]
+
+
+def _fields(t, indent: str) -> list[str]:
+    lines = []
+    for f in t:
+        lines.append(f"{indent}- name: {_scalar(f.name)}")
+        lines.extend(_feature(f.type, indent + "  "))
+    return lines
+
+
 def render(splits: Mapping[str, Sequence[str]], *, title: str, body: str = "",
-           features: Sequence[tuple[str, str]] = (), config_name: str = "default") -> bytes:
+           features: Sequence[tuple[str, str]] = (), config_name: str = "default", schema=None) -> bytes:
     """A dataset card: `splits` maps each split name to its files (globs relative to the
     card's folder, in order); `features` (column name, type in words) are listed in the body,
-    after `body` (Markdown). Only splits with files are declared."""
-    yaml = ["---", "configs:", f"- config_name: {_scalar(config_name)}", "  data_files:"]
+    after `body` (Markdown). Only splits with files are declared. With `schema` (a pyarrow
+    schema of those files) the header declares the config's features too (`dataset_info`), as
+    the Hub shows and `datasets` reads them."""
+    yaml = ["---"]
+    if schema is not None:
+        yaml += ["dataset_info:", f"  config_name: {_scalar(config_name)}", "  features:"]
+        yaml += _fields(schema, "  ")
+    yaml += ["configs:", f"- config_name: {_scalar(config_name)}", "  data_files:"]
     for split, paths in splits.items():
         if not paths:
             continue

@@ -492,3 +492,20 @@ def prepare(out: str, *, overwrite: bool = False, resume: bool = False, options:
     staging = Staging(out)
     staging.start(options or {}, keep=resume)
     return staging
+
+
+def swap_in(stage: str, dest: str, replace: bool) -> None:
+    """Rename a finished staged folder to DEST (a local path beside it). With `replace`, the
+    DEST there is moved aside first and removed after, so DEST is always the old whole or the
+    new whole; else an empty DEST folder is replaced."""
+    dest = os.path.abspath(dest)
+    if replace and os.path.lexists(dest):
+        aside = os.path.join(os.path.dirname(dest), f".{os.path.basename(dest)}.old-{uuid.uuid4().hex[:8]}")
+        os.rename(dest, aside)
+        os.rename(stage, dest)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        if os.path.isdir(dest) and not os.path.islink(dest):
+            os.rmdir(dest)
+        os.rename(stage, dest)
+    fsync_dir(os.path.dirname(dest))
