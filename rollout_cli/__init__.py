@@ -23,12 +23,8 @@ def __getattr__(name: str):
         from . import loader as _l
 
         return getattr(_l, name)
-    if name == "derive":  # the package, callable as derive(out, dest, as_=...)
-        import importlib
-
-        return importlib.import_module(".derive", __name__)
-    if name in ("DeriveResult", "DeriveOptions"):
-        from .derive import run as _d
+    if name in ("derive", "DeriveResult", "DeriveOptions"):
+        from .derivation import run as _d
 
         return getattr(_d, name)
     raise AttributeError(name)

@@ -19,7 +19,7 @@ LAYERS = [
     {"pipeline"},
     {"output"},
     {"run"},
-    {"inspect", "loader", "verify", "slime", "export", "derive"},
+    {"inspect", "loader", "verify", "slime", "export", "derivation"},
     {"audit"},
     {"report", "gates"},
     {"cli"},
@@ -320,8 +320,8 @@ TESTED_IN = {
     "run/engines/worker_setup.py": "run/test_engine_local.py",
     "run/preload.py": "run/test_engine_contract.py",
     "run/stages.py": "run/test_convert.py",
-    "derive/rows.py": "derive/test_derive_run.py",
-    "derive/options.py": "derive/test_derive_run.py",
+    "derivation/rows.py": "derivation/test_derivation_run.py",
+    "derivation/options.py": "derivation/test_derivation_run.py",
 }
 
 # Modules that hold no rule or decision of their own: no test file is expected. A package's

@@ -9,7 +9,7 @@ import typer
 
 from ..core.choices import DeriveKind, DerivePairs, DeriveSelect, Split
 from . import options as o
-from ..derive.options import DeriveOptions
+from ..derivation.options import DeriveOptions
 from .common import run_command
 
 RULES = "Rules"
@@ -66,7 +66,7 @@ def derive_cmd(
     datasets.load_dataset(DEST) reads (staged, then renamed into place)."""
 
     def work():
-        from ..derive.run import derive
+        from ..derivation.run import derive
 
         return derive(out, dest, as_=as_.value, split=split.value, steps=steps, select=select.value,
                       min_reward=min_reward, min_margin=min_margin, pairs=pairs.value, pointwise=pointwise,

@@ -1,4 +1,4 @@
-"""derive over a converted run (rollout_cli/derive/run.py, rows.py, options.py): exactly the rows
+"""derive over a converted run (rollout_cli/derivation/run.py, rows.py, options.py): exactly the rows
 the rules name, with provenance, loadable by `datasets.load_dataset(DEST)`, byte-identical on a
 rerun; DEST's safety (exit 5, --overwrite only over derive's own folder, exit 3 for no output)."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from derive_cases import converted_run, run_samples
 
 import rollout_cli
 from rollout_cli.core.errors import InvalidInputError, OutputExistsError, UsageError
-from rollout_cli.derive.run import FORMAT, DeriveResult
+from rollout_cli.derivation.run import FORMAT, DeriveResult
 
 TRAIN = "data/train-00000-of-00001.parquet"
 
@@ -204,13 +204,13 @@ def test_an_object_store_output_derives_as_the_local_one(s3, out, tmp_path):
     assert remote.counts == local.counts
 
 
-def test_the_library_name_is_callable_however_it_was_imported():
-    """`rollout_cli.derive` is the package and the call at once, whichever import came first;
+def test_the_library_name_is_the_function_however_the_package_was_imported():
+    """`rollout_cli.derive` is the library function, also after its package was imported;
     neither imports torch."""
     import subprocess
     import sys
 
-    code = ("import sys\nimport rollout_cli.derive.rules\nfrom rollout_cli import derive, DeriveResult, DeriveOptions\n"
+    code = ("import sys\nimport rollout_cli.derivation.rules\nfrom rollout_cli import derive, DeriveResult, DeriveOptions\n"
             "import rollout_cli\nassert callable(derive) and rollout_cli.derive is derive\n"
             "assert DeriveOptions().as_ == 'sft' and DeriveResult.__name__ == 'DeriveResult'\n"
             "assert 'torch' not in sys.modules\n")
@@ -219,8 +219,8 @@ def test_the_library_name_is_callable_however_it_was_imported():
 
 
 def test_select_step_gives_the_written_rows_without_writing(out, tmp_path):
-    from rollout_cli.derive.options import DeriveOptions
-    from rollout_cli.derive.run import select_step
+    from rollout_cli.derivation.options import DeriveOptions
+    from rollout_cli.derivation.run import select_step
 
     o = rollout_cli.open_output(str(out))
     t = o.table(1, 0)

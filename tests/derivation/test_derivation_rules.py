@@ -1,4 +1,4 @@
-"""The selection rules over Arrow tables (rollout_cli/derive/rules.py), as properties: every
+"""The selection rules over Arrow tables (rollout_cli/derivation/rules.py), as properties: every
 selected rollout is a candidate and the best of its group; pairs are strictly ordered and share
 a prompt; no group is in two splits; the counts add up."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollout_cli.derive import rules
+from rollout_cli.derivation import rules
 
 STATUSES = ("completed", "completed", "completed", "truncated", "aborted")
 
