@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from conftest import copts
 from rollout_cli.cli.app import app
 from rollout_cli.core.errors import ExitCode
-from rollout_cli.core.schema import train_schema
+from rollout_cli.core.schema import SCHEMA_VERSION, train_schema
 from rollout_cli.verify.check import verify_output
 from verify_damage import out  # noqa: F401 (the fixture)
 from verify_damage import (
@@ -136,7 +136,7 @@ def test_null_rewards_pass_from_schema_version_4_only(tmp_path, monkeypatch):
     jsonl_without_rewards(monkeypatch)
     convert([str(write_unrecorded(tmp_path / "in"))], str(tmp_path / "out"), copts(mmap=True))
     res = verify_output(str(tmp_path / "out"))
-    assert res["ok"] and res["schema_version"] == 4, res["failures"]
+    assert res["ok"] and res["schema_version"] == SCHEMA_VERSION, res["failures"]
     out = schema_3_output(tmp_path / "v3")
     m = manifest(out)
     shard = step_entry(m, 3)["shards"][0]

@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from ...core import tensors
 from ...core.errors import Problem
 from ...core.schema import INT32_MAX, STATUSES
 from ...inputs.base import RawChunk
@@ -241,9 +242,10 @@ class Row:
     round_number: int | None
     source_name: str
     train_metadata: str | None
-    mm: str | None
+    mm: list | None  # core/tensors.encode's entries
     text: tuple | None
     weight_versions: list | None = None
+    mm_id: str | None = None
 
 
 def check_ids(rec: dict) -> tuple[int | None, int | None]:
@@ -391,17 +393,25 @@ def _routed_experts(rec: dict, n_tok: int) -> np.ndarray | None:
     return a
 
 
-def check_json_fields(rec: dict, keep_text: bool) -> tuple[str | None, str | None, tuple | None]:
-    """(train_metadata, multimodal_train_inputs) as JSON text, and the kept text fields."""
+def check_json_fields(rec: dict, keep_text: bool) -> tuple[str | None, list | None, tuple | None, str | None]:
+    """train_metadata as JSON text, multimodal_train_inputs as its column's entries
+    (core/tensors.py), the kept text fields, and multimodal_train_input_id."""
     tm = rec.get("train_metadata")
     if tm is not None and not isinstance(tm, dict):
         raise Bad("train_metadata", f"expected a dict or null, got {_got(tm)}", "train_metadata.type")
     train_metadata = _json_text("train_metadata", tm)
-    mm = _json_text("multimodal_train_inputs", rec.get("multimodal_train_inputs"))
+    try:
+        mm = tensors.encode(rec.get("multimodal_train_inputs"))
+    except ValueError as e:
+        raise Bad("multimodal_train_inputs", str(e), "multimodal_train_inputs.type") from None
+    mm_id = rec.get("multimodal_train_input_id")
+    if mm_id is not None and not isinstance(mm_id, str):
+        raise Bad("multimodal_train_input_id", f"expected a string or null, got {_got(mm_id)}",
+                  "multimodal_train_input_id.type")
     text = None
     if keep_text:
         text = (_text("prompt", rec.get("prompt")), _text("response", rec.get("response")), _text("label", rec.get("label")))
-    return train_metadata, mm, text
+    return train_metadata, mm, text, mm_id
 
 
 def validate_record(rec: dict, reward_key: str | None, keep_text: bool, rewards_recorded: bool = True) -> Row:
@@ -418,11 +428,11 @@ def validate_record(rec: dict, reward_key: str | None, keep_text: bool, rewards_
     tlp = _log_probs(rec, LOG_PROBS[1], rl)
     tp_ids, tp_off = _top_p(rec, rl)
     rexp = _routed_experts(rec, len(tokens))
-    train_metadata, mm, text = check_json_fields(rec, keep_text)
+    train_metadata, mm, text, mm_id = check_json_fields(rec, keep_text)
     wv = check_weight_versions(rec)
     return Row(
         sample_index, group_index, tokens, rl, mask, removed, reward_value, raw_reward, status, lp, tlp, tp_ids, tp_off,
-        rexp, round_number, source_name, train_metadata, mm, text, wv,
+        rexp, round_number, source_name, train_metadata, mm, text, wv, mm_id,
     )
 
 
@@ -464,7 +474,8 @@ def _build(rows: list[Row], pos: list[int], keep_text: bool) -> pa.RecordBatch:
         pa.array([r.round_number for r in rows], pa.int64()),
         pa.array([r.source_name for r in rows], pa.string()),
         pa.array([r.train_metadata for r in rows], pa.string()),
-        pa.array([r.mm for r in rows], pa.string()),
+        tensors.entries_array([r.mm for r in rows]),
+        pa.array([r.mm_id for r in rows], pa.string()),
         pa.array([r.weight_versions for r in rows], batch.WEIGHT_VERSIONS),
     ]
     if keep_text:
