@@ -175,7 +175,7 @@ def audit_step(unit: Unit, first, reading, step: int, td: TrainDump, opts: Audit
     asm = StepAssembler.of_input(inp, opts, columns=["raw_reward", "sample_index"])
     for raw_chunk in chain([first] if first is not None else [], reading):
         nc = normalize_chunk(raw_chunk, asm.records, reward_key=opts.reward_key, keep_text=False, step=record_step(inp),
-                             rewards_recorded=format_of(inp.format).rewards_recorded)
+                             rewards_recorded=format_of(inp.format).rewards_recorded, images=opts.image_rule())
         base = asm.records
 
         def where(p: int, nc=nc, base=base) -> Location:

@@ -50,6 +50,14 @@ class RuleOptions:
     # --max-staleness: a rollout whose oldest weight version is more than this many steps behind
     # its step is rejected whole (pipeline/staleness.py); None: no limit
     max_staleness: int | None = None
+    # --image-token-id: the image placeholder rule (pipeline/validate/images.py) with the
+    # processor's --spatial-merge-size; None: not checked
+    image_token_id: int | None = None
+    spatial_merge_size: int = 2
+
+    def image_rule(self) -> tuple[int, int] | None:
+        """(image token id, spatial merge size) when the image placeholder rule applies."""
+        return None if self.image_token_id is None else (self.image_token_id, self.spatial_merge_size)
 
     def check(self) -> None:
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
@@ -72,6 +80,10 @@ class RuleOptions:
             raise UsageError(f"--prime-rl-subset: expected one of {', '.join(PRIME_RL_SUBSETS)}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise UsageError(f"--max-staleness: expected 0 or more steps, got {self.max_staleness}")
+        if self.image_token_id is not None and self.image_token_id < 0:
+            raise UsageError(f"--image-token-id: expected a token id (0 or more), got {self.image_token_id}")
+        if self.spatial_merge_size < 1:
+            raise UsageError(f"--spatial-merge-size: expected at least 1, got {self.spatial_merge_size}")
 
     def rule_options(self) -> dict:
         """The settings that decide ids and rewards (what `inspect` shows and compares)."""
@@ -82,6 +94,9 @@ class RuleOptions:
             d.pop("sibling_reward")
         if self.max_staleness is None:
             d.pop("max_staleness")
+        if self.image_token_id is None:
+            d.pop("image_token_id")
+            d.pop("spatial_merge_size")
         return d
 
 
@@ -212,6 +227,9 @@ class ConvertOptions(RuleOptions):
             d.pop("prime_rl_subset")  # recorded only when it is not the default, as before it existed
         if d["max_staleness"] is None:
             d.pop("max_staleness")  # recorded only when given, as before it existed
+        if d["image_token_id"] is None:  # recorded only when given, as before they existed
+            d.pop("image_token_id")
+            d.pop("spatial_merge_size")
         d["step"] = d.pop("step")  # the recorded order of earlier manifests
         schedule = {k: d.pop(k) for k in SCHEDULE_FIELDS}
         scheduled = d.pop("schedule") == "slime"

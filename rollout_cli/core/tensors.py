@@ -215,3 +215,30 @@ def concat(per_sample: list, cat) -> dict:
 def numpy_cat(arrays: list) -> np.ndarray:
     """np.concatenate along dim 0 (numpy's type promotion; bfloat16 comes widened to float32)."""
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+
+
+def join(per_sample: list) -> tuple[dict, list]:
+    """slime's get_batch join of decode_row's dicts in one copy: (key -> the samples' arrays
+    joined along dim 0, the per-sample dicts with each joined key's array a view of the joined
+    one). A key whose arrays differ in dtype is left per sample (copies) and out of the joined
+    dict: its join needs the trainer's type promotion (concat, with torch.cat)."""
+    by_key: dict = {}
+    for j, d in enumerate(per_sample):
+        for k, v in (d or {}).items():
+            if isinstance(v, np.ndarray):
+                by_key.setdefault(k, []).append((j, v))
+    joined: dict = {}
+    out = [None if d is None else dict(d) for d in per_sample]
+    for k, items in by_key.items():
+        kinds = {(type(v), v.dtype, v.shape[1:]) for _, v in items}
+        if len(kinds) != 1 or items[0][1].ndim == 0:
+            for j, v in items:
+                out[j][k] = np.array(v).view(type(v))
+            continue
+        whole = np.concatenate([v for _, v in items], axis=0).view(type(items[0][1]))
+        joined[k] = whole
+        at = 0
+        for j, v in items:
+            out[j][k] = whole[at:at + len(v)]
+            at += len(v)
+    return joined, out

@@ -99,9 +99,14 @@ class PackedBatch:
         extras = arrays.get("extras")
         arrays["extras"] = {k: _map_value(v, torch.from_numpy) for k, v in extras.items()} if extras else {}
         per = arrays["extras"].get("multimodal_train_inputs")
-        if per:  # each sample's dict as tensors of their own dtype (copies: the file's bytes are read-only)
-            per = arrays["extras"]["multimodal_train_inputs"] = [tensors.as_torch(d, torch) for d in per]
-        arrays["multimodal_train_inputs"] = tensors.concat(per or [], _torch_cat)
+        joined = {}
+        if per:  # one copy a key (the file's bytes are read-only); each sample's tensors are views of it
+            joined, per = tensors.join(per)
+            joined = {k: _tensor(v) for k, v in joined.items()}
+            per = arrays["extras"]["multimodal_train_inputs"] = [
+                None if d is None else {k: _tensor(v) if isinstance(v, np.ndarray) else v for k, v in d.items()}
+                for d in per]
+        arrays["multimodal_train_inputs"] = _joined(per or [], joined)
         return cls(**arrays, **meta, _staging=None if block is None else torch.from_numpy(block))
 
     # -- shape ------------------------------------------------------------------------------
@@ -274,7 +279,7 @@ class PackedBatch:
             loss_mask=resp(self.loss_mask), rollout_log_probs=resp(self.rollout_log_probs),
             teacher_log_probs=resp(self.teacher_log_probs),
             source_names=None if self.source_names is None else self.source_names[start:end],
-            extras=extras, multimodal_train_inputs=tensors.concat(extras.get("multimodal_train_inputs") or [], _torch_cat),
+            extras=extras, multimodal_train_inputs=_joined(extras.get("multimodal_train_inputs") or [], {}),
             **{k: per(getattr(self, k)) for k in PER_SAMPLE},
         )
 
@@ -328,6 +333,23 @@ def _map_value(v, fn):
         return [{k: fn(x) if isinstance(x, torch.Tensor) else x for k, x in d.items()} if isinstance(d, dict) else d
                 for d in v]
     return v
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    """A decoded array as a tensor of its stored dtype (BFloat16Bits: bfloat16), sharing memory."""
+    if isinstance(a, tensors.BFloat16Bits):
+        return torch.from_numpy(a.view(np.int16).view(np.ndarray)).view(torch.bfloat16)
+    return torch.from_numpy(a.view(np.ndarray) if type(a) is not np.ndarray else a)
+
+
+def _joined(per: list, joined: dict) -> dict:
+    """slime's get_batch form of the per-sample dicts: `joined`'s tensors (one copy made
+    already), the other keys by torch.cat (its type promotion where dtypes differ), in the
+    order keys first appear."""
+    order = tensors.concat(per, lambda ts: None)
+    rest = tensors.concat([None if d is None else {k: v for k, v in d.items() if k not in joined} for d in per],
+                          _torch_cat)
+    return {k: joined[k] if k in joined else rest[k] for k in order}
 
 
 def _torch_cat(ts: list) -> torch.Tensor:

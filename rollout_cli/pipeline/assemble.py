@@ -19,6 +19,7 @@ from .step import StepFields, compute_step
 from .validate import NormChunk, pre_schema
 
 # The staged columns finishing a step reads (besides what its caller keeps for itself).
+MM = "multimodal_train_inputs"
 STEP_COLUMNS = ("_pos", "group_index", "_reward_value", "_mask_total", "weight_versions")
 
 
@@ -67,6 +68,7 @@ class StepAssembler:
         self.problems: list[tuple[int, Problem]] = []  # validation problems, by record position
         self.batches: list[pa.RecordBatch] = []
         self.records = 0
+        self.mm_rows = [0, 0]  # valid rows seen in batches: with multimodal_train_inputs, all
 
     @classmethod
     def of_input(cls, inp, opts, **kw) -> "StepAssembler":
@@ -79,6 +81,9 @@ class StepAssembler:
         base = self.records
         self.chunks.append(summary_only(nc))
         self.problems.extend((base + i, p) for i, p in nc.problems)
+        for b in nc.batches:
+            self.mm_rows[0] += len(b) - b.column(MM).null_count
+            self.mm_rows[1] += len(b)
         if self.columns is None:
             self.batches.extend(nc.batches)
         else:
@@ -118,5 +123,22 @@ class StepAssembler:
             mask_totals=pre.column("_mask_total").to_numpy(), split=self.split, step=step, opts=self.opts,
             fail=fail, unknown_groups_ok=unknown_groups_ok, chunk=chunk, oldest=oldest,
         )
+        note = self._mixed_multimodal(pre, step)
+        if note:
+            sf.notes.append(note)
         return AssembledStep(self.split, step, self.records, sf, pre, where, id_state, explicit, group_index,
                              self.problems)
+
+    def _mixed_multimodal(self, pre: pa.Table, step: int) -> str | None:
+        """The note on a step where some valid samples carry multimodal inputs and others lack
+        them, when the image placeholder rule is off (--image-token-id checks them)."""
+        rule = getattr(self.opts, "image_rule", None)
+        if rule is None or rule() is not None:
+            return None
+        with_mm, total = self.mm_rows
+        if not total and MM in pre.column_names:  # rows staged elsewhere (convert): counted here
+            with_mm, total = pre.num_rows - pre.column(MM).null_count, pre.num_rows
+        if 0 < with_mm < total:
+            return (f"step {step}: {with_mm} of {total} samples carry multimodal_train_inputs and the rest none; "
+                    "--image-token-id checks each prompt's image placeholders against them")
+        return None
