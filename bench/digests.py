@@ -47,6 +47,9 @@ SAMPLE_CASES = [
     ("open_instruct", "open_instruct", []),
     ("skyrl", "skyrl", []),
     ("verl", "verl", []),
+    ("verl_text", "verl_text", ["--tokenizer", os.path.join(SAMPLE, "tokenizer")]),
+    ("trl", "trl", ["--tokenizer", os.path.join(SAMPLE, "tokenizer")]),
+    ("chat_drift", "chat_drift", []),
 ]
 
 

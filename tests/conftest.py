@@ -6,7 +6,10 @@
   ``framework_dumps``, ``slime_sample``, ``old_outputs``) and the headless browser
   (``cdp_browser``); tests/README.md describes the layout;
 * builders for small valid sample dicts and writers for JSONL / .pt / Parquet inputs;
-* readers for a converted output directory.
+* readers for a converted output directory;
+* what keeps the suite quick, for every test (tests/README.md, "Running the tests"): one local
+  Ray per test process (`local_ray`; the tests that use it share one xdist group, so one
+  worker starts it), and no input watched for a change that cannot come (`SETTLE_SECONDS`).
 """
 from __future__ import annotations
 
@@ -18,12 +21,20 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, settings
 
 TESTS = Path(__file__).resolve().parent
 HELPERS = TESTS / "helpers"
 for _path in (TESTS, HELPERS):  # HELPERS ends up first
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+
+# Every property test's settings start from this profile (loaded before the test modules make
+# theirs): no deadline and no "too slow" health check, which would fail a test for the
+# machine's load (tests run in parallel; speed is measured in bench/, not here). The number of
+# examples stays each test's own.
+settings.register_profile("rollout-cli", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("rollout-cli")
 
 ROOT = TESTS.parent
 SAMPLE_DATA = ROOT / "sample_data"
@@ -69,25 +80,91 @@ def sample_generator(name: str):
     return sys.modules[name]
 
 
-def converted_locally_and_on_ray(run, tmp_path) -> tuple[list[dict], list[dict]]:
-    """The rows of `run` converted with --engine local and with --engine ray (2 workers each);
-    skipped where Ray is not installed."""
+# The fixtures that start Ray: every test that uses one is put in the xdist group "ray"
+# (with `--dist loadgroup`, one worker runs them all, so the run starts each of them once)
+RAY_FIXTURES = ("local_ray", "ray_cluster")
+_ray_started = False
+
+
+def start_local_ray():
+    """Ray, initialised once for this test process (2 CPUs, no dashboard) and shut down when the
+    session ends; one already running is used as it is. Skipped where Ray is not installed."""
+    global _ray_started
     ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        _ray_started = True
+    return ray
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """The test process's local Ray (start_local_ray): the Ray engine finds it initialised,
+    reuses it and leaves it running."""
+    return start_local_ray()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _ray_started:
+        import ray
+
+        ray.shutdown()
+
+
+# `pytest -m quick`, the first check (under 90 s on 2 cores): the step rules, the readers of
+# slime's formats, validation, the writer, the conversion and its failures, verify's checks
+# and hostile input, on local files (a test that needs the S3 server is left to the full run)
+QUICK = (
+    "pipeline/",
+    "inputs/test_discover.py", "inputs/test_registry.py", "inputs/test_columns.py", "inputs/test_completeness.py",
+    "inputs/jsonl/test_jsonl.py", "inputs/slime_pt/test_pt_pickle.py", "inputs/test_columnar_formats.py",
+    "core/test_errors.py", "core/test_layout.py", "core/test_schema.py", "core/test_sample_fields.py",
+    "output/test_write.py", "output/test_manifest.py", "output/test_partition.py",
+    "run/test_convert.py", "run/test_failures.py", "run/test_live.py", "run/test_resume.py",
+    "cli/test_convert_cli.py", "cli/test_app.py",
+    "verify/test_verify_rows.py", "verify/test_files.py", "verify/test_rejects.py", "verify/test_verify_manifest.py",
+    "test_hostile_input.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    xdist = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        where = item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+        if where.startswith(QUICK) and "s3" not in names:
+            item.add_marker(pytest.mark.quick)
+        if xdist and any(name in RAY_FIXTURES for name in names):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _inputs_are_not_watched():
+    """A .pt or Parquet input that does not open is watched for SETTLE_SECONDS (1 s) before it
+    is called broken rather than still being written (run/live.py). A test writes its inputs
+    before it converts them, so the watch would only wait: it is cut to nothing (the tests of
+    the watch make their writes happen during it)."""
+    from rollout_cli.run import live
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(live, "SETTLE_SECONDS", 0.0)
+        yield
+
+
+def converted_locally_and_on_ray(run, tmp_path) -> tuple[list[dict], list[dict]]:
+    """The rows of `run` converted with --engine local and with --engine ray (2 workers each),
+    on the test process's local Ray (a test that calls this takes the `local_ray` fixture, so
+    it runs beside the other Ray tests); skipped where Ray is not installed."""
     from typer.testing import CliRunner
 
     from rollout_cli.cli.app import app
 
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        for engine in ("local", "ray"):
-            r = CliRunner().invoke(app, ["convert", str(run), str(tmp_path / engine), "--engine", engine,
-                                         "--workers", "2", "-q"])
-            assert r.exit_code == 0, r.output
-    finally:
-        if started:
-            ray.shutdown()
+    start_local_ray()
+    for engine in ("local", "ray"):
+        r = CliRunner().invoke(app, ["convert", str(run), str(tmp_path / engine), "--engine", engine,
+                                     "--workers", "2", "-q"])
+        assert r.exit_code == 0, r.output
     return read_rows(tmp_path / "local"), read_rows(tmp_path / "ray")
 
 

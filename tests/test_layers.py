@@ -14,6 +14,7 @@ PKG = Path(__file__).resolve().parents[1] / "rollout_cli"
 # Bottom to top. Folders on one line are peers: neither imports the other.
 LAYERS = [
     {"core"},
+    {"text"},
     {"inputs"},
     {"pipeline"},
     {"output"},
@@ -271,6 +272,14 @@ TESTS = Path(__file__).resolve().parent
 # format's one test file, an engine or the worker half of convert through the contract it serves,
 # presentation through the command tests. module -> that test file (below tests/; it must exist).
 TESTED_IN = {
+    "inputs/textdump.py": "inputs/text/test_text_dumps.py",
+    "inputs/text/detect.py": "inputs/text/test_text_dumps.py",
+    "inputs/trl/detect.py": "inputs/text/test_text_dumps.py",
+    "inputs/verl_text/detect.py": "inputs/text/test_text_dumps.py",
+    "text/tokenizer.py": "inputs/text/test_text_dumps.py",
+    "text/pieces.py": "inputs/text/test_text_dumps.py",
+    "text/template.py": "inspect/test_template_drift.py",
+    "inspect/template_check.py": "inspect/test_template_drift.py",
     "audit/step.py": "audit/test_api.py",
     "loader/batch.py": "loader/test_load.py",
     "loader/slime.py": "loader/test_load.py",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..core.errors import InvalidInputError
+from ..inputs import limits
 from ..inputs.discover import discover_train
 from ..inputs.registry import read_input
 from ..inputs.units import claim_step, in_steps, plan_units, train_dump_note, unit_step
@@ -30,6 +31,8 @@ def audit_paths(rollout_paths: list[str], train_paths: list[str], options: Audit
 
         raise UsageError("--train: give the train-side dumps (files or folders) to audit against")
     units, _, notes = plan_units(list(rollout_paths), opts)
+    limits.use(opts.max_line_bytes, opts.max_storage_bytes)  # the train side's reads, too
+    notes.extend(text_dump_notes([u.input for u in units]))
     train = TrainSide(discover_train(list(train_paths)), opts.trust_pickle, opts.steps, explicit=set(train_paths))
     notes.extend(train.notes)
     steps: list[StepAudit] = []
@@ -89,10 +92,21 @@ def _no_train_dumps(train_paths: list[str], units, rollout_steps: list[int]) -> 
             f"--dump-details .pt dumps, NeMo-RL's step logs)" + "".join(f"; {w}" for w in why))
 
 
+def text_dump_notes(inputs) -> list[str]:
+    """What auditing rows tokenized from a text dump means (inputs/textdump.py): they are not the
+    ids the policy sampled, so a token that differs may be the tokenizing, not the trainer."""
+    from ..inputs.registry import format_of
+
+    return [f"{i.display}: {format_of(i.format).text_dump} tokenized by --tokenizer: its rows are not token-exact, "
+            "so a token or length divergence may come from tokenizing the text, not from the trainer"
+            for i in inputs if format_of(i.format).text_dump]
+
+
 def _unit(unit, opts: AuditOptions, train: TrainSide, seen: dict, notes: list) -> StepAudit | None:
     """One rollout unit: its step read from the dump, paired, audited (None: not audited)."""
     inp = unit.input
-    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS)
+    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS, tokenizer=opts.tokenizer,
+                         max_line_bytes=opts.max_line_bytes, max_storage_bytes=opts.max_storage_bytes)
     chunks = iter(reading)
     first = next(chunks, None)  # the payload is open now: its step and kind are known
     if reading.info.train_dump:

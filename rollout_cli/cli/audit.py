@@ -40,7 +40,10 @@ def audit_cmd(
     rules: o.RuleOptions = o.RULES,  # the rule group (cli/options.rule_options)
     steps: o.Steps = R.steps,
     trust_pickle: o.TrustPickle = R.trust_pickle,
+    max_line_bytes: o.MaxLineBytes = R.max_line_bytes,
+    max_storage_bytes: o.MaxStorageBytes = R.max_storage_bytes,
     input_format: o.InputFormat = R.input_format,
+    tokenizer: o.Tokenizer = R.tokenizer,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
     fail_on: o.FailOn = None,
     checks: o.ChecksFile = None,

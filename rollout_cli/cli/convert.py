@@ -43,7 +43,8 @@ KeepText = Annotated[bool, typer.Option(
     "--keep-text", rich_help_panel=o.OUTPUT, help="Keep prompt, response and label as text columns.")]
 Overwrite = Annotated[bool, typer.Option(
     "--overwrite", rich_help_panel=o.OUTPUT,
-    help="Replace an existing OUT; the old one stays whole until the new one is complete.")]
+    help="Replace an existing output (only a rollout-cli output, and only its own entries); the old one "
+         "stays whole until the new one is complete.")]
 Resume = Annotated[bool, typer.Option(
     "--resume", rich_help_panel=o.OUTPUT,
     help="Finish an interrupted run, or bring a complete OUT up to date: only new or changed "
@@ -105,7 +106,10 @@ def convert(
     steps: o.Steps = D.steps,
     step: o.Step = D.step,
     trust_pickle: o.TrustPickle = D.trust_pickle,
+    max_line_bytes: o.MaxLineBytes = D.max_line_bytes,
+    max_storage_bytes: o.MaxStorageBytes = D.max_storage_bytes,
     input_format: o.InputFormat = D.input_format,
+    tokenizer: o.Tokenizer = D.tokenizer,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(D.prime_rl_subset),
     on_error: OnErrorOpt = OnError(D.on_error),
     max_errors: MaxErrors = D.max_errors,

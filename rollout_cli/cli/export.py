@@ -25,7 +25,7 @@ def export_cmd(
         "--split", metavar="SPLIT", rich_help_panel=o.INPUTS,
         help=f"Only {o.one_of(Split)} steps (default: both).")] = None,
     overwrite: Annotated[bool, typer.Option(
-        "--overwrite", rich_help_panel=o.OUTPUT, help="Replace a DEST that holds files (swapped in whole).")] = False,
+        "--overwrite", rich_help_panel=o.OUTPUT, help="Replace a DEST an earlier export wrote (swapped in whole); any other folder is never replaced.")] = False,
     wait: o.Wait = None,
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No summary.")] = False,

@@ -52,7 +52,19 @@ def inspect_cmd(
     steps: o.Steps = R.steps,
     step: o.Step = R.step,
     trust_pickle: o.TrustPickle = R.trust_pickle,
+    max_line_bytes: o.MaxLineBytes = R.max_line_bytes,
+    max_storage_bytes: o.MaxStorageBytes = R.max_storage_bytes,
     input_format: o.InputFormat = R.input_format,
+    tokenizer: o.Tokenizer = R.tokenizer,
+    check_template: Annotated[bool, typer.Option(
+        "--check-template", rich_help_panel=o.VIEW,
+        help="Check each dump sample whose prompt is a message list: the chat template re-rendered through "
+             "--tokenizer must be its stored tokens (at every turn where the conversation is in "
+             "metadata.messages); anomaly template_drift per sample, summary.template per step.")] = False,
+    chat_template: Annotated[Optional[str], typer.Option(
+        "--chat-template", metavar="FILE", rich_help_panel=o.VIEW,
+        help="The Jinja chat template (or a tokenizer_config.json holding one) for --check-template "
+             "(default: the tokenizer folder's own).")] = None,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
     fail_on: o.FailOn = None,
     checks: o.ChecksFile = None,

@@ -174,11 +174,24 @@ Step = Annotated[Optional[int], typer.Option(
 TrustPickle = Annotated[bool, typer.Option(
     "--trust-pickle", rich_help_panel=INPUTS,
     help="Allow .pt dumps that need full unpickling, which can run code: only for files you trust.")]
+MaxLineBytes = Annotated[int, typer.Option(
+    "--max-line-bytes", metavar="N", rich_help_panel=INPUTS,
+    help="Refuse a line file (JSONL, plain or compressed) holding a line longer than N bytes "
+         "(exit 3 naming file and line), before reading it whole.")]
+MaxStorageBytes = Annotated[int, typer.Option(
+    "--max-storage-bytes", metavar="N", rich_help_panel=INPUTS,
+    help="Refuse a .pt whose archive declares a record larger than N bytes (exit 3), or one "
+         "compressed over 1000x, before reading it.")]
 PrimeRlSubsetOpt = Annotated[PrimeRlSubset, typer.Option(
     "--prime-rl-subset", metavar="SET", rich_help_panel=INPUTS,
     help="Which traces of a prime-rl step to read: "
          + per_value({PrimeRlSubset.effective: "the episodes sent to the trainer",
                       PrimeRlSubset.all: "every episode that arrived, errored ones as removed samples"}))]
+
+Tokenizer = Annotated[Optional[str], typer.Option(
+    "--tokenizer", metavar="PATH", rich_help_panel=INPUTS,
+    help="The run's tokenizer: a tokenizer.json or a folder holding one (read by the tokenizers "
+         "library, no network). Tokenizes text dumps (rows not token-exact) and shows token ids as text.")]
 
 InputFormat = Annotated[Optional[str], typer.Option(
     "--input-format", metavar="NAME", rich_help_panel=INPUTS,

@@ -171,6 +171,17 @@ def print_inspect(result: dict, verbose: bool) -> None:
                    f"converted ({steps}); `convert --resume` adds them")
     t = s["tokens"]
     _text(con, f"tokens: prompt {t['prompt']}, response {t['response']}, total {t['total']}, loss-mask sum {t['mask_sum']}")
+    if s.get("not_token_exact"):
+        _text(con, f"not token-exact: {s['not_token_exact']} of {s['rows']} rows are a text dump tokenized by --tokenizer "
+                   "(the ids the policy sampled were not recorded)")
+    tpl = s.get("template")
+    if tpl is not None:
+        _text(con, f"chat template ({tpl['template']}): {tpl['drifting']} of {tpl['checked']} checked samples drift "
+                   f"(rate {_fmt(tpl['drift_rate'])}); {tpl['not_checked']} not checked (no message-list prompt)")
+        for p in tpl["per_step"]:
+            _text(con, f"  step {p['step']}: drift rate {_fmt(p['drift_rate'])}; supervised tokens stored "
+                       f"{p['supervised_stored']}, re-rendered {p['supervised_rendered']} "
+                       f"(difference {p['supervised_difference']:+d}, share {_fmt(p['supervised_difference_share'])})")
     _text(con, f"status: {_hist(s['status'])}; truncation rate {_fmt(s['truncation_rate'])}")
     unrecorded = s.get("rewards_not_recorded", 0)
     if unrecorded and unrecorded == s["rows"]:
@@ -278,6 +289,14 @@ def print_rollout(r: dict) -> None:
             _text(con, f"   prompt: {_clip(smp.get('prompt'))}")
             _text(con, f"   response: {_clip(smp.get('response'))}")
             _text(con, f"   label: {_clip(smp.get('label'))}")
+        if smp.get("decoded"):
+            from ..text.pieces import BOUNDARY, MASKED_CLOSE, MASKED_OPEN, render
+
+            prompt, response = render(smp["decoded"])
+            _text(con, f"   decoded (--tokenizer; tokens split by {BOUNDARY}, loss-masked spans in {MASKED_OPEN}{MASKED_CLOSE}):")
+            _text(con, f"   prompt tokens: {_clip(prompt)}")
+            _text(con, f"   response tokens: {_clip(response)}")
+            _text(con, f"   ids: {_clip(' '.join(map(str, smp['decoded']['ids'])))}")
     for rej in r["rejected"]:
         _text(con, f"rejected: {_where([rej['where']])}: {rej['field'] or ''}{': ' if rej['field'] else ''}{rej['reason']}")
 

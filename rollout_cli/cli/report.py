@@ -16,7 +16,7 @@ R = o.RULES
 
 Out = Annotated[str, typer.Option(
     "-o", "--out", metavar="FILE", rich_help_panel=o.OUTPUT, show_default=False, help="The HTML file to write.")]
-Overwrite = Annotated[bool, typer.Option("--overwrite", rich_help_panel=o.OUTPUT, help="Replace an existing file.")]
+Overwrite = Annotated[bool, typer.Option("--overwrite", rich_help_panel=o.OUTPUT, help="Replace an existing page report wrote; any other file is never replaced.")]
 Train = Annotated[Optional[List[str]], typer.Option(
     "--train", metavar="PATH", rich_help_panel=o.INPUTS, show_default=False,
     help="The trainer's dumps (as for audit): adds a trainer section with audit's mismatch "
@@ -41,7 +41,10 @@ def report_cmd(
     rules: o.RuleOptions = o.RULES,  # the rule group (cli/options.rule_options)
     steps: o.Steps = R.steps,
     trust_pickle: o.TrustPickle = R.trust_pickle,
+    max_line_bytes: o.MaxLineBytes = R.max_line_bytes,
+    max_storage_bytes: o.MaxStorageBytes = R.max_storage_bytes,
     input_format: o.InputFormat = R.input_format,
+    tokenizer: o.Tokenizer = R.tokenizer,
     prime_rl_subset: o.PrimeRlSubsetOpt = PrimeRlSubset(R.prime_rl_subset),
     as_json: o.Json = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summary.")] = False,

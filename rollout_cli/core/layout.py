@@ -30,6 +30,12 @@ OUT/
 
 Readers follow the manifest's paths; a step reused by `--resume` keeps its files in the
 generation that wrote them.
+
+A folder is an output only when its manifest is one of ours (output/manifest.ownership: the
+format id, an integer schema version, a list of steps), or, with no manifest yet, when it holds
+a run's staging area (`.staging/`, made before anything else a run writes).
+A folder holding `data/` or a foreign `manifest.json` is no output, and nothing in it is ever
+replaced; in an output, `--overwrite` replaces `ENTRIES` (and the manifest) only.
 """
 from __future__ import annotations
 
@@ -45,7 +51,10 @@ LOCK = ".lock"  # the writer lock file (local) or lease object (object store): o
 MMAP = "mmap"
 SPLIT_TREES = {"train": "data", "eval": "eval"}  # split -> its top folder
 TREES = (*SPLIT_TREES.values(), MMAP)
-ENTRIES = (*TREES, REJECTS)  # what a commit moves into place (the manifest comes last)
+# The entries a local output consists of besides its manifest: what a commit moves into place
+# (the manifest last) and the only names `--overwrite` replaces; any other name in OUT is left
+# alone. A layout change that adds an entry adds it here.
+ENTRIES = (*TREES, REJECTS)
 SPLITS = tuple(SPLIT_TREES)
 GENERATIONS = "gen"  # object stores: OUT/gen/<id>/ holds one run's trees and rejects
 _GENERATION_ID = re.compile(r"[0-9a-f]{8,64}")

@@ -50,6 +50,13 @@ class RuleOptions:
     # --max-staleness: a rollout whose oldest weight version is more than this many steps behind
     # its step is rejected whole (pipeline/staleness.py); None: no limit
     max_staleness: int | None = None
+    # the longest line a line file may hold, and the largest record a torch archive may declare
+    # (inputs/limits.py): beyond them an input is refused, before it is read into memory
+    max_line_bytes: int = 256 << 20
+    max_storage_bytes: int = 64 << 30
+    # --tokenizer: a tokenizer.json (or a folder holding one) that text dumps are tokenized with
+    # (inputs/textdump.py) and token ids are decoded with for display
+    tokenizer: str | None = None
     # --image-token-id: the image placeholder rule (pipeline/validate/images.py) with the
     # processor's --spatial-merge-size; None: not checked
     image_token_id: int | None = None
@@ -80,6 +87,9 @@ class RuleOptions:
             raise UsageError(f"--prime-rl-subset: expected one of {', '.join(PRIME_RL_SUBSETS)}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise UsageError(f"--max-staleness: expected 0 or more steps, got {self.max_staleness}")
+        for name in ("max_line_bytes", "max_storage_bytes"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')}: expected at least 1 byte, got {getattr(self, name)}")
         if self.image_token_id is not None and self.image_token_id < 0:
             raise UsageError(f"--image-token-id: expected a token id (0 or more), got {self.image_token_id}")
         if self.spatial_merge_size < 1:
@@ -102,7 +112,7 @@ class RuleOptions:
 
 # RuleOptions' fields that choose what to read; the others (RULE_FIELDS) decide ids and rewards,
 # and every command that computes them takes each as an option (cli/options.py's rule group).
-INPUT_FIELDS = ("steps", "step", "trust_pickle", "input_format", "prime_rl_subset")
+INPUT_FIELDS = ("steps", "step", "trust_pickle", "input_format", "prime_rl_subset", "tokenizer", "max_line_bytes", "max_storage_bytes")
 RULE_FIELDS = tuple(f.name for f in dataclasses.fields(RuleOptions) if f.name not in INPUT_FIELDS)
 
 
@@ -216,7 +226,7 @@ class ConvertOptions(RuleOptions):
         d = dataclasses.asdict(self)
         # input_format is recorded with each input (the manifest's inputs[].format)
         for k in ("overwrite", "resume", "wait", "trust_pickle", "on_error", "max_errors", "steps", "workers", "engine", "ray_address",
-                  "input_format"):
+                  "input_format", "max_line_bytes", "max_storage_bytes"):
             d.pop(k)
         d.pop("skip_incomplete")  # which steps wait for their input, not what any step holds
         if not self.slime_compat and not (self.schedule == "slime" and self.num_steps_per_rollout):
@@ -227,6 +237,8 @@ class ConvertOptions(RuleOptions):
             d.pop("prime_rl_subset")  # recorded only when it is not the default, as before it existed
         if d["max_staleness"] is None:
             d.pop("max_staleness")  # recorded only when given, as before it existed
+        if d["tokenizer"] is None:
+            d.pop("tokenizer")  # given, run/convert.py records its file's digest: the content decides the rows
         if d["image_token_id"] is None:  # recorded only when given, as before they existed
             d.pop("image_token_id")
             d.pop("spatial_merge_size")

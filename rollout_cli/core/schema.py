@@ -50,6 +50,9 @@ CORE_FIELDS: list[pa.Field] = [
     # the row's place in its step's input order, 0-based over the rows kept: slime's
     # `partition` entry (and its train dump's rollout_position); shards interleave by it
     pa.field("rollout_position", pa.int64(), nullable=False),
+    # the tokens are the ids the policy sampled (false: a text dump tokenized by convert
+    # --tokenizer, inputs/textdump.py; schema version 5 on, older outputs read as true)
+    pa.field("token_exact", pa.bool_(), nullable=False),
 ]
 
 # Always present in every shard; null where the input lacks them.
@@ -92,8 +95,10 @@ DICTIONARY_COLUMNS = ("status", "source_name", "weight_versions")
 
 
 # Columns added after schema version 2 -> the version that added them: an output of an older
-# version lacks them (readers give their default: remove_sample false, weight_versions null).
-COLUMNS_SINCE = {"remove_sample": 3, "weight_versions": 4, "multimodal_train_input_id": MULTIMODAL_TYPED_VERSION}
+# version lacks them (readers give their default: remove_sample false, weight_versions null,
+# token_exact true).
+COLUMNS_SINCE = {"remove_sample": 3, "weight_versions": 4, "token_exact": 5,
+                 "multimodal_train_input_id": MULTIMODAL_TYPED_VERSION}
 # Columns whose type changed at a schema version -> (that version, the type before it)
 TYPE_BEFORE = {"multimodal_train_inputs": (MULTIMODAL_TYPED_VERSION, pa.string())}
 # Columns that may hold nulls since a schema version -> that version: an older output's schema

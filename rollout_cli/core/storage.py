@@ -28,11 +28,30 @@ def is_uri(path: str) -> bool:
     return isinstance(path, str) and bool(_URI.match(path))
 
 
+# How many times the S3 client tries a request, as the AWS SDKs read it (their standard retry
+# mode). Unset, pyarrow's default: only a connection that fails is tried again, for up to 6 s.
+MAX_ATTEMPTS_ENV = "AWS_MAX_ATTEMPTS"
+
+
+def max_attempts() -> int | None:
+    """AWS_MAX_ATTEMPTS as a count of tries (at least 1); None when unset or not a number."""
+    try:
+        return max(1, int(os.environ[MAX_ATTEMPTS_ENV]))
+    except (KeyError, ValueError):
+        return None
+
+
 @lru_cache(maxsize=64)
 def _filesystem(prefix: str):
     from pyarrow import fs as pafs
 
-    return pafs.FileSystem.from_uri(prefix)[0]
+    fs = pafs.FileSystem.from_uri(prefix)[0]
+    attempts = max_attempts()
+    if attempts is not None and isinstance(fs, pafs.S3FileSystem):
+        # the same filesystem (its options as pickling carries them), with the standard retries
+        rebuild, (options,) = fs.__reduce__()
+        fs = rebuild({**options, "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=attempts)})
+    return fs
 
 
 # The variables pyarrow's S3 client reads (through the AWS SDK): endpoint, region, keys,

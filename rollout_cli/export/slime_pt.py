@@ -12,12 +12,16 @@ slime's defaults (`lost_fields`).
 
 The files are written to a staging folder next to DEST and renamed into place as a whole,
 under DEST's writer lock (`.DEST.lock` beside it, output/lock.py): one export into a DEST at a
-time, a second refused with exit 8 or waiting with `wait`.
+time, a second refused with exit 8 or waiting with `wait`. DEST also gets a marker,
+`.rollout-cli-export.json`: `--overwrite` replaces only a folder holding that marker and export's
+own files, never any other folder (exit 5, whatever the flags).
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -34,8 +38,14 @@ from ..inputs.discover import parse_steps
 from ..output import lock as writer_lock
 from ..output.model import Output, Step, open_output
 from ..core.storage import fsync_dir
+from ..core.versions import __version__
 
 FORMATS = ("slime-pt",)
+# written into every DEST export fills: how a later `export --overwrite` knows the folder is one
+# it may replace (and nothing else is)
+MARKER = ".rollout-cli-export.json"
+MARKER_FORMAT = "rollout-cli/export"
+_FILE_NAME = re.compile(r"(eval_)?\d+\.pt")
 SPLITS = ("train", "eval")
 
 # slime's Sample fields in declaration order (= the key order of Sample.to_dict()), with the
@@ -75,16 +85,46 @@ def _is_inside(a: str, b: str) -> bool:
 
 
 def _check_dest(dest: str, overwrite: bool) -> bool:
-    """True when DEST exists and holds entries (to be replaced)."""
+    """True when DEST exists and holds an earlier export (to be replaced, with overwrite). A
+    DEST holding anything else is refused whatever the flags: export replaces only a folder it
+    wrote, recognised by its marker and holding nothing but its files (`_foreign`)."""
     if not os.path.lexists(dest):
         return False
     if not os.path.isdir(dest):
         raise OutputError(f"{dest}: exists and is not a folder")
-    if not os.listdir(dest):
+    names = os.listdir(dest)
+    if not names:
         return False
+    why = _foreign(dest, names)
+    if why is not None:
+        raise OutputExistsError(f"{dest}: not a folder export wrote ({why}); nothing in it is replaced: choose another DEST")
     if not overwrite:
-        raise OutputExistsError(f"{dest}: holds files; pass --overwrite to replace them")
+        raise OutputExistsError(f"{dest}: holds an earlier export; pass --overwrite to replace it")
     return True
+
+
+def _foreign(dest: str, names: list[str]) -> str | None:
+    """Why DEST is not an export's folder (None when it is one): its marker, a regular file
+    naming export's format, and otherwise only regular files named as export names them."""
+    marker = os.path.join(dest, MARKER)
+    try:
+        st = os.lstat(marker)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 4096:
+            return f"{MARKER} is not the marker export writes"
+        with open(marker, "rb") as f:
+            rec = orjson.loads(f.read())
+    except FileNotFoundError:
+        return f"no {MARKER} marker"
+    except (OSError, orjson.JSONDecodeError):
+        return f"{MARKER} is not the marker export writes"
+    if not isinstance(rec, dict) or rec.get("format") != MARKER_FORMAT:
+        return f"{MARKER} is not the marker export writes"
+    for name in sorted(names):
+        if name == MARKER:
+            continue
+        if not _FILE_NAME.fullmatch(name) or not stat.S_ISREG(os.lstat(os.path.join(dest, name)).st_mode):
+            return f"it holds {name}, which export does not write"
+    return None
 
 
 def _read_step(o: Output, s: Step) -> pa.Table:
@@ -175,12 +215,12 @@ def export_slime_pt(out: str, dest: str, *, steps: str | None = None, split: str
     except OSError as e:
         raise output_error(dest, e) from None
     try:
-        return _export_locked(o, dest, split, lo, hi, steps, overwrite, torch, t0)
+        return _export_locked(o, dest, split, lo, hi, steps, overwrite, torch, t0, lock)
     finally:
         lock.release()
 
 
-def _export_locked(o: Output, dest: str, split, lo, hi, steps, overwrite: bool, torch, t0: float) -> dict:
+def _export_locked(o: Output, dest: str, split, lo, hi, steps, overwrite: bool, torch, t0: float, lock) -> dict:
     _check_dest(dest, overwrite)  # under the lock: no other export is writing it
     out = o.root
     keep_text = bool(o.options.get("keep_text", False))
@@ -208,7 +248,10 @@ def _export_locked(o: Output, dest: str, split, lo, hi, steps, overwrite: bool, 
             _save(torch, {"rollout_id": e.step, "samples": samples}, path)
             files.append({"path": name, "split": e.split, "step": e.step, "samples": len(samples),
                           "bytes": os.path.getsize(path)})
+        storage.write_durable(os.path.join(stage, MARKER), orjson.dumps(
+            {"format": MARKER_FORMAT, "export": "slime-pt", "tool_version": __version__}))
         fsync_dir(stage)
+        lock.check()  # the lock file is still this export's: nothing else is at work on DEST
         _commit(stage, dest, overwrite)
     except OSError as e:
         shutil.rmtree(stage, ignore_errors=True)

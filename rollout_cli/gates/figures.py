@@ -82,6 +82,8 @@ def _inspect() -> list[Figure]:
     anomalies = "anomaly counts (summary.anomaly_counts; 0 when none)"
     out += [Figure(f"anomalies.{k}", "anomalies of this kind", anomalies, ("summary", "anomaly_counts", k), absent=0)
             for k in ANOMALY_KINDS]
+    tpl = "chat template (summary.template.per_step[], with --check-template)"
+    out.append(Figure("template.drift_rate", "share of checked samples that drift", tpl, ("drift_rate",), entries=("summary", "template", "per_step")))
     return out
 
 

@@ -79,3 +79,6 @@ class ReadRequest:
     keep_text: bool = True
     chunk_records: int | None = None
     threads: int = 1  # cores the reader may use for this part (Parquet decodes columns on them)
+    max_line_bytes: int | None = None  # inputs/limits.py's, set for the read (None: as they are)
+    max_storage_bytes: int | None = None
+    tokenizer: str | None = None  # --tokenizer: what a text dump's reader tokenizes with

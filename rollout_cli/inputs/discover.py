@@ -152,6 +152,10 @@ def discover(paths: list[str], step: int | None = None, exclude: str | None = No
         if note:
             notes.append(note)
             continue
+        if desc.text_dump is not None and not getattr(options, "tokenizer", None):
+            from .textdump import no_tokenizer_message
+
+            raise InvalidInputError(no_tokenizer_message(f"{display}: {desc.text_dump}"))
         if desc.units is not None and path != "-":
             if step is not None:
                 raise UsageError(f"{display}: --step does not apply: a {fmt} file names the step of each record")

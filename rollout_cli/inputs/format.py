@@ -85,6 +85,10 @@ class Format:
     # with a step. None (the hook): the format's versions are not comparable with its steps, and
     # `convert --max-staleness` refuses it (a usage error naming the format)
     version_lag: str | None = None
+    # a dump of decoded text without token ids (inputs/textdump.py): what it is called in
+    # messages. Its files read only through --tokenizer (discovery refuses them without one,
+    # exit 3), into rows marked not token-exact (the output's `token_exact` column)
+    text_dump: str | None = None
 
     # ---------------------------------------------------------------- the hooks, called
     def read(self, inp, request, info) -> Iterator:

@@ -28,7 +28,7 @@ def scan(path: str, display: str, key: Callable[[bytes], object]) -> Iterator[tu
     line_no = 0
     failed = None  # a line whose key could not be read: an error unless it is a cut-off last line
     try:
-        for buf, a, b in _lines(stream, None):
+        for buf, a, b in _lines(stream, None, display):
             if failed is not None:
                 raise failed
             line_no += 1
@@ -95,7 +95,7 @@ def lines(inp) -> Iterator[tuple[str, int, bytes | bytearray, int, int]]:
                 data = stream.read(end - start)
                 found = ((data, a, b) for a, b in _spans(data))
             else:
-                found = _lines(stream, None if end is None else end - start)
+                found = _lines(stream, None if end is None else end - start, path, first)
             for buf, a, b in found:
                 line_no += 1
                 if _blank(buf, a, b):
@@ -136,7 +136,7 @@ def file_lines(path: str, display: str, info=None, start: int = 0,
     try:
         if start:
             stream.seek(start)
-        for buf, a, b in _lines(stream, None if end is None else end - start):
+        for buf, a, b in _lines(stream, None if end is None else end - start, display):
             line_no += 1
             if not _blank(buf, a, b):
                 yield display, line_no, buf, a, b

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from . import atropos, jsonl, miles, nemo_rl, open_instruct, parquet, pipelinerl, prime_rl, roll, skyrl, slime_pt, verl
+from . import text, trl, verl_text
 from .base import RawChunk, ReadInfo, ReadRequest
 from .format import Format
 
@@ -30,6 +31,9 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     open_instruct.FORMAT,
     skyrl.FORMAT,
     verl.FORMAT,
+    verl_text.FORMAT,
+    trl.FORMAT,
+    text.FORMAT,
 )}
 STDIN_FORMAT = "jsonl"  # what `-` (stdin) is read as
 
@@ -69,6 +73,10 @@ class Reading:
 
     def __init__(self, inp, request: ReadRequest):
         self.info = ReadInfo()
+        if request.max_line_bytes is not None or request.max_storage_bytes is not None:
+            from . import limits
+
+            limits.use(request.max_line_bytes or limits.max_line_bytes(), request.max_storage_bytes or limits.max_storage_bytes())
         self._chunks = format_of(inp.format).read(inp, request, self.info)
 
     def __iter__(self) -> Iterator[RawChunk]:
@@ -76,9 +84,13 @@ class Reading:
 
 
 def read_input(inp, *, trust_pickle: bool = False, start: int = 0, end: int | None = None,
-               chunk_records: int | None = None, keep_text: bool = True, threads: int = 1) -> Reading:
-    """Read an InputFile (or one part of it, as split_input planned) through its format's reader."""
-    return Reading(inp, ReadRequest(start, end, trust_pickle, keep_text, chunk_records, threads))
+               chunk_records: int | None = None, keep_text: bool = True, threads: int = 1,
+               max_line_bytes: int | None = None, max_storage_bytes: int | None = None,
+               tokenizer: str | None = None) -> Reading:
+    """Read an InputFile (or one part of it, as split_input planned) through its format's reader;
+    the size limits (inputs/limits.py) as given, else as they are."""
+    return Reading(inp, ReadRequest(start, end, trust_pickle, keep_text, chunk_records, threads,
+                                    max_line_bytes, max_storage_bytes, tokenizer))
 
 
 def split_input(inp, parts: int) -> list[tuple[int, int | None]]:

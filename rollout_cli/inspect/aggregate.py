@@ -47,6 +47,7 @@ RUN_FIGURES = {
     "removed_samples": "samples remove_sample leaves out of the loss",
     "rewards_not_recorded": "samples whose reward the framework did not record",
     "multi_version_samples": "samples whose weight versions span more than one",
+    "not_token_exact": "rows tokenized from text by --tokenizer",
 } | {f"rewards.{col}.{k}": f"{col}: {text}" for col in ("raw_reward", "reward") for k, text in _STATS.items()} | {
     f"anomaly_levels.{lv}": f"anomalies of level {lv}, every kind" for lv in LEVELS}
 STEP_FIGURES = {
@@ -67,6 +68,7 @@ STEP_FIGURES = {
     "zero_variance_share": "zero-variance groups over prompt groups",
     "rewards_not_recorded": "samples whose reward the framework did not record",
     "multi_version_samples": "samples whose weight versions span more than one",
+    "not_token_exact": "rows tokenized from text by --tokenizer",
 }
 
 
@@ -153,6 +155,7 @@ def _step_summary(sd: StepData, rollouts: int, prompt_groups: int) -> dict:
         "removed_samples": int(pc.sum(pc.cast(pc.fill_null(t.column("remove_sample"), False), pa.int64())).as_py() or 0),
         "zero_variance_groups": sd.zero_variance_groups,
         "zero_variance_share": r6(sd.zero_variance_groups / prompt_groups) if prompt_groups else None,
+        "not_token_exact": sd.not_token_exact,
         **step_lineage(t),
     }
 
@@ -187,6 +190,7 @@ def summary(totals: Totals, table: pa.Table, *, kind: str, split: str, files: in
         "removed_samples": sum(p["removed_samples"] for p in per_step),
         "rewards_not_recorded": sum(p["rewards_not_recorded"] for p in per_step),
         "multi_version_samples": sum(p["multi_version_samples"] for p in per_step),
+        "not_token_exact": sum(p["not_token_exact"] for p in per_step),
         "rewards": {
             "raw_reward": _stats(table.column("raw_reward").to_numpy(zero_copy_only=False).astype(np.float64)),
             "reward": _stats(table.column("reward").to_numpy(zero_copy_only=False).astype(np.float64)),

@@ -29,6 +29,7 @@ ANOMALY_KINDS = (
     "sibling_reward_mismatch",
     "multi_version_sample",
     "stale_rollout",
+    "template_drift",
 )
 LEVELS = ("error", "warning", "info")  # most severe first
 _LOC_RE = re.compile(r"^(?P<file>.*):(?P<kind>line|row|sample) (?P<n>-?\d+)$")

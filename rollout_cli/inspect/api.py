@@ -50,11 +50,18 @@ def inspect_paths(
         weights.append({"split": sd.split, "step": sd.step, **_rounded(from_rows(sd.rows))})
         if each_step is not None:
             each_step(sd)
+    template = None
+    if opts.check_template:
+        from .template_check import check_template
+
+        template = check_template(src, opts, anomalies)
     table = totals.table()
     s = summary(totals, table, kind=src.kind, split=opts.split, files=_files(src, totals, opts.split),
                 anomaly_counts=anomalies.count_dict(), anomaly_levels=anomalies.level_dict(), options=_options(src, opts, notes), group_by=group_by, notes=notes)
     if src.kind == "converted":
         s["pending"] = pending
+    if template is not None:
+        s["template"] = template
     rows: list[dict] = []
     if group_by:
         rows, s["groups_total"] = groups(table, group_by, sort, limit)

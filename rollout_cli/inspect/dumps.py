@@ -40,7 +40,8 @@ _SMALL_PRE = ["_pos", "sample_index", "group_index", "response_length", "total_l
 
 def read_chunks(inp: InputFile, opts: InspectOptions, payload: dict):
     """The same reader dispatch as convert, in smaller chunks."""
-    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS)
+    reading = read_input(inp, trust_pickle=opts.trust_pickle, chunk_records=CHUNK_RECORDS, tokenizer=opts.tokenizer,
+                         max_line_bytes=opts.max_line_bytes, max_storage_bytes=opts.max_storage_bytes)
     yield from reading
     payload.update(step=reading.info.step, train_dump=reading.info.train_dump, lines=reading.info.lines)
 
@@ -171,7 +172,7 @@ def _kept_step(inp: InputFile, st: AssembledStep, opts: InspectOptions, anomalie
     )
     records = DumpRecords(inp, sf.ids, sf.assigned, sf.rejected, sf.reasons, where)
     sd = StepData(split, step, inp.display, st.records, int(sf.rejected.sum()), rows, groups_known=sf.groups_known,
-                  records=records)
+                  records=records, not_token_exact=rows.num_rows if format_of(inp.format).text_dump else 0)
     sd.zero_variance_groups = row_anomalies(sd, lambda i: loc_dict(where(int(pos[i]))), anomalies, opts.n_samples_per_prompt)
     lineage_anomalies(sd, lambda i: loc_dict(where(int(pos[i]))), anomalies)
     return sd

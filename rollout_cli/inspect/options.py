@@ -17,6 +17,9 @@ class InspectOptions(RuleOptions):
 
     split: str = "train"
     max_anomalies: int | None = DEFAULT_MAX_ANOMALIES  # per kind; None = all
+    # --check-template: compare stored tokens with the chat template re-rendered (inspect/template_check.py)
+    check_template: bool = False
+    chat_template: str | None = None  # --chat-template FILE; None: the tokenizer folder's own
 
     def check(self) -> None:
         super().check()
@@ -24,6 +27,10 @@ class InspectOptions(RuleOptions):
             raise UsageError(f"--split: expected one of {', '.join(SPLITS)}")
         if self.max_anomalies is not None and self.max_anomalies < 0:
             raise UsageError("--max-anomalies: expected 0 or more")
+        if self.check_template and not self.tokenizer:
+            raise UsageError("--check-template needs --tokenizer PATH (the run's tokenizer)")
+        if self.chat_template is not None and not self.check_template:
+            raise UsageError("--chat-template applies to --check-template")
 
     def id_reward_options(self) -> dict:
         """The id and reward settings, as `summary.options` shows them for dumps."""

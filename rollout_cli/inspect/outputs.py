@@ -4,6 +4,7 @@ manifest's anomalies listed as the anomalies of dumps are."""
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -15,6 +16,7 @@ import pyarrow.compute as pc
 from ..core import layout, storage
 from ..core.errors import IntegrityError, InvalidInputError, UsageError
 from ..inputs.units import in_steps
+from ..output.files import check_arrow, open_regular, random_access
 from ..output.model import Output, open_output
 from ..pipeline.rewards import group_keys
 from ..pipeline.step import SIBLING_RULE
@@ -27,8 +29,8 @@ from .rows import ROW_SCHEMA, StepData, dense
 # outputs of schema version 2)
 OUT_COLUMNS = ["rollout_id", "sample_index", "group_index", "response_length", "total_length", "loss_mask",
                "remove_sample", "reward", "raw_reward", "truncated", "status", "source_name", "rollout_mask_sum",
-               "weight_versions"]
-_MAY_LACK = ("source_name", "remove_sample", "weight_versions")
+               "weight_versions", "token_exact"]
+_MAY_LACK = ("source_name", "remove_sample", "weight_versions", "token_exact")
 _BATCH_ROWS = 8192
 
 
@@ -64,6 +66,7 @@ class _Shards:
     shard_of: list[np.ndarray] = field(default_factory=list)
     row_in: list[np.ndarray] = field(default_factory=list)
     length_bad: list[tuple[str, int, int, int]] = field(default_factory=list)  # (shard, row, response_length, mask length)
+    not_token_exact: int = 0  # rows whose token_exact is false (schema version 5 on)
 
     def where_row(self):
         sh = np.concatenate(self.shard_of) if self.shard_of else np.zeros(0, np.int64)
@@ -95,22 +98,25 @@ def _small_columns(b: pa.RecordBatch, names: set) -> pa.Table:
     })
 
 
-def _read_shard(path: str, k: int, got: _Shards) -> None:
+def _read_shard(o: Output, path: str, k: int, got: _Shards) -> None:
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(storage.open_read(path, seekable=True)) if storage.is_uri(path) else pq.ParquetFile(path, memory_map=True)
+        pf = pq.ParquetFile(random_access(path, o.local_root))  # a regular file inside OUT only
         names = set(pf.schema_arrow.names)
         missing = [c for c in OUT_COLUMNS if c not in names and c not in _MAY_LACK]
         if missing:
             raise InvalidInputError(f"{path}: not a rollout-cli shard: no column {missing[0]}")
         r0 = 0
         for b in pf.iter_batches(batch_size=_BATCH_ROWS, columns=[c for c in OUT_COLUMNS if c in names]):
+            check_arrow(path, b, o.schema, subset=True)
             _, mlen = mask_sums(b.column("loss_mask"))
             rl = b.column("response_length").to_numpy(zero_copy_only=False).astype(np.int64)
             for i in np.flatnonzero(mlen != rl).tolist():
                 got.length_bad.append((path, r0 + i, int(rl[i]), int(mlen[i])))
             nb = b.num_rows
+            if "token_exact" in names:
+                got.not_token_exact += nb - int(pc.sum(pc.cast(b.column("token_exact"), pa.int64())).as_py() or 0)
             got.parts.append(_small_columns(b, names))
             got.shard_of.append(np.full(nb, k, dtype=np.int64))
             got.row_in.append(np.arange(r0, r0 + nb, dtype=np.int64))
@@ -155,11 +161,12 @@ def output_steps(o: Output, opts: InspectOptions, anomalies: Anomalies, seen: se
         for k, sh in enumerate(s.shards):
             path = o.full_path(sh.path)
             got.names.append(path)
-            _read_shard(path, k, got)
+            _read_shard(o, path, k, got)
         keys, groups_known = _prompt_keys([g for p in got.parts for g in p.column("group_index").to_pylist()], mopts)
         rows = _step_rows(got, step, keys)
         rejected = s.rejected
-        sd = StepData(split, step, out, rows.num_rows + rejected, rejected, rows, groups_known=groups_known)
+        sd = StepData(split, step, out, rows.num_rows + rejected, rejected, rows, groups_known=groups_known,
+                      not_token_exact=got.not_token_exact)
         for path, r, rl, ml in got.length_bad:
             anomalies.add("loss_mask_length", "error", split, step,
                           f"loss_mask: expected length {rl} (response_length), got {ml}", [{"file": path, "row": r}], field="loss_mask",
@@ -191,7 +198,7 @@ def _reject_anomalies(o: Output, split: str, step: int, anomalies: Anomalies) ->
         return
     path = o.full_path(info.get("path", layout.REJECTS))
     try:
-        f = io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else open(path, "rb")
+        f = io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else os.fdopen(open_regular(path, o.local_root), "rb")
     except OSError as e:
         raise InvalidInputError(f"{path}: cannot open: {e.strerror or e}") from None
     with f:

@@ -60,6 +60,7 @@ class StepData:
     zero_variance_groups: int = 0
     groups_known: bool = True  # False where group_index is missing and no --n-samples-per-prompt chunks it
     records: DumpRecords | None = None  # dumps only
+    not_token_exact: int = 0  # rows whose tokens a text dump's tokenizing gave (--tokenizer), not the ids sampled
 
 
 def dense(keys: list) -> np.ndarray:

@@ -9,6 +9,7 @@ import pyarrow as pa
 from ..core import storage
 from ..core.errors import InvalidInputError, UsageError
 from ..inputs.registry import format_of
+from ..output.files import check_arrow, random_access
 from .aggregate import r6
 from .anomalies import Anomalies, loc_dict
 from .dumps import dump_step, read_chunks, validate_chunk
@@ -60,6 +61,8 @@ def _sample_view(r: dict, where: dict, text: bool) -> dict:
     }
     if text:
         d["prompt"], d["response"], d["label"] = r.get("prompt"), r.get("response"), r.get("label")
+    if r.get("decoded") is not None:
+        d["decoded"] = r["decoded"]
     return d
 
 
@@ -128,8 +131,20 @@ def _add_text(sd: StepData, opts: InspectOptions, by_pos: dict[int, dict]) -> No
             for k, p in enumerate(b.column("_pos").to_pylist()):
                 if p in by_pos:
                     r = by_pos[p]
-                    r["mask_runs"] = mask_runs(masks[k].values.to_numpy(zero_copy_only=False))
+                    mask = masks[k].values.to_numpy(zero_copy_only=False)
+                    r["mask_runs"] = mask_runs(mask)
                     r["prompt"], r["response"], r["label"] = (b.column(c)[k].as_py() for c in _TEXT)
+                    if opts.tokenizer:
+                        r["decoded"] = _decoded(opts, b.column("tokens")[k].values.to_numpy(zero_copy_only=False),
+                                                r["response_length"], mask)
+
+
+def _decoded(opts: InspectOptions, tokens, response_length: int, mask) -> dict:
+    """The sample's tokens as text through --tokenizer (text/pieces.py)."""
+    from ..text.pieces import decoded
+    from ..text.tokenizer import load
+
+    return decoded(load(opts.tokenizer), tokens, response_length, mask)
 
 
 def _show_dump(sd: StepData, opts: InspectOptions, want_id: int) -> dict:
@@ -193,16 +208,20 @@ def _output_views(out: str, s: dict, opts: InspectOptions, want_ids: list[int]) 
     for sh in s.get("shards", []):
         path = storage.join(out, sh["path"])
         try:
-            pf = pq.ParquetFile(storage.open_read(path, seekable=True)) if storage.is_uri(path) else pq.ParquetFile(path, memory_map=True)
+            pf = pq.ParquetFile(random_access(path, None if storage.is_uri(out) else out))  # a regular file inside OUT only
             names = pf.schema_arrow.names
             text = all(c in names for c in _TEXT)
-            cols = [c for c in OUT_COLUMNS + list(_TEXT) if c in names]
+            cols = [c for c in OUT_COLUMNS + list(_TEXT) + (["tokens"] if opts.tokenizer else []) if c in names]
             r0 = 0
             for b in pf.iter_batches(batch_size=8192, columns=cols):
+                check_arrow(path, b, None)
                 rids = b.column("rollout_id").to_numpy()
                 for k in np.flatnonzero(np.isin(rids, wanted)).tolist():
-                    r = {c: b.column(c)[k].as_py() for c in cols if c != "loss_mask"}
+                    r = {c: b.column(c)[k].as_py() for c in cols if c not in ("loss_mask", "tokens")}
                     mask = b.column("loss_mask")[k].values.to_numpy(zero_copy_only=False)
+                    if opts.tokenizer:
+                        r["decoded"] = _decoded(opts, b.column("tokens")[k].values.to_numpy(zero_copy_only=False),
+                                                r["response_length"], mask)
                     r["mask_sum"] = int(mask.astype(np.int64).sum())
                     r["mask_runs"] = mask_runs(mask)
                     r.setdefault("source_name", "unknown")

@@ -45,7 +45,7 @@ from ..core.errors import IntegrityError, UsageError
 from ..pipeline.fields import STEP_FIELDS
 from . import gather, loss, partition, stepcache, views
 from .batch_fields import ARRAY_FIELDS, batch_dataclass
-from .files import check_digest, check_rows, check_size, ranges, read_parquet
+from .files import check_arrow, check_digest, check_rows, check_size, ranges, read_parquet
 
 __all__ = ["Batch", "BatchIterator", "read_shard", "identity", "BACKENDS", "STATE_FORMAT", "ARRAY_FIELDS"]
 
@@ -151,15 +151,16 @@ def read_shard(output, step: int, shard: int, split: str = "train", source: str 
     """One shard of `output` (output/model.py's Output) as (its rows as one record batch, the
     private mapping its buffers lie in or None, the path read): the Arrow IPC copy mapped
     where the manifest lists one (output/views.Region), else the Parquet file decoded. Its
-    size and row count are checked against the manifest, its digest with verify=True; a
-    shard gone or changed with its output says so (Output.check_current)."""
+    size and row count are checked against the manifest, its digest with verify=True, its file
+    kind, schema and Arrow structure always (output/files.py); a shard gone or changed with its
+    output says so (Output.check_current)."""
     sh = output.shard(step, shard, split)
     kind, path, entry = output.source(sh, source)
     region = None
     try:
         if kind == "arrow":
             try:
-                region = views.Region(path)
+                region = views.Region(path, output.local_root)
             except (OSError, ValueError) as e:
                 raise IntegrityError(f"{path}: cannot map: {e}") from None
             check_size(path, entry, region.size)
@@ -167,11 +168,14 @@ def read_shard(output, step: int, shard: int, split: str = "train", source: str 
                 check_digest(path, entry, region.mm)
             try:
                 reader = pa.ipc.open_file(pa.BufferReader(region.buffer))
-                batch = views.one_batch([reader.get_batch(j) for j in range(reader.num_record_batches)], reader.schema)
-            except (pa.ArrowInvalid, OSError) as e:
+                batches = [reader.get_batch(j) for j in range(reader.num_record_batches)]
+            except (pa.ArrowException, OSError) as e:
                 raise IntegrityError(f"{path}: not a readable Arrow IPC file: {e}") from None
+            for b in batches:  # before any concatenation reads through their offsets
+                check_arrow(path, b, output.schema)
+            batch = views.one_batch(batches, reader.schema)
         else:
-            table = read_parquet(path, entry, verify).combine_chunks()
+            table = read_parquet(path, entry, verify, root=output.local_root, schema=output.schema).combine_chunks()
             batch = views.one_batch(table.to_batches(), table.schema)
     except IntegrityError:
         output.check_current(path)  # a file gone or changed with its output: say that

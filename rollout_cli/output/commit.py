@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import uuid
 from contextlib import contextmanager
 
@@ -43,19 +44,53 @@ def write_json_atomic(path: str, obj) -> None:
 
 
 def state(out: str) -> str:
-    """'absent', 'empty', 'complete' (has a manifest), 'interrupted' (ours, no manifest) or 'foreign'."""
+    """'absent', 'empty', 'complete' (a manifest of ours), 'interrupted' (no manifest, an
+    interrupted run's staging area) or 'foreign' (anything else: `foreign_reason` says why)."""
+    return _state(out)[0]
+
+
+def foreign_reason(out: str) -> str | None:
+    """Why OUT is no rollout-cli output (None when it is one, or absent or empty)."""
+    return _state(out)[1]
+
+
+def refuse_foreign(out: str) -> None:
+    """OutputExistsError (exit 5) for an OUT that is not a rollout-cli output: nothing in it is
+    ever replaced, with --overwrite or without (core/layout.py)."""
+    why = foreign_reason(out)
+    if why is not None:
+        raise OutputExistsError(f"{out}: not a rollout-cli output ({why}); nothing in it is replaced: choose another OUT")
+
+
+def _state(out: str) -> tuple[str, str | None]:
     if storage.is_uri(out):
         return _remote_state(out)
-    if not os.path.exists(out):
-        return "absent"
+    if not os.path.lexists(out):
+        return "absent", None
     if not os.path.isdir(out):
-        return "foreign"
+        return "foreign", "it exists and is not a folder"
     names = set(os.listdir(out)) - {LOCK}  # a lock file (of a live run, or left by a killed one) is ours
+    if not names:
+        return "empty", None
     if MANIFEST in names:
-        return "complete"
-    if names & (set(ENTRIES) | {STAGING}):
-        return "interrupted"
-    return "empty" if not names else "foreign"
+        from . import manifest as manifest_mod
+
+        why = manifest_mod.ownership(out)
+        return ("complete", None) if why is None else ("foreign", why)
+    if _staged_run(out):
+        return "interrupted", None
+    listed = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+    return "foreign", f"it holds {listed} but no rollout-cli manifest or interrupted run"
+
+
+def _staged_run(out: str) -> bool:
+    """OUT holds a run's staging area: `.staging/`, a folder (not a link), the tool's own name,
+    made before anything else a run writes (an interrupted run's, or a live one's in its first
+    moments: this is asked before the lock is taken)."""
+    try:
+        return stat.S_ISDIR(os.lstat(os.path.join(out, STAGING)).st_mode)
+    except OSError:
+        return False
 
 
 class Staging:
@@ -250,15 +285,14 @@ def _refuse_older_schema(out: str, prev: dict) -> None:
 
 
 def lock_output(out: str, wait: float | None = None, command: str = "convert"):
-    """Refuse a local OUT that is not a rollout-cli output (exit 5, before anything is written
-    into it), create it when absent, and take its writer lock (exit 8 while another process
-    holds it, or wait up to `wait` seconds). Returns (the held lock, whether OUT was created)."""
+    """Refuse an OUT that is not a rollout-cli output (exit 5, before anything, a lock or a
+    lease, is written into it), create a local one when absent, and take its writer lock (exit
+    8 while another process holds it, or wait up to `wait` seconds). Returns (the held lock,
+    whether OUT was created)."""
     created = False
+    refuse_foreign(out)
     if not storage.is_uri(out):
-        st = state(out)
-        if st == "foreign":
-            raise OutputExistsError(f"{out}: exists and is not a rollout-cli output (not empty); choose another OUT")
-        created = st == "absent"
+        created = state(out) == "absent"
         os.makedirs(out, exist_ok=True)
     try:
         return writer_lock.acquire(out, wait=wait, command=command), created
@@ -408,28 +442,36 @@ def remove_unlisted(out: str, manifest: dict) -> None:
     storage.delete(storage.join(out, STAGING))
 
 
-def _remote_state(out: str) -> str:
+def _remote_state(out: str) -> tuple[str, str | None]:
+    """_state on an object store: an interrupted run is one whose pointer (`.staging/run.json`,
+    written before any of its files) is there."""
     if storage.exists(storage.join(out, MANIFEST)):
-        return "complete"
-    if any(storage.exists(storage.join(out, n)) for n in (*ENTRIES, STAGING, layout.GENERATIONS)):
-        return "interrupted"
-    return "empty"
+        from . import manifest as manifest_mod
+
+        why = manifest_mod.ownership(out)
+        return ("complete", None) if why is None else ("foreign", why)
+    if storage.exists(storage.join(out, f"{STAGING}/{RUN}")):
+        return "interrupted", None
+    found = [n for n in (*ENTRIES, STAGING, layout.GENERATIONS) if storage.exists(storage.join(out, n))]
+    if found:
+        return "foreign", f"it holds {', '.join(found)} but no rollout-cli manifest or interrupted run"
+    return "empty", None
 
 
 def prepare(out: str, *, overwrite: bool = False, resume: bool = False, options: dict | None = None) -> Staging:
     """Check OUT may be written and open a staging area (the caller holds OUT's writer lock):
     every refusal comes before anything is written."""
     if storage.is_uri(out):
-        st = _remote_state(out)
+        refuse_foreign(out)
+        st = state(out)
         if st != "empty" and not (overwrite or resume):
             what = "holds a converted dataset (manifest.json)" if st == "complete" else "holds an interrupted run"
             raise OutputExistsError(f"{out}: {what}; pass --overwrite to replace it or --resume to continue it")
         if resume:
             check_resume(out, options or {})
         return RemoteStaging.start(out, options or {}, keep=resume)  # type: ignore[return-value]
+    refuse_foreign(out)
     st = state(out)
-    if st == "foreign":
-        raise OutputExistsError(f"{out}: exists and is not a rollout-cli output (not empty); choose another OUT")
     if st in ("complete", "interrupted") and not (overwrite or resume):
         what = "holds a converted dataset (manifest.json)" if st == "complete" else "holds an interrupted run"
         raise OutputExistsError(f"{out}: {what}; pass --overwrite to replace it or --resume to continue it")

@@ -6,13 +6,18 @@ returns: `convert` (fresh, `--overwrite`, `--resume`) on OUT, `export` on DEST. 
 with exit 8 (OutputBusyError), the message naming the holder (pid, host) and how long it has
 held the lock; with `wait` it polls until the lock is free or the wait is over.
 
-* **Local**: an advisory `flock` on a lock file (`OUT/.lock`, core/layout.py; for `export`, a
-  sibling `.DEST.lock`, since DEST itself is swapped by a rename). The kernel releases it when
-  the process dies, however it dies, so a crash never leaves a stale lock; the file left
-  behind by a killed holder holds no lock and is taken over. The holder writes its pid, host
-  and start time into the file. The holder deletes the file on release; a process that locked
-  a file which was deleted or replaced meanwhile (fstat against stat) drops it and tries again,
-  so two processes never hold locks on two different files of one path.
+* **Local**: an advisory `flock` on OUT's own folder, which no one can unlink or replace
+  under a running writer: deleting `OUT/.lock` lets no second writer in. The kernel releases it
+  when the process dies, however it dies, so a crash never leaves a stale lock. The holder
+  writes its pid, host and start time into the lock file (`OUT/.lock`, core/layout.py), opened
+  with O_NOFOLLOW and only when it is a regular file: a symbolic link there (or a FIFO,
+  a folder) is exit 8 naming it, and nothing is written through it. Before its commit the
+  holder checks that the lock file is still the one it wrote (exit 8 saying it was deleted or
+  replaced, nothing committed). The holder deletes the file on release; a file left by a
+  killed holder is taken over. `export`'s DEST is swapped by a rename, so its lock is an flock
+  on a sibling file, `.DEST.lock`, opened the same way; a process that locked a file which was
+  deleted or replaced meanwhile (fstat against lstat) drops it and tries again, and the holder
+  checks it before its commit as above.
 * **Object stores** offer no lock and no conditional write: the lock is a lease object
   (`OUT/.lock`) holding a random token and an expiry. A writer that finds none (or an expired
   one) PUTs its own, waits `ROLLOUT_CLI_LEASE_CONFIRM_SECONDS`, reads it back and holds the lease
@@ -26,6 +31,7 @@ import errno
 import json
 import os
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -98,27 +104,86 @@ def busy_error(target: str, holder: dict | None, waited: float | None) -> Output
     return OutputBusyError(f"{what}; let it finish, or pass --wait SECS to wait for it")
 
 
-class LocalLock:
-    """An flock on a local lock file, held until release() (or the process's death)."""
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
-    def __init__(self, path: str, command: str):
-        self.path, self.command = path, command
-        self.fd = -1
+
+class LocalLock:
+    """An flock held until release() (or the process's death): on the output's folder itself
+    (`folder`, OUT) where there is one, so deleting or replacing the lock file lets no second
+    writer in; else (export's DEST, swapped by a rename) on the lock file. The lock file, which
+    records the holder, is opened with O_NOFOLLOW and only when it is a regular file: a symbolic
+    link or anything else there is exit 8 naming it, nothing written through it."""
+
+    def __init__(self, path: str, command: str, folder: str | None = None):
+        self.path, self.command, self.folder = path, command, folder
+        self.fd = -1  # the lock file (the holder's record)
+        self.dir_fd = -1  # the folder locked, when there is one
         self.note: str | None = None
+
+    def _open_record(self) -> int:
+        """The lock file, opened without following a link and without blocking; OutputBusyError
+        naming it when it is a symbolic link or not a regular file."""
+        for attempt in range(3):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC, 0o666)
+                break
+            except FileNotFoundError:  # its folder went with a failed holder (a new OUT it created)
+                if attempt == 2:
+                    raise
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            except OSError as e:
+                if os.path.islink(self.path):
+                    raise foreign_lock(self.path, "a symbolic link") from None
+                if e.errno in (errno.ENXIO, errno.EISDIR):  # a socket, a folder
+                    raise foreign_lock(self.path, "not a regular file") from None
+                raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise foreign_lock(self.path, "not a regular file")
+        return fd
 
     def try_acquire(self) -> dict | None:
         """None once held; else what the holder recorded (possibly {})."""
-        for attempt in range(1000):
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-            except FileNotFoundError:  # its folder went with a failed holder (a new OUT it created)
-                if attempt > 2:
-                    raise
-                os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                continue
-            try:
-                import fcntl
+        import fcntl
 
+        if self.folder is not None:
+            dir_fd = os.open(self.folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+            try:
+                fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(dir_fd)
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    return read_holder(self.path)
+                if e.errno in _NO_LOCKS:
+                    self.note = f"{self.path}: the file system has no file locks ({e.strerror}); written without the writer lock"
+                    return None
+                raise
+            try:
+                fd = self._open_record()
+            except BaseException:
+                os.close(dir_fd)
+                raise
+            try:  # the file too, as releases that locked only the file do: they are kept out as well
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    holder = _read_holder(fd)
+                    os.close(fd)
+                    os.close(dir_fd)
+                    return holder
+                if e.errno not in _NO_LOCKS:
+                    os.close(fd)
+                    os.close(dir_fd)
+                    raise
+            self.dir_fd = dir_fd
+            self._record(fd)
+            return None
+        for _ in range(1000):
+            fd = self._open_record()
+            try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
                 if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
@@ -131,31 +196,67 @@ class LocalLock:
                     return None
                 raise
             try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+                same = os.path.samestat(os.fstat(fd), os.lstat(self.path))
             except FileNotFoundError:
                 same = False
             if not same:  # its holder deleted it on release before we locked it: try the new one
                 os.close(fd)
                 continue
-            data = json.dumps(_holder(self.command)).encode()
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, data, 0)
-            self.fd = fd
+            self._record(fd)
             return None
         raise OSError(errno.EAGAIN, "the lock file kept being replaced", self.path)
 
-    def check(self) -> None:
-        """An flock cannot be lost while its process lives."""
+    def _record(self, fd: int) -> None:
+        data = json.dumps(_holder(self.command)).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+        self.fd = fd
 
-    def release(self) -> None:
+    def check(self) -> None:
+        """Before a commit: the lock file is still the one this process wrote (an flock cannot
+        be lost while its process lives, but a lock file deleted or replaced meanwhile means
+        someone else is at work in the output); OutputBusyError saying what happened."""
         if self.fd < 0:
             return
         try:
-            os.unlink(self.path)  # while still held: a waiter that locked it then sees it is gone
-        except OSError:
-            pass
-        os.close(self.fd)
-        self.fd = -1
+            same = os.path.samestat(os.fstat(self.fd), os.lstat(self.path))
+        except FileNotFoundError:
+            raise OutputBusyError(f"{self.path}: the lock file was deleted while this run held it; nothing committed "
+                                  "(another process has been at work in the output: run again)") from None
+        if not same:
+            raise OutputBusyError(f"{self.path}: the lock file was replaced by another file while this run held it; "
+                                  "nothing committed (another process has been at work in the output: run again)")
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            try:  # while still held: a waiter that locked it then sees it is gone
+                if os.path.samestat(os.fstat(self.fd), os.lstat(self.path)):
+                    os.unlink(self.path)
+            except OSError:
+                pass
+            os.close(self.fd)
+            self.fd = -1
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
+            self.dir_fd = -1
+
+
+def foreign_lock(path: str, what: str) -> OutputBusyError:
+    """The lock file's path holds something this tool did not write (exit 8, nothing written)."""
+    return OutputBusyError(f"{path}: {what}, not a lock file this tool writes; nothing was written through it "
+                           "(remove it if no rollout-cli process is running)")
+
+
+def read_holder(path: str) -> dict:
+    """The holder's record at `path`, read without following a link or blocking ({} when none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        return _read_holder(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else {}
+    finally:
+        os.close(fd)
 
 
 def _read_holder(fd: int) -> dict:
@@ -165,7 +266,8 @@ def _read_holder(fd: int) -> dict:
         try:
             data = os.pread(fd, 4096, 0)
             if data:
-                return json.loads(data)
+                rec = json.loads(data)
+                return rec if isinstance(rec, dict) else {}
         except (OSError, ValueError):
             pass
         time.sleep(0.02)
@@ -258,8 +360,9 @@ def acquire(out: str, *, wait: float | None = None, command: str = "convert", pa
     """Take the writer lock of `out` (its lock file or lease at `path`, default OUT/.lock; a
     local OUT must exist). Refuses with OutputBusyError while another process holds it, or
     waits up to `wait` seconds for it. Returns the held lock: call release() when done."""
+    own = path is None
     path = path or lock_path(out)
-    lock = RemoteLease(path, command) if storage.is_uri(path) else LocalLock(path, command)
+    lock = RemoteLease(path, command) if storage.is_uri(path) else LocalLock(path, command, out if own else None)
     t0 = time.monotonic()
     while True:
         holder = lock.try_acquire()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 
 from ..core import hashing, storage
 from ..core.hashing import DIGEST_KEYS, digest_of
@@ -54,7 +55,7 @@ def same_content(a: dict | None, b: dict | None) -> bool:
 
 def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict, rejects: dict | None,
           anomalies: list[dict], volatile: dict, generation: str | None = None,
-          pending: list[dict] | None = None) -> dict:
+          pending: list[dict] | None = None, tokenizer: dict | None = None) -> dict:
     """The manifest. `generation` (object stores only) names the folder OUT/gen/<id>/ this
     run wrote its files in; local manifests have no such key."""
     return {
@@ -68,9 +69,17 @@ def build(*, options: dict, inputs: list[dict], steps: list[dict], counts: dict,
         "rejects": rejects,
         "anomalies": anomalies,
         **({"pending": pending} if pending else {}),
+        **({"tokenizer": tokenizer} if tokenizer else {}),
         "volatile": volatile,
         **({"generation": generation} if generation else {}),
     }
+
+
+def _regular(path: str) -> None:
+    """A local manifest is read only when it is a regular file (a FIFO would block the read)."""
+    st = os.stat(path)  # FileNotFoundError: missing
+    if not stat.S_ISREG(st.st_mode):
+        raise ManifestError(path, "manifest", "not a regular file (a FIFO, device, socket or folder): not read", parsed=False)
 
 
 class ManifestError(IntegrityError):
@@ -82,21 +91,53 @@ class ManifestError(IntegrityError):
         self.path, self.invariant, self.detail, self.parsed = path, invariant, detail, parsed
 
 
-def read(out: str) -> dict:
-    """Load OUT/manifest.json, checking it is one of ours with a schema version this tool reads
-    (READ_SCHEMA_VERSIONS: an older output lacks the columns core.schema.COLUMNS_SINCE names;
-    the one manifest reader: convert's --resume, the loader, inspect and verify all use it)."""
-    path = layout.manifest_path(out)
+def _load(path: str) -> dict:
+    """The manifest file at `path` parsed (a local one opened only when it is a regular file);
+    ManifestError when it is missing, not a regular file or not JSON."""
     try:
-        m = json.loads(storage.read_bytes(path))
+        if not storage.is_uri(path):
+            _regular(path)
+        return json.loads(storage.read_bytes(path))
     except FileNotFoundError:
         raise ManifestError(path, "manifest", "missing: not a complete rollout-cli output (an interrupted run, or not converted)",
                            parsed=False) from None
     except (OSError, ValueError) as e:
         raise ManifestError(path, "manifest", f"unreadable: {e}", parsed=False) from None
+
+
+def _not_ours(m) -> str | None:
+    """Why a parsed manifest is not one this tool wrote (None when it is)."""
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         got = m.get("format") if isinstance(m, dict) else None
-        raise ManifestError(path, "manifest", f"not a rollout-cli manifest (format {got!r}, expected {FORMAT!r})")
+        return f"not a rollout-cli manifest (format {got!r}, expected {FORMAT!r})"
+    return None
+
+
+def ownership(out: str) -> str | None:
+    """None when OUT's manifest is one this tool wrote (its format id, an integer schema
+    version, a list of steps: any version's, readable or not); else why it is not, in words."""
+    try:
+        m = _load(layout.manifest_path(out))
+    except ManifestError as e:
+        return f"its manifest.json: {e.detail.split(':')[0]}"
+    why = _not_ours(m)
+    if why is not None:
+        return f"its manifest.json is {why}"
+    v = m.get("schema_version")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1 or not isinstance(m.get("steps"), list):
+        return "its manifest.json names the rollout-cli format but has no schema version or list of steps"
+    return None
+
+
+def read(out: str) -> dict:
+    """Load OUT/manifest.json, checking it is one of ours with a schema version this tool reads
+    (READ_SCHEMA_VERSIONS: an older output lacks the columns core.schema.COLUMNS_SINCE names;
+    the one manifest reader: convert's --resume, the loader, inspect and verify all use it)."""
+    path = layout.manifest_path(out)
+    m = _load(path)
+    why = _not_ours(m)
+    if why is not None:
+        raise ManifestError(path, "manifest", why)
     v = m.get("schema_version")
     if not isinstance(v, int) or isinstance(v, bool) or v not in READ_SCHEMA_VERSIONS:
         reads = ", ".join(map(str, READ_SCHEMA_VERSIONS))

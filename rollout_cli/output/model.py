@@ -11,7 +11,10 @@ shard back as a pyarrow Table.
 lists one, so the Table's buffers are views of the mapped file (nothing decoded, nothing
 copied); else it reads the Parquet file. On an object store (nothing to map) the file is read
 into memory in one request. The file's size is checked against the manifest always, its digest
-with `verify=True` (IntegrityError naming the file).
+with `verify=True`; on every call, verify or not, the file must be a regular file inside OUT
+(opened only once that is known, so a FIFO never blocks) and the Table its manifest's schema
+with buffers that hold together (output/files.check_arrow), IntegrityError naming the file
+otherwise.
 
 The checks a reader needs are made here, once: each step's split, number and shards, each
 shard's paths inside OUT (core/layout.py), no step listed twice, one shard count per split, a
@@ -36,7 +39,8 @@ from ..core import hashing, layout, storage
 from ..core.errors import IntegrityError, UsageError
 from ..pipeline.fields import STEP_FIELDS
 from . import manifest as manifest_mod
-from .files import check_digest, check_rows, check_size, ipc_table, ranges, read_bytes, read_ipc, read_parquet  # noqa: F401 (the model's names)
+from .files import (check_digest, check_rows, check_size, expected_schema, ipc_table, ranges, read_bytes,  # noqa: F401
+                    read_ipc, read_parquet)
 from .manifest import ManifestError
 
 __all__ = ["open_output", "Output", "Step", "Shard", "FileEntry", "Pending", "SOURCES"]
@@ -150,6 +154,16 @@ class Output:
         return layout.manifest_path(self.root)
 
     @property
+    def schema(self) -> pa.Schema:
+        """The schema every shard of this output carries (its keep_text, its schema version)."""
+        return expected_schema(bool(self.options.get("keep_text", False)), self.schema_version)
+
+    @property
+    def local_root(self) -> str | None:
+        """OUT where its files are local (symbolic links must not lead out of it); None on an object store."""
+        return None if storage.is_uri(self.root) else self.root
+
+    @property
     def splits(self) -> tuple[str, ...]:
         """The splits that have steps, in layout order (train, eval)."""
         return tuple(s for s in layout.SPLITS if any(st.split == s for st in self.steps))
@@ -228,15 +242,15 @@ class Output:
               source: str = "auto", verify: bool = False) -> pa.Table:
         """Shard `shard` of `step` as a pyarrow Table (the `columns` given, else all): views of
         the memory-mapped Arrow IPC copy where present, else the Parquet file read. Its size
-        and row count are checked against the manifest, its digest too with verify=True."""
+        and row count are checked against the manifest, its digest too with verify=True; its
+        file kind, schema and Arrow structure always (output/files.py)."""
         sh = self.shard(step, shard, split)
         kind, path, entry = self.source(sh, source)
         try:
             if kind == "arrow":
-                t = read_ipc(path, entry, verify)
-                t = t.select(columns) if columns is not None else t
+                t = read_ipc(path, entry, verify, root=self.local_root, schema=self.schema, columns=columns)
             else:
-                t = read_parquet(path, entry, verify, columns)
+                t = read_parquet(path, entry, verify, columns, root=self.local_root, schema=self.schema)
         except IntegrityError:
             self.check_current(path)  # a file gone or changed with its output: say that
             raise

@@ -25,6 +25,7 @@ from ..core.arrays import numpy_dtype
 from ..core.errors import IntegrityError
 from ..core.schema import COLUMNS_SINCE, SCHEDULE_COLUMNS, train_schema
 from ..pipeline.fields import STEP_FIELDS
+from .files import map_regular
 
 __all__ = ["Region", "Reader", "Ragged", "check_schema", "unpack", "one_batch", "READ_COLUMNS"]
 
@@ -77,17 +78,17 @@ class Ragged:
 
 
 class Region:
-    """A private (copy-on-write) mapping of a whole file; views into it keep it alive."""
+    """A private (copy-on-write) mapping of a whole file; views into it keep it alive. A local
+    file is mapped only when it is a regular file inside `root` (output/files.check_regular)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, root: str | None = None):
         if storage.is_uri(path):  # an object store has nothing to map: the file is read into memory once
             with storage.open_read(path, seekable=True) as f:
                 self.mm = bytearray(f.size())
                 if f.readinto(self.mm) != len(self.mm):
                     raise OSError(f"{path}: short read")
         else:
-            with open(path, "rb") as f:
-                self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+            self.mm = map_regular(path, root, access=mmap.ACCESS_COPY)
         self.buffer = pa.py_buffer(self.mm)
         self.address = self.buffer.address
         self.size = self.buffer.size

@@ -27,6 +27,7 @@ from ..core.layout import SPLITS
 FORMAT_VERSION = 1
 DEFAULT_DETAILS = 100  # rollouts whose samples (loss-mask runs, text) are embedded
 TEXT_CHARS = 4000  # prompt/response/label characters embedded per sample
+DECODED_TOKENS = 4000  # tokens shown decoded (--tokenizer) per sample
 HIST_BINS = 40
 
 Progress = Callable[[str, int, int], None]  # (what, done, total); total 0 when not known yet
@@ -203,6 +204,9 @@ def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Pro
             for f in ("prompt", "response", "label"):
                 if f in smp:
                     smp[f] = _clip(smp[f])
+            dec = smp.get("decoded")
+            if dec and len(dec["ids"]) > DECODED_TOKENS:  # the page embeds the first tokens only
+                smp["decoded"] = dict({k: v[:DECODED_TOKENS] for k, v in dec.items()}, clipped=len(dec["ids"]))
         details[f"{step}:{rid}"] = r
         if progress:
             progress(f"{split}: rollouts", j + 1, len(picked))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from importlib import resources
 
 from ..core.errors import OutputError, OutputExistsError, UsageError, output_error
@@ -60,11 +61,41 @@ def render_html(data: dict) -> str:
     return page
 
 
-def _write_atomic(path: str, text: str, overwrite: bool) -> int:
-    if os.path.isdir(path):
+# in the head of every page (assets/report.html): how --overwrite knows a file is a page report wrote
+MARKER = '<meta name="generator" content="rollout-cli report">'
+_HEAD = 4096  # bytes of an existing file read to find the marker
+
+
+def _is_page(path: str) -> bool:
+    """`path` is a regular file whose head holds MARKER (a report page): read without following
+    a link or blocking, only once lstat says it is a regular file."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and MARKER.encode() in os.pread(fd, _HEAD, 0)
+    finally:
+        os.close(fd)
+
+
+def _check_target(path: str, overwrite: bool) -> None:
+    """An existing `path` is replaced only when it is a page report wrote, and with overwrite;
+    anything else there is refused whatever the flags (exit 5)."""
+    if not os.path.lexists(path):
+        return
+    if os.path.isdir(path) and not os.path.islink(path):
         raise OutputError(f"{path}: is a directory")
-    if os.path.lexists(path) and not overwrite:
+    if not _is_page(path):
+        raise OutputExistsError(f"{path}: exists and is not a page report wrote; it is not replaced: choose another -o")
+    if not overwrite:
         raise OutputExistsError(f"{path}: exists (--overwrite replaces it)")
+
+
+def _write_atomic(path: str, text: str, overwrite: bool) -> int:
+    _check_target(path, overwrite)
     data = text.encode("utf-8")
     try:
         write_durable(path, data)  # the page appears whole or not at all
@@ -78,8 +109,8 @@ def build_report(paths: list[str], out: str, options: ReportOptions | None = Non
     """Write the report page for `paths` to `out`; returns `{"path", "bytes", "counts": {split: {...}}}`."""
     opts = options or ReportOptions.default()
     opts.check()
-    if os.path.lexists(out) and not overwrite and not os.path.isdir(out):
-        raise OutputExistsError(f"{out}: exists (--overwrite replaces it)")  # before reading anything
+    if not os.path.isdir(out):
+        _check_target(out, overwrite)  # before reading anything
     _plotly_js()  # fail on a missing extra before reading anything
     data = collect(paths, opts, progress)
     size = _write_atomic(out, render_html(data), overwrite)

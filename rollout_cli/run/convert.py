@@ -103,6 +103,10 @@ def _convert_locked(out: str, units: list[Unit], opts: ConvertOptions, recorded:
 def _recorded_options(opts: ConvertOptions) -> dict:
     """The options that decide the output's bytes, as the manifest records them."""
     recorded = opts.conversion_options()
+    if "tokenizer" in recorded:  # what decides the rows is the file's content, not where it lies
+        from ..text.tokenizer import file_digest
+
+        recorded["tokenizer"] = file_digest(recorded["tokenizer"])
     recorded["reward_mode"] = "slime_compat" if opts.slime_compat else "group_index"
     return recorded
 

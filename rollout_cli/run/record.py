@@ -53,6 +53,7 @@ def _step_info(res: UnitResult) -> dict:
         "shards": res.shards,
         **({"schedule": res.schedule, "dropped": res.schedule["dropped_samples"]} if res.schedule else {}),
         **({"input_missing": True} if res.input.step_from == "missing" else {}),
+        **({"not_token_exact": res.not_token_exact} if res.not_token_exact else {}),
     }
 
 
@@ -63,6 +64,8 @@ def _counts(results: list[UnitResult], schedule: str | None) -> dict:
         "rejected": sum(r.rejected for r in results),
         "steps": sum(1 for r in results if r.split == "train"),
         "eval_steps": sum(1 for r in results if r.split == "eval"),
+        # rows whose tokens are a text dump tokenized by --tokenizer, not the ids sampled
+        "not_token_exact": sum(r.not_token_exact for r in results),
     }
     if schedule == "slime":  # samples slime's trainer would drop (in no shard; see steps[].schedule)
         counts["dropped"] = sum(r.schedule["dropped_samples"] for r in results if r.schedule)
@@ -78,6 +81,7 @@ def build_manifest(results: list[UnitResult], opts: ConvertOptions, recorded: di
         for st in steps:
             st["shards"] = [_in_generation(sh, generation) for sh in st["shards"]]
     return manifest_mod.build(
+        tokenizer=_tokenizer_info(opts),
         generation=generation,
         options=recorded,
         inputs=inputs,
@@ -88,6 +92,15 @@ def build_manifest(results: list[UnitResult], opts: ConvertOptions, recorded: di
         pending=pending,
         volatile={"created_unix": round(t0, 3), "seconds": round(time.time() - t0, 3), "input_mtime_ns": mtimes},
     )
+
+
+def _tokenizer_info(opts: ConvertOptions) -> dict | None:
+    """The tokenizer a run tokenized text dumps with: its file and digest (None: none given)."""
+    if not opts.tokenizer:
+        return None
+    from ..text.tokenizer import file_digest, resolve
+
+    return {"path": resolve(opts.tokenizer), "blake3": file_digest(opts.tokenizer)}
 
 
 def _in_generation(shard: dict, generation: str) -> dict:

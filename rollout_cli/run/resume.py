@@ -166,6 +166,7 @@ def _previous_results(out: str, prev: dict) -> dict[str, UnitResult]:
             anomalies=[a for a in prev.get("anomalies", []) if (a.get("split"), a.get("step")) == key], warnings=[],
             denominators={k: v for k, v in st.items() if k.startswith("step_")},  # step_mask_sum, ...
             schedule=st.get("schedule"),
+            not_token_exact=st.get("not_token_exact", 0),
         )
     return found
 

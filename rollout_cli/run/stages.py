@@ -73,8 +73,9 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
     res.start = start
     sink = rows if rows is not None else _Staged(task.stage_path)
     try:
-        reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end,
-                             keep_text=opts.keep_text, threads=task.threads)
+        reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end, tokenizer=opts.tokenizer,
+                             keep_text=opts.keep_text, threads=task.threads,
+                             max_line_bytes=opts.max_line_bytes, max_storage_bytes=opts.max_storage_bytes)
         for raw in reading:
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
                                  step=record_step(task.input),
@@ -113,7 +114,7 @@ def _shift_lines(r: PartResult, offset: int) -> None:
 
 
 def _final_table(pre: pa.Table, step: int, ids: np.ndarray, sf: StepFields, keep_text: bool,
-                 placed: dict[str, np.ndarray] | None = None) -> pa.Table:
+                 placed: dict[str, np.ndarray] | None = None, token_exact: bool = True) -> pa.Table:
     schema = train_schema(keep_text)
     n = pre.num_rows
     computed = {
@@ -125,6 +126,7 @@ def _final_table(pre: pa.Table, step: int, ids: np.ndarray, sf: StepFields, keep
         "group_rollouts": pa.array(sf.group_rollouts, pa.int64()),
         "selected_reward": pre.column("_reward_value"),
         "rollout_position": pa.array(np.arange(n, dtype=np.int64)),
+        "token_exact": pa.array(np.full(n, token_exact, dtype=bool)),
     }
     for name in STEP_FIELDS:
         computed[name] = pa.array(np.full(n, sf.step_totals[name], dtype=np.int64))
@@ -262,7 +264,8 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         plan = plan_shards(unit_key, tokens_per_row, opts.shards)
     if placed is not None:
         _denominators_of_written(sf, ids, pre.column("_mask_total").to_numpy(), plan.rows)
-    table = _final_table(pre, step, ids, sf, opts.keep_text, placed)
+    token_exact = format_of(inp.format).text_dump is None  # a text dump's rows were tokenized here
+    table = _final_table(pre, step, ids, sf, opts.keep_text, placed, token_exact)
     if any(len(r) == 0 for r in plan.rows) and opts.shards > 1:
         warnings.append(f"step {step} ({inp.split}): {sum(len(r) == 0 for r in plan.rows)} of {opts.shards} shards are empty (too few rollouts)")
     shard_infos = []
@@ -309,6 +312,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         denominators=dict(sf.step_totals),
         schedule=schedule_info,
         notes=[n for r in parts for n in r.notes] + sf.notes,
+        not_token_exact=0 if token_exact else len(written),
     )
 
 

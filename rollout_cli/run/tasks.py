@@ -63,3 +63,4 @@ class UnitResult:
     denominators: dict = field(default_factory=dict)  # pipeline.fields.STEP_FIELDS -> int
     schedule: dict | None = None  # --schedule slime: the step's optimizer steps and dropped rollouts
     notes: list[str] = field(default_factory=list)  # what the step's rules did worth saying (convert's notes)
+    not_token_exact: int = 0  # rows written whose tokens a text dump's tokenizing gave (not the ids sampled)

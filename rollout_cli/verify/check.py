@@ -23,10 +23,13 @@ manifest_structure the manifest has the fields and types verify needs; paths sta
 duplicate_step     no (split, step) appears twice
 shard_layout       a step has `options.shards` shards named {data|eval}/step-S/shard-r-of-N.parquet
                    (on an object store inside a generation folder gen/<id>/, core/layout.py)
-file_present       every file the manifest lists exists
+file_present       every file the manifest lists exists, a regular file inside OUT (a FIFO, device, socket or
+                   a link resolving outside OUT is never opened)
 size               its size is the recorded `bytes`
 checksum           its digest (the manifest's `blake3`, or `sha256`, key) is the recorded one (full mode)
 readable           Parquet / Arrow IPC that parses
+structure          each IPC record batch and Parquet row group passes Arrow's full validation (offsets in
+                   bounds, buffer sizes, UTF-8; output/files.check_arrow), before anything reads through it
 schema             the shard's Arrow schema equals `schema.train_schema(keep_text, the manifest's schema_version)`
                    (an output of schema version 2 has no remove_sample column)
 rows, tokens, rollouts   per shard and per step, as recorded (rows from the footer in quick mode)

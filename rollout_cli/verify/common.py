@@ -63,8 +63,9 @@ def full_path(out: str, rel: str) -> str:
     return storage.join(out, rel) if storage.is_uri(out) else os.path.join(out, *rel.split("/"))
 
 
-def open_file(full: str):
-    """A random-access file for pyarrow: a memory map locally, a remote file otherwise."""
-    import pyarrow as pa
+def open_file(full: str, mapped: bool = True):
+    """A random-access file for pyarrow: locally a regular file only, mapped or (not `mapped`)
+    read with pread (output/files.random_access), a remote file otherwise."""
+    from ..output.files import random_access
 
-    return storage.open_read(full, seekable=True) if storage.is_uri(full) else pa.memory_map(full)
+    return random_access(full, mapped=mapped)

@@ -3,10 +3,10 @@ train schema; a Parquet shard read one row group at a time (its rows to rows.py)
 with its Arrow IPC copy, whose own rows are counted."""
 from __future__ import annotations
 
-import os
-
 from ..core import storage
+from ..core.errors import IntegrityError
 from ..core.hashing import digest_of
+from ..output.files import check_arrow, check_regular
 from .common import Report, open_file
 from .rows import ShardTally, StepState, check_rows
 
@@ -21,9 +21,16 @@ def check_bytes(rel: str, full: str, entry: dict, rep: Report) -> bool:
 
         info = storage.file_info(full)
         is_file, present, size = info.type == pafs.FileType.File, info.type != pafs.FileType.NotFound, info.size
-    else:
-        is_file, present = os.path.isfile(full), os.path.lexists(full)
-        size = os.path.getsize(full) if is_file else None
+    else:  # lstat first: nothing that is not a regular file inside OUT is opened
+        try:
+            size, is_file, present = check_regular(full, rep.out).st_size, True, True
+        except IntegrityError as e:
+            reason = e.failures[0]["reason"] if e.failures else str(e)
+            if reason == "missing":
+                is_file, present = False, False
+            else:
+                rep.fail(rel, "file_present", f"listed in the manifest but {_words(e, full)}")
+                return False
     if not is_file:
         rep.fail(rel, "file_present", "listed in the manifest but missing" if not present else "listed in the manifest but not a regular file")
         return False
@@ -45,7 +52,21 @@ def check_bytes(rel: str, full: str, entry: dict, rep: Report) -> bool:
     return True
 
 
+def _words(e: IntegrityError, full: str) -> str:
+    """check_regular's refusal without the path it starts with."""
+    msg = str(e)
+    return msg[len(full) + 2:] if msg.startswith(full + ": ") else msg
+
+
 def check_schema(rel: str, schema, expected, rep: Report) -> bool:
+    try:
+        return _check_schema(rel, schema, expected, rep)
+    except (UnicodeDecodeError, ValueError) as e:  # a garbled footer names no column
+        rep.fail(rel, "readable", f"malformed Arrow schema: {e}")
+        return False
+
+
+def _check_schema(rel: str, schema, expected, rep: Report) -> bool:
     ok = True
     if not schema.equals(expected, check_metadata=False):
         got = {f.name: f for f in schema}
@@ -77,8 +98,12 @@ def check_parquet_shard(rel: str, full: str, sh: dict, step: int, shard_no: int,
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(open_file(full) if storage.is_uri(full) else full)
+        pf = pq.ParquetFile(open_file(full, mapped=False))  # read with pread, as a row group at a time needs
         schema = pf.schema_arrow
+    except IntegrityError as e:  # replaced since its size was checked: not a regular file now
+        rep.fail(rel, "file_present", f"listed in the manifest but {_words(e, full)}")
+        st.complete = False
+        return
     except (OSError, pa.ArrowException) as e:
         rep.fail(rel, "readable", f"not a readable Parquet file: {e}")
         st.complete = False
@@ -96,7 +121,8 @@ def check_parquet_shard(rel: str, full: str, sh: dict, step: int, shard_no: int,
     if mm_full is not None and mm_ok:
         try:
             mm_table = pa.ipc.open_file(open_file(mm_full)).read_all()
-        except (OSError, pa.ArrowException):
+            mm_table.validate(full=True)  # checked by check_ipc; again, as this is another read of it
+        except (OSError, pa.ArrowException, IntegrityError):
             mm_table = None  # reported by the IPC check
     mm_rel = sh["mmap"]["path"] if sh.get("mmap") else None
     tally = ShardTally()
@@ -105,6 +131,9 @@ def check_parquet_shard(rel: str, full: str, sh: dict, step: int, shard_no: int,
     try:
         for g in range(pf.num_row_groups):
             t = pf.read_row_group(g)
+            if not _structure(rel, full, [t], rep):
+                st.complete = False
+                return
             check_rows(t, first, step, shard_no, tally, st)
             if mm_table is not None and mm_mismatch is None:
                 other = mm_table.slice(first, t.num_rows)
@@ -134,17 +163,35 @@ def check_parquet_shard(rel: str, full: str, sh: dict, step: int, shard_no: int,
         rep.fail(rel, "rollouts", f"{len(tally.ids)} rollouts, the manifest records {sh['rollouts']}")
 
 
+def _structure(rel: str, full: str, parts, rep: Report) -> bool:
+    """Each table or batch read holds together (output/files.check_arrow), before anything
+    reads through its offsets; else the `structure` failure."""
+    for p in parts:
+        try:
+            check_arrow(full, p, None)
+        except IntegrityError as e:
+            rep.fail(rel, "structure", _words(e, full))
+            return False
+    return True
+
+
 def check_ipc(rel: str, full: str, sh: dict, expected, rep: Report) -> bool:
     import pyarrow as pa
 
     try:
         reader = pa.ipc.open_file(open_file(full))
         schema = reader.schema
-        rows = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    except IntegrityError as e:
+        rep.fail(rel, "file_present", f"listed in the manifest but {_words(e, full)}")
+        return False
     except (OSError, pa.ArrowException) as e:
         rep.fail(rel, "readable", f"not a readable Arrow IPC file: {e}")
         return False
     ok = check_schema(rel, schema, expected, rep)
+    if not ok or not _structure(rel, full, batches, rep):
+        return False
+    rows = sum(b.num_rows for b in batches)
     if rows != sh["rows"]:
         rep.fail(rel, "rows", f"{rows} rows, the manifest records {sh['rows']}")
         ok = False

@@ -8,7 +8,9 @@ import os
 
 from ..core import hashing, layout, storage
 from ..core.hashing import digest_of
+from ..core.errors import IntegrityError
 from ..core.layout import MANIFEST, REJECTS
+from ..output.files import open_regular
 from .common import Report, full_path
 
 
@@ -36,7 +38,13 @@ def check_rejects(out: str, m: dict, rep: Report) -> None:
     per_step: dict = {}
     unparsed = 0
     size = 0
-    with (io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else open(path, "rb")) as f:
+    try:
+        f = io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else os.fdopen(open_regular(path, out), "rb")
+    except IntegrityError as e:  # not a regular file inside OUT: never opened
+        msg = str(e)
+        rep.fail(name, "file_present", "listed in the manifest but " + (msg[len(path) + 2:] if msg.startswith(path + ": ") else msg))
+        return
+    with f:
         for line in f:
             size += len(line)
             if not rep.quick:

@@ -27,7 +27,7 @@ def test_export_cli(tmp_path):
     assert again.exit_code == 5 and "--overwrite" in again.output
     ok = run("export", out, dest, "--format", "slime-pt", "--split", "eval", "--steps", "3", "--overwrite")
     assert ok.exit_code == 0 and "eval step 3, 7 samples" in ok.output
-    assert sorted(p.name for p in dest.iterdir()) == ["eval_3.pt"]
+    assert sorted(p.name for p in dest.iterdir()) == [".rollout-cli-export.json", "eval_3.pt"]
     assert run("export", tmp_path / "nothing", dest, "--format", "slime-pt", "--overwrite").exit_code == 4
     assert run("export", out, dest, "--format", "csv").exit_code == 2
     assert run("export", out, dest, "--format", "slime-pt", "--steps", "x:y", "--overwrite").exit_code == 2

@@ -36,19 +36,26 @@ def test_schema_4_adds_weight_versions_and_lets_unrecorded_rewards_be_null():
         assert not any(old.field(n).nullable for n in ("reward", "raw_reward", "selected_reward"))
 
 
+def test_schema_5_adds_token_exact():
+    s = train_schema()
+    assert s.field("token_exact").type == pa.bool_() and not s.field("token_exact").nullable
+    for v in (2, 3, 4):
+        assert "token_exact" not in train_schema(False, v).names
+
+
 def test_an_older_version_is_the_current_schema_without_its_later_columns():
     assert READ_SCHEMA_VERSIONS == tuple(range(2, SCHEMA_VERSION + 1))
-    assert COLUMNS_SINCE == {"remove_sample": 3, "weight_versions": 4,
+    assert COLUMNS_SINCE == {"remove_sample": 3, "weight_versions": 4, "token_exact": 5,
                              "multimodal_train_input_id": MULTIMODAL_TYPED_VERSION}
     assert NULLABLE_SINCE == {"reward": 4, "raw_reward": 4, "selected_reward": 4}
     for keep_text in (False, True):
         new = train_schema(keep_text)
-        for v in (2, 3):
+        for v in (2, 3, 4):
             old = train_schema(keep_text, v)
             assert old.names == [n for n in new.names if COLUMNS_SINCE.get(n, 0) <= v]
 
             def expected(n):
-                f = new.field(n).with_nullable(False) if n in NULLABLE_SINCE else new.field(n)
+                f = new.field(n).with_nullable(False) if NULLABLE_SINCE.get(n, 0) > v else new.field(n)
                 return f.with_type(TYPE_BEFORE[n][1]) if n in TYPE_BEFORE else f
 
             assert all(old.field(n).equals(expected(n)) for n in old.names)

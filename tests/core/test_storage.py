@@ -218,14 +218,75 @@ def test_use_environment_replaces_the_aws_shared_files(tmp_path):
 
 @pytest.fixture
 def store_down(s3, monkeypatch):
-    """The S3 variables point at a port nobody listens on (the server itself keeps running)."""
+    """The S3 variables point at a port nobody listens on (the server itself keeps running);
+    each request is tried once (AWS_MAX_ATTEMPTS), so the refusal is not retried for seconds."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     storage._filesystem.cache_clear()
     yield
     storage._filesystem.cache_clear()
+
+
+@pytest.fixture
+def failing_store(monkeypatch):
+    """An S3 endpoint that answers every request with 500 InternalError (a retryable error) and
+    counts the requests; the S3 variables point at it."""
+    import http.server
+    import threading
+
+    requests = []
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def _fail(self):
+            requests.append(self.command)
+            body = b"<Error><Code>InternalError</Code><Message>try again</Message></Error>"
+            self.send_response(500)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _fail
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    for k, v in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.server_port}", "AWS_ACCESS_KEY_ID": "test",
+                 "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    storage._filesystem.cache_clear()
+    yield requests
+    server.shutdown()
+    server.server_close()
+    storage._filesystem.cache_clear()
+
+
+@pytest.mark.parametrize("attempts", ["1", "2"])
+def test_aws_max_attempts_is_how_many_times_a_request_is_tried(failing_store, monkeypatch, attempts):
+    """AWS_MAX_ATTEMPTS, as the AWS SDKs read it: a request the store keeps failing is tried that
+    many times, then is an input that cannot be read (exit 9)."""
+    from rollout_cli.core.errors import InputUnavailableError
+    from rollout_cli.output.manifest import file_fingerprint
+
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", attempts)
+    with pytest.raises(InputUnavailableError, match="^s3://bkt/in/1.jsonl: cannot read this input from its storage"):
+        file_fingerprint("s3://bkt/in/1.jsonl")
+    assert len(failing_store) == int(attempts)
+
+
+def test_aws_max_attempts_unset_or_not_a_number_keeps_pyarrow_s_default(monkeypatch):
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
+    assert storage.max_attempts() is None
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "many")
+    assert storage.max_attempts() is None
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "0")
+    assert storage.max_attempts() == 1
 
 
 @pytest.mark.parametrize("fmt,name", [("jsonl", "1.jsonl"), ("parquet", "1.parquet"), ("pt", "1.pt")])

@@ -14,7 +14,7 @@ from rollout_cli.core.errors import IntegrityError, OutputExistsError, OutputErr
 from rollout_cli.run.convert import convert
 
 import torch
-from rollout_cli.export.slime_pt import export_slime_pt  # noqa: E402
+from rollout_cli.export.slime_pt import MARKER, export_slime_pt  # noqa: E402
 
 
 def shard_bytes(out: Path) -> dict[str, bytes]:
@@ -25,7 +25,7 @@ def replay(dest: Path, again: Path) -> None:
     """What slime's --load-debug-rollout-data does with each file (torch.load, Sample.from_dict),
     then the samples dumped again as slime's save would (Sample.to_dict)."""
     again.mkdir()
-    for f in sorted(dest.iterdir()):
+    for f in sorted(dest.glob("*.pt")):
         payload = torch.load(str(f), weights_only=True)
         samples = [Sample.from_dict(d) for d in payload["samples"]]
         torch.save({"rollout_id": payload["rollout_id"], "samples": [s.to_dict() for s in samples]}, str(again / f.name))
@@ -167,7 +167,7 @@ def test_steps_and_split_select(tmp_path):
     res = export_slime_pt(str(tmp_path / "out"), str(tmp_path / "a"), steps="2:3", split="train")
     assert [f["path"] for f in res["files"]] == ["2.pt", "3.pt"]
     res = export_slime_pt(str(tmp_path / "out"), str(tmp_path / "b"), split="eval")
-    assert [f["path"] for f in res["files"]] == ["eval_3.pt"] and sorted(os.listdir(tmp_path / "b")) == ["eval_3.pt"]
+    assert [f["path"] for f in res["files"]] == ["eval_3.pt"] and sorted(os.listdir(tmp_path / "b")) == [MARKER, "eval_3.pt"]
     with pytest.raises(UsageError, match="no train steps in --steps 7:9"):
         export_slime_pt(str(tmp_path / "out"), str(tmp_path / "c"), steps="7:9", split="train")
     assert not (tmp_path / "c").exists()
@@ -178,14 +178,28 @@ def test_dest_with_files_needs_overwrite_and_is_swapped_whole(tmp_path):
     dest = tmp_path / "dest"
     dest.mkdir()
     export_slime_pt(str(tmp_path / "out"), str(dest), steps="1")  # an empty DEST is fine
-    (dest / "old.txt").write_text("x")
     before = {p.name: p.read_bytes() for p in dest.iterdir()}
-    with pytest.raises(OutputExistsError, match="holds files; pass --overwrite"):
+    with pytest.raises(OutputExistsError, match="holds an earlier export; pass --overwrite"):
         export_slime_pt(str(tmp_path / "out"), str(dest))
     assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
     export_slime_pt(str(tmp_path / "out"), str(dest), overwrite=True)
-    assert sorted(os.listdir(dest)) == ["1.pt", "2.pt", "3.pt", "eval_3.pt"]
+    assert sorted(os.listdir(dest)) == [MARKER, "1.pt", "2.pt", "3.pt", "eval_3.pt"]
     assert sorted(os.listdir(tmp_path)) == ["dest", "out"]  # no staging or old copy left
+
+
+def test_an_export_dest_holding_other_files_is_never_replaced(tmp_path):
+    """An export's folder to which a file was added is no longer only export's: refused with
+    --overwrite too (exit 5, no --overwrite suggested), and untouched."""
+    convert([str(SAMPLE_DATA / "jsonl" / "rollout_data")], str(tmp_path / "out"), copts())
+    dest = tmp_path / "dest"
+    export_slime_pt(str(tmp_path / "out"), str(dest), steps="1")
+    (dest / "notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+    for overwrite in (False, True):
+        with pytest.raises(OutputExistsError, match="it holds notes.txt, which export does not write") as ei:
+            export_slime_pt(str(tmp_path / "out"), str(dest), overwrite=overwrite)
+        assert ei.value.exit_code == 5 and "--overwrite" not in str(ei.value)
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
 
 
 def test_a_failed_export_leaves_dest_untouched(tmp_path, monkeypatch):

@@ -46,7 +46,7 @@ def test_inspect_tables_are_the_numbers_its_summary_carries(split):
 def test_inspect_catalogue_is_generated_from_the_tables():
     names = list(catalogue("inspect"))
     assert names == (list(RUN_FIGURES) + [f"status.{s}" for s in STATUSES] + [f"step.{n}" for n in STEP_FIGURES]
-                     + [f"anomalies.{k}" for k in ANOMALY_KINDS])
+                     + [f"anomalies.{k}" for k in ANOMALY_KINDS] + ["template.drift_rate"])
 
 
 def test_zero_variance_share_is_a_step_figure():

@@ -7,7 +7,8 @@ every shard (Parquet and its Arrow IPC copy) without the columns added since
 version 2 wrote: a removed sample's loss mask was zeroed then too.
 
 `schema_3_output(dest)` copies to `dest` the output of schema version 3 that rollout-cli 0.2.0
-wrote (tests/snapshots/schema_v3_output/, its README says how), as that version left it.
+wrote (tests/snapshots/schema_v3_output/, its README says how), as that version left it;
+`schema_4_output(dest)` likewise the output of schema version 4 (tests/snapshots/schema_v4_output/).
 """
 from __future__ import annotations
 
@@ -69,4 +70,13 @@ SCHEMA_3 = Path(__file__).resolve().parents[1] / "snapshots" / "schema_v3_output
 def schema_3_output(dest) -> Path:
     dest = Path(dest)
     shutil.copytree(SCHEMA_3, dest, ignore=shutil.ignore_patterns("README.md"))
+    return dest
+
+
+SCHEMA_4 = Path(__file__).resolve().parents[1] / "snapshots" / "schema_v4_output"
+
+
+def schema_4_output(dest) -> Path:
+    dest = Path(dest)
+    shutil.copytree(SCHEMA_4, dest, ignore=shutil.ignore_patterns("README.md"))
     return dest

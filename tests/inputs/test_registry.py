@@ -19,7 +19,7 @@ from rollout_cli.inputs.registry import FORMATS, extension_format, extensions, f
 
 PKG = Path(registry.__file__).resolve().parents[1]
 NAMES = ["jsonl", "parquet", "pt", "nemo_rl", "miles", "prime_rl", "atropos", "roll", "pipelinerl", "open_instruct",
-         "skyrl", "verl"]
+         "skyrl", "verl", "verl_text", "trl", "text"]
 
 
 def test_the_names_are_those_input_format_takes():
@@ -56,15 +56,18 @@ def test_every_hook_resolves(name):
 
 def test_the_traits_of_each_format():
     assert [n for n, f in FORMATS.items() if f.detector] == ["nemo_rl", "miles", "prime_rl", "atropos", "roll",
-                                                             "pipelinerl", "open_instruct", "skyrl", "verl"]  # asked in this order
+                                                             "pipelinerl", "open_instruct", "skyrl", "verl", "verl_text", "trl",
+                                                             "text"]  # asked in this order
     assert [n for n, f in FORMATS.items() if f.splitter] == ["jsonl", "parquet", "nemo_rl", "prime_rl"]
-    assert [n for n, f in FORMATS.items() if f.content_groups] == ["nemo_rl"]
+    assert [n for n, f in FORMATS.items() if f.content_groups] == ["nemo_rl", "verl_text", "trl", "text"]
     assert [n for n, f in FORMATS.items() if f.payload_step] == ["pt"]
     assert registry.train_formats() == ["nemo_rl", "pt"]
-    assert [n for n, f in FORMATS.items() if f.step_field] == ["jsonl", "parquet"]
+    assert [n for n, f in FORMATS.items() if f.step_field] == ["jsonl", "parquet", "verl_text", "trl", "text"]
     assert [n for n, f in FORMATS.items() if f.output_shard] == ["parquet"]
     assert [n for n, f in FORMATS.items() if f.no_train_side] == ["prime_rl", "atropos", "roll", "pipelinerl",
-                                                                  "open_instruct", "skyrl", "verl"]
+                                                                  "open_instruct", "skyrl", "verl", "verl_text", "trl",
+                                                                  "text"]
+    assert [n for n, f in FORMATS.items() if f.text_dump] == ["verl_text", "trl", "text"]
     assert [n for n, f in FORMATS.items() if f.units] == ["pipelinerl", "open_instruct"]  # files of several steps
 
 
@@ -146,8 +149,8 @@ def test_whole_file_checks_belong_to_their_formats(tmp_path):
     from rollout_cli.inputs.registry import FORMATS
 
     assert {n for n, f in FORMATS.items() if f.cut_off} == {"jsonl", "nemo_rl", "prime_rl", "atropos", "pipelinerl",
-                                                        "open_instruct"}
-    assert {n for n, f in FORMATS.items() if f.whole} == {"pt", "parquet", "skyrl", "verl"}
+                                                        "open_instruct", "verl_text", "trl", "text"}
+    assert {n for n, f in FORMATS.items() if f.whole} == {"pt", "parquet", "skyrl", "verl", "trl", "text"}
     cut = tmp_path / "3.jsonl"
     cut.write_bytes(b'{"a": 1}\n{"a": [1, 2')
     assert FORMATS["jsonl"].cut_off_reason(str(cut)) == "it ends inside line 2"

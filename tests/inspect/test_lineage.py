@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from conftest import copts
 from lineage_cases import jsonl_without_rewards, write_unrecorded
-from old_outputs import schema_3_output
+from old_outputs import schema_3_output, schema_4_output
 from rollout_cli.cli.app import app
 from rollout_cli.inspect import inspect_paths
 from rollout_cli.inspect.lineage import step_lineage, version_order
@@ -57,3 +57,9 @@ def test_an_output_of_schema_version_3_has_no_lineage(tmp_path):
     r = inspect_paths([str(schema_3_output(tmp_path / "v3"))])
     p = r["summary"]["per_step"][0]
     assert (p["weight_versions"], p["multi_version_samples"], p["rewards_not_recorded"], p["rows"]) == ({}, 0, 0, 6)
+
+
+def test_older_outputs_read_every_row_as_token_exact(tmp_path):
+    for make, name in ((schema_3_output, "v3"), (schema_4_output, "v4")):
+        s = inspect_paths([str(make(tmp_path / name))])["summary"]
+        assert (s["not_token_exact"], s["per_step"][0]["not_token_exact"], s["rows"]) == (0, 0, 6)

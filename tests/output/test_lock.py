@@ -141,15 +141,15 @@ def test_the_lock_file_records_its_holder_and_goes_with_the_release(tmp_path):
 
 
 def test_a_lock_on_a_file_deleted_meanwhile_is_not_held(tmp_path, monkeypatch):
-    """A waiter that locks the file its holder deleted on release (it opened it before) holds
-    nothing: it sees the path no longer names that file and locks the one that does."""
-    out = tmp_path / "out"
-    out.mkdir()
-    path = str(out / ".lock")
-    first = writer_lock.acquire(str(out))
+    """A sibling lock (export's `.DEST.lock`): a waiter that locks the file its holder deleted on
+    release (it opened it before) holds nothing: it sees the path no longer names that file and
+    locks the one that does."""
+    dest = str(tmp_path / "dest")
+    path = writer_lock.sibling_lock_path(dest)
+    first = writer_lock.acquire(dest, path=path)
     stale = os.open(path, os.O_RDWR)  # opened while the first held it
     first.release()
-    third = writer_lock.acquire(str(out))  # a new file at the path, locked
+    third = writer_lock.acquire(dest, path=path)  # a new file at the path, locked
     real_open = os.open
     calls = []
 
@@ -159,7 +159,7 @@ def test_a_lock_on_a_file_deleted_meanwhile_is_not_held(tmp_path, monkeypatch):
 
     monkeypatch.setattr(writer_lock.os, "open", open_stale_first)
     with pytest.raises(OutputBusyError):  # it locked the stale file, saw it was gone, and met the third
-        writer_lock.acquire(str(out))
+        writer_lock.acquire(dest, path=path)
     monkeypatch.undo()
     assert len(calls) == 2
     third.release()
@@ -210,7 +210,7 @@ def test_export_takes_a_lock_beside_dest(sample_out, tmp_path):
     res = _cli("export", str(sample_out), str(dest), "--format", "slime-pt", "-q", "--wait", "60")
     timer.join()
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in dest.iterdir()) == ["1.pt", "2.pt", "3.pt", "eval_3.pt"]
+    assert sorted(p.name for p in dest.iterdir()) == [".rollout-cli-export.json", "1.pt", "2.pt", "3.pt", "eval_3.pt"]
     assert not (tmp_path / ".dumps.lock").exists()
 
 

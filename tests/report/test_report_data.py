@@ -121,9 +121,15 @@ def test_page_has_no_external_resource(data):
 def test_write_is_atomic_and_refuses_existing(tmp_path):
     out = tmp_path / "r.html"
     out.write_text("old")
-    with pytest.raises(OutputExistsError):
-        build_report([JSONL], str(out))
+    for overwrite in (False, True):  # not a page report wrote: never replaced
+        with pytest.raises(OutputExistsError, match="not a page report wrote") as ei:
+            build_report([JSONL], str(out), overwrite=overwrite)
+        assert "--overwrite" not in str(ei.value)
     assert out.read_text() == "old"
+    out.unlink()
+    build_report([JSONL], str(out))
+    with pytest.raises(OutputExistsError, match="--overwrite replaces it"):  # a page: replaced with --overwrite
+        build_report([JSONL], str(out))
     r = build_report([JSONL], str(out), overwrite=True)
     assert r["bytes"] == out.stat().st_size and read_data(str(out))["splits"]["train"]["inspect"]["summary"]["samples"] == 46
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]  # no temporary file left

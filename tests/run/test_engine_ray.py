@@ -1,7 +1,8 @@
 """The Ray engine: same bytes as the local engine, retries of lost tasks, errors as the local engine.
 
-One local Ray (2 CPUs) serves the whole module; the engine finds it initialised and reuses it
-(and must not shut it down). The init rules themselves are checked against a stand-in module.
+The test process's one local Ray (conftest's `local_ray`, 2 CPUs) serves the module; the engine
+finds it initialised and reuses it (and must not shut it down). The init rules themselves are
+checked against a stand-in module.
 """
 from __future__ import annotations
 
@@ -25,18 +26,6 @@ runner = CliRunner()
 
 
 # ---------------------------------------------------------------- helpers
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    if ray.is_initialized():  # someone else's Ray: use it, leave it running
-        yield
-        return
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 # Fault injection, from the tests alone: {function name: {"marker": path, "action": "exit" |
@@ -484,6 +473,7 @@ def test_tasks_take_the_storage_variables_of_the_engine_s_process(s3, local_ray,
     down = f"127.0.0.1:{_free_port()}"
     marker = tmp_path / "attempts"
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{down}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # refused at once: not retried for seconds
     storage._filesystem.cache_clear()
     engine = ray_engine.RayEngine()
     try:
@@ -492,10 +482,11 @@ def test_tasks_take_the_storage_variables_of_the_engine_s_process(s3, local_ray,
             engine.result(engine.submit(file_fingerprint, uri, label="fingerprint"))
         assert str(e.value).startswith(f"{uri}: cannot read this input from its storage (network, credentials or permission): ")
         assert f"Failed to connect to {down}" in str(e.value) and e.value.exit_code == 9
-        assert attempts(marker) == 1  # the SDK retried the request already; credentials do not heal
+        assert attempts(marker) == 1  # a store's refusal is the SDK's to retry (AWS_MAX_ATTEMPTS), not Ray's
     finally:
         engine.shutdown()
     monkeypatch.setenv("AWS_ENDPOINT_URL", good)
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS")
     storage._filesystem.cache_clear()
     engine = ray_engine.RayEngine()
     try:
@@ -531,17 +522,20 @@ def _wait_for(path: Path, text: str, proc, timeout: float) -> None:
 
 def _stop(proc, timeout: float = 30) -> None:
     """End one `ray start --block` and every process it started (its own session), by id:
-    `ray stop` would stop every Ray of this machine's user, not only this one."""
+    `ray stop` would stop every Ray of this machine's user, not only this one. SIGTERM goes to
+    `ray start` alone, which stops its node's processes in a second or two; sent to the whole
+    session, each of them drains on its own for up to 30 s."""
     import signal
     import subprocess
 
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10)):
+    for kill, sig, wait in ((os.kill, signal.SIGTERM, timeout), (os.killpg, signal.SIGKILL, 10)):
         try:
-            os.killpg(proc.pid, sig)
+            kill(proc.pid, sig)
         except ProcessLookupError:
-            return
+            break
         try:
             proc.wait(timeout=wait)
+            break
         except subprocess.TimeoutExpired:
             continue
     try:
@@ -551,7 +545,7 @@ def _stop(proc, timeout: float = 30) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def ray_cluster():
     """Two raylets of one CPU each (a head and a second node on this machine), started before
     any command with environments that hold no storage variables: the head has none, the
     second node points at another store (a closed port) with other keys. Workers import this
@@ -614,13 +608,13 @@ def _remote_shards(s3, prefix: str, dest: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
-def test_cluster_without_the_storage_variables_converts_s3_as_the_local_engine(s3, cluster, tmp_path, fmt):
+def test_cluster_without_the_storage_variables_converts_s3_as_the_local_engine(s3, ray_cluster, tmp_path, fmt):
     """The command's S3 endpoint and keys reach the tasks on nodes whose environments lack
     them (or name another store): exit 0, the output verifies, and its shards are the local
     engine's bytes."""
     from conftest import shard_bytes
 
-    address, folder = cluster
+    address, folder = ray_cluster
     secret = f"secret-{fmt}-5e1d0c9a"  # the server takes any key: one that can be looked for
     local = tmp_path / "local"
     assert convert([SAMPLE_DATA / fmt], local, "--workers", "1").exit_code == 0
@@ -641,18 +635,19 @@ def test_cluster_without_the_storage_variables_converts_s3_as_the_local_engine(s
 
 
 @pytest.mark.parametrize("fault", ["unreachable", "refused"])
-def test_cluster_input_the_store_will_not_serve_is_an_input_error_naming_it(s3, cluster, tmp_path, monkeypatch, fault):
+def test_cluster_input_the_store_will_not_serve_is_an_input_error_naming_it(s3, ray_cluster, tmp_path, monkeypatch, fault):
     """The command's endpoint is down, or the store refuses its key: exit 9 naming the URI,
     not "invalid input" (3); nothing written."""
     from moto import settings as moto_settings
 
     if fault == "unreachable":
-        env, says = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{_free_port()}"}, "AWS Error NETWORK_CONNECTION"
+        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{_free_port()}", "AWS_MAX_ATTEMPTS": "1"}  # no retries
+        says = "AWS Error NETWORK_CONNECTION"
     else:
         monkeypatch.setattr(moto_settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # the server checks every signature
         env, says = {"AWS_ACCESS_KEY_ID": "AKIAUNKNOWNUNKNOWN01"}, "AWS Error ACCESS_DENIED"
     r = _command("convert", "s3://bkt/dumps/jsonl", "s3://bkt/cluster-down", "--engine", "ray", "--ray-address",
-                 cluster[0], "-q", env=env, timeout=300)
+                 ray_cluster[0], "-q", env=env, timeout=300)
     assert r.returncode == 9, r.stderr[-3000:]
     assert "error: s3://bkt/dumps/jsonl: cannot read this input from its storage (network, credentials or permission)" in r.stderr
     assert says in r.stderr and "invalid" not in r.stderr.lower()
@@ -660,7 +655,7 @@ def test_cluster_input_the_store_will_not_serve_is_an_input_error_naming_it(s3, 
     assert not s3.get_file_info(pafs.FileSelector("bkt/cluster-down", allow_not_found=True, recursive=True))
 
 
-def test_cluster_tasks_use_the_command_s_aws_profile(s3, cluster, tmp_path, monkeypatch):
+def test_cluster_tasks_use_the_command_s_aws_profile(s3, ray_cluster, tmp_path, monkeypatch):
     """The command's keys are in a profile of its ~/.aws/credentials, not in variables; the
     nodes have no such file. The store checks every signature against the one user it knows:
     the tasks read the inputs with the profile's keys, and the output is the local engine's.
@@ -687,7 +682,7 @@ def test_cluster_tasks_use_the_command_s_aws_profile(s3, cluster, tmp_path, monk
 
     monkeypatch.setattr(moto_settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # every request is checked from here
     r = _command("convert", *[f"s3://bkt/dumps/jsonl/rollout_data/{n}" for n in names], str(out), "--engine", "ray",
-                 "--ray-address", cluster[0], "--workers", "2", "-q", env={"HOME": str(home)},
+                 "--ray-address", ray_cluster[0], "--workers", "2", "-q", env={"HOME": str(home)},
                  drop=("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
     monkeypatch.undo()
     assert r.returncode == 0, r.stderr[-3000:]

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from conftest import copts
 from rollout_cli.cli.app import app
 from rollout_cli.core.errors import ExitCode
-from rollout_cli.core.schema import SCHEMA_VERSION, train_schema
+from rollout_cli.core.schema import train_schema
+from rollout_cli.core.versions import SCHEMA_VERSION
 from rollout_cli.verify.check import verify_output
 from verify_damage import out  # noqa: F401 (the fixture)
 from verify_damage import (
@@ -124,6 +125,18 @@ def test_an_output_written_by_schema_version_3_passes(tmp_path):
         res = verify_output(str(out), quick=quick)
         assert res["ok"], res["failures"]
         assert res["schema_version"] == 3
+
+
+def test_an_output_written_by_schema_version_4_passes(tmp_path):
+    """The committed output of schema version 4 (no token_exact) verifies against its version's
+    schema, in full and quick mode."""
+    from old_outputs import schema_4_output
+
+    out = schema_4_output(tmp_path / "v4")
+    for quick in (False, True):
+        res = verify_output(str(out), quick=quick)
+        assert res["ok"], res["failures"]
+        assert res["schema_version"] == 4
 
 
 def test_null_rewards_pass_from_schema_version_4_only(tmp_path, monkeypatch):

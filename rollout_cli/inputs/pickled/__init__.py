@@ -9,7 +9,8 @@ trust_pickle)``, which turns their failures into exit 3 naming the file):
 ``load_torch(path)`` / ``load_torch_bytes(data, display)``
     A ``torch.save`` zip archive (slime and miles ``.pt`` dumps use ``load_torch``).
 
-Every global the file names resolves through one allow-list (allow.py) to a function, token or
+README.md lists the invariants that keep a hostile file from running code, corrupting memory or
+exhausting it. Every global the file names resolves through one allow-list (allow.py) to a function, token or
 plain-data class of this package; any other raises ``UnsafePickleError`` (its ``global_name``
 and ``path``; readers turn it into exit 3 and offer ``--trust-pickle``). Data its writer never
 writes raises ``PickleFormatError`` (``PtFormatError`` is the same class). Nothing of torch,
@@ -18,8 +19,8 @@ numpy's pickle hooks, tensordict or a framework is imported or called by the fil
 What comes back, all plain data:
 
 * tensors (torch.save storages, SkyRL's numpy-format tensors, TensorDict leaves) and numpy
-  arrays: ``numpy.ndarray`` (bfloat16 as float32, exactly); numpy arrays of any dtype, an object
-  array's items made by the same restricted unpickler; numpy scalars as numpy scalars;
+  arrays: ``numpy.ndarray`` (bfloat16 as float32, exactly); numpy arrays of the dtypes README.md
+  lists, an object array's items made by the same restricted unpickler; numpy scalars as numpy scalars;
   ``torch.device`` as its str (``"cpu"``, ``"cuda:0"``); ``torch.Size`` as a tuple of ints;
   ``io.BytesIO`` as a ``BytesIOData`` (``.data``: its bytes).
 * a TensorDict: ``TensorDictData``, a dict of its entries (key -> array, nested

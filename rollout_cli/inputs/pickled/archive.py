@@ -33,6 +33,8 @@ class _Archive:
         self.path = path
         self.storages: dict[str, _Storage] = {}
         self.infos = {i.filename: i for i in zf.infolist()}
+        for info in self.infos.values():
+            _check_record(info)
         self.file_len = fh.seek(0, 2)
         self.prefix = self._find_prefix()
         order = self.infos.get(self.prefix + "byteorder")
@@ -57,9 +59,21 @@ class _Archive:
             raise PtFormatError("zip archive has no '<name>/data.pkl' record: not a torch.save file")
         raise PtFormatError(f"zip archive has {len(candidates)} '<name>/data.pkl' records")
 
-    def read_record(self, name: str) -> bytes:
+    def read_record(self, name: str) -> bytearray:
+        """A record's bytes, inflated in bounded steps (a record's declared size was checked,
+        _check_record, and it never grows past it)."""
         try:
-            return self.zf.read(name)
+            info = self.zf.getinfo(name)
+            out = bytearray()
+            with self.zf.open(info) as f:
+                while len(out) < info.file_size:
+                    chunk = f.read(min(_PICKLE_BUFFER, info.file_size - len(out)))
+                    if not chunk:
+                        break
+                    out += chunk
+                if len(out) != info.file_size or f.read(1):
+                    raise PtFormatError(f"record {name!r}: {len(out)} bytes, its header says {info.file_size}")
+            return out
         except KeyError:
             raise PtFormatError(f"missing record {name!r}") from None
         except _ZIP_ERRORS as e:
@@ -83,7 +97,7 @@ class _Archive:
         if nbytes == 0:
             return bytearray(0)
         if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
-            return bytearray(self.read_record(name))  # compressed (re-zipped) archive: slow path
+            return self.read_record(name)  # compressed (re-zipped) archive: slow path
         start = self._data_offset(info)
         if start + info.file_size > self.file_len:
             raise PtFormatError(f"storage record {name!r} extends past the end of the file (truncated?)")
@@ -121,6 +135,23 @@ class _Archive:
         st = _Storage(key, kind, nbytes, self.storage_bytes(key, nbytes), self.little)
         self.storages[key] = st
         return st
+
+
+def _check_record(info: zipfile.ZipInfo) -> None:
+    """Refuse a record, before any of it is read, that is encrypted, declares more than
+    --max-storage-bytes or is compressed more than MAX_INFLATION times (torch.save stores
+    records uncompressed; a re-zipped archive's tensors compress far less)."""
+    from ..limits import MAX_INFLATION, max_storage_bytes
+
+    if info.flag_bits & 0x1:
+        raise PtFormatError(f"record {info.filename!r} is encrypted (torch.save never encrypts)")
+    most = max_storage_bytes()
+    if info.file_size > most:
+        raise PtFormatError(f"record {info.filename!r} declares {info.file_size} bytes, over --max-storage-bytes ({most}); "
+                            "refused before reading it")
+    if info.compress_type != zipfile.ZIP_STORED and info.file_size > MAX_INFLATION * max(info.compress_size, 1):
+        raise PtFormatError(f"record {info.filename!r} inflates {info.compress_size} bytes to {info.file_size}, over "
+                            f"{MAX_INFLATION}x (a decompression bomb?); refused before reading it")
 
 
 def _diagnose_not_zip(fh: Any, err: Exception) -> str:

@@ -26,13 +26,14 @@ class _Check(threading.Thread):
 
 
 class Loading:
-    __slots__ = ("path", "torch_bytes", "checks", "trusted")
+    __slots__ = ("path", "torch_bytes", "checks", "trusted", "builds")
 
     def __init__(self, path: str, torch_bytes: Callable[[bytes, str], Any], checks: list, trusted: bool):
         self.path = path
         self.torch_bytes = torch_bytes  # (data, what) -> the object torch.save wrote
         self.checks = checks  # shared with the outermost load
         self.trusted = trusted  # --trust-pickle: globals off the list are imported and run
+        self.builds: list = []  # this load's numpy_globals.ArrayBuild stand-ins, replaced when it ends
 
     def check_crc(self, buf: Any, crc: int, message: str) -> None:
         """Check that `buf`'s CRC-32 is `crc` before the outermost load returns, else raise

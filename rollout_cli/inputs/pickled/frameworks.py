@@ -30,6 +30,7 @@ import numpy as np
 
 from .context import current
 from .errors import PickleFormatError
+from .numpy_globals import resolved
 from .plain import PlainData, check, plain_class
 from .tensordict_globals import TensorDictData
 
@@ -130,6 +131,8 @@ def _decode_batch(data: Any, what: str) -> Any:
 
 
 def _check_non_tensor(value: Any, where: str) -> dict:
+    if type(value) is dict:
+        value = {k: resolved(v) for k, v in value.items()}
     check(type(value) is dict and all(type(k) is str and isinstance(v, np.ndarray) for k, v in value.items()),
           f"{where}: non_tensor_batch: expected a dict of numpy arrays")
     return value

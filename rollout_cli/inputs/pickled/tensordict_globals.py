@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .errors import PickleFormatError
+from .numpy_globals import resolved
 from .plain import Token, check
 from .tensors import _BF16, _DTYPES
 
@@ -130,6 +131,7 @@ def _make_td(cls: Any, state: Any, *rest: Any) -> TensorDictData:
     check("_tensordict" in state and "_batch_size" in state, "_make_td: state has no _tensordict or _batch_size")
     entries = state["_tensordict"]
     check(type(entries) is dict, "_make_td: _tensordict is not a dict")
+    entries = {k: resolved(v) for k, v in entries.items()}
     for key, value in entries.items():
         check(type(key) is str and (isinstance(value, (np.ndarray, TensorDictData))),
               f"_make_td: entry {key!r:.40} is a {type(value).__name__}, not a tensor or TensorDict")

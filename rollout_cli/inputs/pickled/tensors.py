@@ -150,6 +150,22 @@ def _as_index_tuple(value: Any, what: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _check_layout(shape: tuple[int, ...], strides: tuple[int, ...], offset: int, count: int, key: str, name: str) -> None:
+    """A tensor of `shape` and `strides` (in elements, non-negative) at `offset` must lie inside
+    its storage's `count` elements and never reach one element twice: its dims of more than one
+    element, by stride, each step over all the smaller ones (so no stride 0 on such a dim)."""
+    last = offset + sum((n - 1) * s for n, s in zip(shape, strides))
+    if last >= count:
+        raise PtFormatError(f"tensor of size {shape}, stride {strides}, offset {offset} reaches element {last} "
+                            f"of storage {key!r}, which has {count} {name} elements")
+    extent = 1
+    for s, n in sorted((s, n) for n, s in zip(shape, strides) if n > 1):
+        if s < extent:
+            raise PtFormatError(f"tensor of size {shape}, stride {strides} reaches some elements of storage "
+                                f"{key!r} more than once (overlapping or expanded views are not read)")
+        extent = s * (n - 1) + extent
+    
+
 def _make_view(storage: Any, dtype: _DType, offset: Any, size: Any, stride: Any, metadata: Any) -> np.ndarray:
     if not isinstance(storage, _Storage):
         raise PtFormatError(f"tensor rebuild: expected a storage record, got {type(storage).__name__}")
@@ -159,17 +175,14 @@ def _make_view(storage: Any, dtype: _DType, offset: Any, size: Any, stride: Any,
     strides = _as_index_tuple(stride, "stride")
     if len(shape) != len(strides):
         raise PtFormatError(f"tensor size {shape} and stride {strides} differ in length")
-    base = storage.base(dtype)
-    item = base.itemsize
+    item = dtype.file_dtype.itemsize
+    count = storage.nbytes // item
     if 0 in shape:
-        arr = np.ndarray(shape, base.dtype, buffer=bytearray(0), strides=tuple(s * item for s in strides))
+        arr = np.ndarray(shape, storage.base(dtype).dtype, buffer=bytearray(0), strides=tuple(s * item for s in strides))
     else:
-        last = offset + sum((n - 1) * s for n, s in zip(shape, strides))
-        if last >= base.shape[0]:
-            raise PtFormatError(
-                f"tensor of size {shape}, stride {strides}, offset {offset} reaches element {last} "
-                f"of storage {storage.key!r}, which has {base.shape[0]} {dtype.name} elements"
-            )
+        _check_layout(shape, strides, offset, count, storage.key, dtype.name)
+        base = storage.base(dtype)
+        item = base.itemsize
         arr = np.ndarray(shape, base.dtype, buffer=base, offset=offset * item, strides=tuple(s * item for s in strides))
     if metadata:  # conj/neg view bits: complex or negated views, which no rollout dump holds
         raise PtFormatError(f"tensor metadata: unsupported {metadata!r}")

@@ -15,6 +15,7 @@ from .allow import resolve
 from .archive import _ZIP_ERRORS, _Archive, _diagnose_not_zip
 from .context import current, loading
 from .errors import PickleFormatError, UnsafePickleError
+from .numpy_globals import replace_builds
 
 _PICKLE_BUFFER = 1 << 20
 
@@ -46,7 +47,9 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 def _run(unpickler: RestrictedUnpickler, what: str) -> Any:
     try:
-        return unpickler.load()
+        box = [unpickler.load()]
+        unpickler.memo.clear()
+        return replace_builds(box, current().builds)
     except (UnsafePickleError, PickleFormatError, OSError):
         raise
     except zipfile.BadZipFile as e:  # the record's CRC, or a broken archive

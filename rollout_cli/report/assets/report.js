@@ -85,6 +85,7 @@
     card("raw reward mean", unrecorded ? NOT_RECORDED : s.rewards.raw_reward.mean);
     card("reward mean", unrecorded ? NOT_RECORDED : s.rewards.reward.mean);
     card("anomalies", Object.values(s.anomaly_counts).reduce(function (a, b) { return a + b; }, 0));
+    if (s.not_token_exact) card("rows not token-exact (text tokenized by --tokenizer)", s.not_token_exact);
     box.appendChild(cards);
     s.notes.forEach(function (n) { box.appendChild(el("p", { cls: "muted", text: "note: " + n })); });
   }
@@ -485,6 +486,17 @@
     return strip;
   }
 
+  // the sample's tokens decoded through --tokenizer: one span per token (its id on hover), the
+  // prompt, trained and loss-masked tokens told apart
+  function decodedTokens(dec) {
+    var box = el("div", { cls: "tokens" });
+    dec.pieces.forEach(function (p, i) {
+      box.appendChild(el("span", { cls: "tok tok-" + dec.roles[i], title: "id " + dec.ids[i] + " \u00b7 " + dec.roles[i], text: p }));
+    });
+    var more = dec.clipped ? " (first " + dec.pieces.length + " of " + dec.clipped + " tokens)" : "";
+    return el("details", { open: "" }, el("summary", { text: "tokens, decoded" + more + ": prompt, trained, loss-masked" }), box);
+  }
+
   function sampleCard(r, smp, k) {
     var card = el("div", { cls: "sample" });
     card.appendChild(el("h3", { text: "sample " + (k + 1) + "/" + r.samples.length + " \u00b7 rollout " + r.step + ":" + r.rollout_id + " \u00b7 " + whereText([smp.where]) }));
@@ -505,6 +517,7 @@
     }
     var tc = trainerCard(r, k);
     if (tc) card.appendChild(tc);
+    if (smp.decoded) card.appendChild(decodedTokens(smp.decoded));
     if (r.text) {
       ["prompt", "response", "label"].forEach(function (f) {
         if (smp[f] == null) return;

@@ -139,3 +139,35 @@ def test_numpy_s_other_functions_are_refused(name):
     with pytest.raises(UnsafePickleError) as ei:
         loads_pickle(b"\x80\x02c" + name + b")R.", "other")
     assert ei.value.global_name == ".".join(name.decode().split("\n")[:2])
+
+
+def _types(value, seen=None):
+    """Every array's exact type in `value`, and the other objects' types, as a set."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return set()
+    seen.add(id(value))
+    out = {type(value)}
+    items = (value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple))
+             else value.ravel() if isinstance(value, np.ndarray) and value.dtype.hasobject else ())
+    for v in items:
+        out |= _types(v, seen)
+    return out
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_arrays_anywhere_come_back_as_plain_arrays_sharing_as_pickled(protocol):
+    a, b = np.arange(3), np.array(["x", {"in": np.ones(2)}], dtype=object)
+    cyclic: list = [a]
+    cyclic.append(cyclic)
+    value = {"tuple": (a, [b, {"k": (a,)}]), "same": a, "set": frozenset({1}), "cyclic": cyclic,
+             "dtype": np.dtype(">f4"), "obj_in_tuple": ((b,),)}
+    got = loads_pickle(pickle.dumps(value, protocol=protocol), "nested.pkl")
+    assert _equal(got["tuple"][0], a) and _equal(got["tuple"][1][0], b)
+    assert got["same"] is got["tuple"][0] is got["tuple"][1][1]["k"][0]  # one array, as pickled
+    assert got["cyclic"][1] is got["cyclic"] and got["cyclic"][0] is got["same"]
+    assert got["dtype"] == np.dtype(">f4") and type(got["dtype"]) is type(np.dtype(">f4"))
+    assert got["obj_in_tuple"][0][0] is got["tuple"][1][0]
+    kinds = {t.__module__.split(".")[0] for t in _types(got)}
+    assert kinds <= {"builtins", "numpy"}, _types(got)  # no stand-in left anywhere
+    assert np.ndarray in _types(got)

@@ -192,7 +192,7 @@ def test_same_rows_as_slime_jsonl(tmp_path, case):
 # ---------------------------------------------------------------- Ray
 
 
-def test_converts_on_ray_as_locally(tmp_path):
+def test_converts_on_ray_as_locally(local_ray, tmp_path):
     local, ray = converted_locally_and_on_ray(RUN, tmp_path)
     assert local == ray
     assert len(ray) == 18

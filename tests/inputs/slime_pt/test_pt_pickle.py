@@ -162,8 +162,8 @@ def apply_view(t, op):
         return t[tuple(idx)]
     if kind == 2 and nd >= 1 and t.shape[0] > 0:  # select: drops a dim (can reach 0-d)
         return t[a % t.shape[0]]
-    if kind == 3 and nd <= 3:  # expand: stride 0
-        return t.unsqueeze(0).expand(1 + a % 3, *t.shape)
+    if kind == 3 and nd <= 3:  # a new dim of one element (an expanded one, stride 0, is refused)
+        return t.unsqueeze(0).expand(1, *t.shape)
     if kind == 4 and nd >= 1:
         perm = list(range(nd))
         rng = np.random.default_rng(a * 31 + b)
@@ -559,6 +559,9 @@ def _storage_pid(cls=b"IntStorage", key=b"0", numel=b"K\x04"):
         (b"K\x00K\x01\x85J\xff\xff\xff\xff\x85\x89NtR.", {"0": b"\x00" * 16}),  # negative stride
         (b"K\x00K\x04\x85K\x01\x85\x89NtR.", {"0": b"\x00" * 8}),  # record shorter than numel
         (b"K\x00K\x04\x85K\x01\x85\x89NtR.", {}),  # record missing
+        (b"K\x00K\x03\x85K\x00\x85\x89NtR.", {"0": b"\x00" * 16}),  # stride 0: an expanded view
+        (b"K\x00\x8a\x05\x00\x00\x00\x00\x01\x85K\x00\x85\x89NtR.", {"0": b"\x00" * 16}),  # stride 0, 2**32 elements
+        (b"K\x00K\x02K\x02\x86K\x01K\x01\x86\x89NtR.", {"0": b"\x00" * 16}),  # overlapping rows
     ],
 )
 def test_out_of_bounds_tensor_refused(tmp_path, tail, storages):
