@@ -29,6 +29,11 @@ ENTRY = pa.struct([
     pa.field("json", pa.string()),
 ])
 MM_TYPE = pa.list_(pa.field("item", ENTRY, nullable=False))
+# a sample's raw images, as Hugging Face's Image feature lays one out (PNG bytes; path unused)
+IMAGE = pa.struct([pa.field("bytes", pa.binary()), pa.field("path", pa.string())])
+IMAGES_TYPE = pa.list_(IMAGE)
+# the schema metadata that makes datasets.load_dataset give the images column as PIL images
+HF_FEATURES = b'{"info": {"features": {"images": {"feature": {"_type": "Image"}, "_type": "List"}}}}'
 
 
 class BFloat16Bits(np.ndarray):

@@ -18,6 +18,7 @@ own files, never any other folder (exit 5, whatever the flags).
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -140,6 +141,23 @@ def _json(text: str | None) -> Any:
     return None if text is None else orjson.loads(text)
 
 
+def _pil_images(entries: list | None) -> list | None:
+    """The images column's PNGs of one row as PIL images (Pillow: the `vlm` extra)."""
+    if not entries:
+        return None
+    try:
+        from PIL import Image
+    except ModuleNotFoundError:
+        raise UsageError("export: the output holds images, which are written back as PIL images: "
+                         "pip install 'rollout-cli[vlm]'") from None
+    out = []
+    for e in entries:
+        im = Image.open(io.BytesIO(e["bytes"]))
+        im.load()
+        out.append(im)
+    return out
+
+
 def _samples(t: pa.Table, torch) -> list[dict]:
     """The rows as Sample.to_dict() dicts, in input order."""
     c = {name: t.column(name).to_pylist() for name in t.schema.names
@@ -162,6 +180,7 @@ def _samples(t: pa.Table, torch) -> list[dict]:
     versions = c.get("weight_versions") or [None] * n  # schema version 4 on
     mm = [tensors.as_torch(v, torch) for v in tensors.decode_column(t.column("multimodal_train_inputs"))]
     mm_ids = c.get("multimodal_train_input_id") or [None] * n
+    images = [_pil_images(v) for v in (c.get("images") or [None] * n)]
     samples = []
     for i in range(n):
         meta: dict[str, Any] = {}
@@ -178,6 +197,7 @@ def _samples(t: pa.Table, torch) -> list[dict]:
         s.update(
             group_index=c["group_index"][i], index=c["sample_index"][i], rollout_id=c["rollout_id"][i],
             tokens=c["tokens"][i], multimodal_train_inputs=mm[i], multimodal_train_input_id=mm_ids[i],
+            multimodal_inputs=None if images[i] is None else {"images": images[i]},
             response_length=c["response_length"][i], reward=c["selected_reward"][i], loss_mask=c["loss_mask"][i],
             remove_sample=removed[i],
             rollout_log_probs=c["rollout_log_probs"][i], rollout_top_p_token_ids=top_ids[i],

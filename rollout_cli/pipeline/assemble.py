@@ -69,6 +69,7 @@ class StepAssembler:
         self.batches: list[pa.RecordBatch] = []
         self.records = 0
         self.mm_rows = [0, 0]  # valid rows seen in batches: with multimodal_train_inputs, all
+        self.media_dropped = 0  # images and videos of those rows not kept (validate/media.py)
 
     @classmethod
     def of_input(cls, inp, opts, **kw) -> "StepAssembler":
@@ -84,6 +85,7 @@ class StepAssembler:
         for b in nc.batches:
             self.mm_rows[0] += len(b) - b.column(MM).null_count
             self.mm_rows[1] += len(b)
+            self.media_dropped += int(np.sum(b.column("_media_dropped").to_numpy(zero_copy_only=False)))
         if self.columns is None:
             self.batches.extend(nc.batches)
         else:
@@ -126,6 +128,12 @@ class StepAssembler:
         note = self._mixed_multimodal(pre, step)
         if note:
             sf.notes.append(note)
+        dropped = self.media_dropped
+        if not self.mm_rows[1] and "_media_dropped" in pre.column_names:  # rows staged elsewhere (convert)
+            dropped = int(np.sum(pre.column("_media_dropped").to_numpy()))
+        if dropped:
+            sf.notes.append(f"step {step}: {dropped} image(s) or video(s) of multimodal_inputs not kept (videos are "
+                            "not stored; images need Pillow, pip install 'rollout-cli[vlm]', and a mode PNG holds)")
         return AssembledStep(self.split, step, self.records, sf, pre, where, id_state, explicit, group_index,
                              self.problems)
 

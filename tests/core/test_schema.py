@@ -18,7 +18,9 @@ from rollout_cli.output import manifest
 def test_remove_sample_is_a_bool_column_of_the_current_schema():
     s = train_schema()
     assert SCHEMA_VERSION == MULTIMODAL_TYPED_VERSION
-    assert s.metadata == {b"rollout_cli.schema_version": str(SCHEMA_VERSION).encode()}
+    assert s.metadata[b"rollout_cli.schema_version"] == str(SCHEMA_VERSION).encode()
+    assert json.loads(s.metadata[b"huggingface"]) == {
+        "info": {"features": {"images": {"feature": {"_type": "Image"}, "_type": "List"}}}}
     f = s.field("remove_sample")
     assert f.type == pa.bool_() and not f.nullable
     assert s.names.index("remove_sample") == s.names.index("loss_mask") + 1
@@ -46,7 +48,7 @@ def test_schema_5_adds_token_exact():
 def test_an_older_version_is_the_current_schema_without_its_later_columns():
     assert READ_SCHEMA_VERSIONS == tuple(range(2, SCHEMA_VERSION + 1))
     assert COLUMNS_SINCE == {"remove_sample": 3, "weight_versions": 4, "token_exact": 5,
-                             "multimodal_train_input_id": MULTIMODAL_TYPED_VERSION}
+                             "multimodal_train_input_id": MULTIMODAL_TYPED_VERSION, "images": MULTIMODAL_TYPED_VERSION}
     assert NULLABLE_SINCE == {"reward": 4, "raw_reward": 4, "selected_reward": 4}
     for keep_text in (False, True):
         new = train_schema(keep_text)
