@@ -247,3 +247,25 @@ def join(per_sample: list) -> tuple[dict, list]:
             out[j][k] = whole[at:at + len(v)]
             at += len(v)
     return joined, out
+
+
+PATCH_KEYS = ("pixel_values", "pixel_values_videos")  # the processor's patch tensors: [patches, values]
+
+
+def patches_per_row(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Each row's patches (the first dim of its PATCH_KEYS tensors), from the entries' keys and
+    shapes alone; 0 for a null row or a column of JSON text."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    out = []
+    for ch in chunks:
+        if not pa.types.is_list(ch.type) or not len(ch):
+            out.append(np.zeros(len(ch), np.int64))
+            continue
+        offs = np.asarray(ch.offsets)
+        entries = ch.values
+        keys = entries.field("key").to_pylist()
+        shapes = entries.field("shape").to_pylist()
+        first = np.array([s[0] if k in PATCH_KEYS and s else 0 for k, s in zip(keys, shapes)], np.int64)
+        cum = np.concatenate([[0], np.cumsum(first)])
+        out.append(cum[offs[1:]] - cum[offs[:-1]])
+    return np.concatenate(out) if out else np.zeros(0, np.int64)

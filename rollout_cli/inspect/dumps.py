@@ -172,7 +172,8 @@ def _kept_step(inp: InputFile, st: AssembledStep, opts: InspectOptions, anomalie
     )
     records = DumpRecords(inp, sf.ids, sf.assigned, sf.rejected, sf.reasons, where)
     sd = StepData(split, step, inp.display, st.records, int(sf.rejected.sum()), rows, groups_known=sf.groups_known,
-                  records=records, not_token_exact=rows.num_rows if format_of(inp.format).text_dump else 0)
+                  records=records, not_token_exact=rows.num_rows if format_of(inp.format).text_dump else 0,
+                  images=st.images, patches=st.patches)
     sd.zero_variance_groups = row_anomalies(sd, lambda i: loc_dict(where(int(pos[i]))), anomalies, opts.n_samples_per_prompt)
     lineage_anomalies(sd, lambda i: loc_dict(where(int(pos[i]))), anomalies)
     return sd

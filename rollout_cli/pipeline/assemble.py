@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from ..core import tensors
 from ..core.errors import Location, Problem
 from ..inputs.registry import format_of
 from .records import dense_groups, id_inputs, locator, summary_only
@@ -37,11 +38,18 @@ class AssembledStep:
     explicit: np.ndarray
     group_index: list  # per record (renumbered for content-keyed formats)
     problems: list[tuple[int, Problem]] = field(default_factory=list)  # validation problems, by record position
+    images: int = 0  # of the valid rows: raw images kept, and patches of their multimodal_train_inputs
+    patches: int = 0
 
     def kept(self) -> pa.Table:
         """The valid rows that survive the reject rule, in record order."""
         keep = self.fields.keep
         return self.rows if keep.all() else self.rows.filter(pa.array(keep))
+
+
+def _images(col) -> int:
+    """Images held by an images column (its lists' total length)."""
+    return sum(len(ch.values) if len(ch) else 0 for ch in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]))
 
 
 class StepAssembler:
@@ -70,6 +78,7 @@ class StepAssembler:
         self.records = 0
         self.mm_rows = [0, 0]  # valid rows seen in batches: with multimodal_train_inputs, all
         self.media_dropped = 0  # images and videos of those rows not kept (validate/media.py)
+        self.media = [0, 0]  # images kept and patches (core/tensors.patches_per_row) of those rows
 
     @classmethod
     def of_input(cls, inp, opts, **kw) -> "StepAssembler":
@@ -86,6 +95,8 @@ class StepAssembler:
             self.mm_rows[0] += len(b) - b.column(MM).null_count
             self.mm_rows[1] += len(b)
             self.media_dropped += int(np.sum(b.column("_media_dropped").to_numpy(zero_copy_only=False)))
+            self.media[0] += _images(b.column("images"))
+            self.media[1] += int(tensors.patches_per_row(b.column(MM)).sum())
         if self.columns is None:
             self.batches.extend(nc.batches)
         else:
@@ -134,8 +145,11 @@ class StepAssembler:
         if dropped:
             sf.notes.append(f"step {step}: {dropped} image(s) or video(s) of multimodal_inputs not kept (videos are "
                             "not stored; images need Pillow, pip install 'rollout-cli[vlm]', and a mode PNG holds)")
+        images, patches = self.media
+        if not self.mm_rows[1] and MM in pre.column_names:  # rows staged elsewhere (convert)
+            images, patches = _images(pre.column("images")), int(tensors.patches_per_row(pre.column(MM)).sum())
         return AssembledStep(self.split, step, self.records, sf, pre, where, id_state, explicit, group_index,
-                             self.problems)
+                             self.problems, images, patches)
 
     def _mixed_multimodal(self, pre: pa.Table, step: int) -> str | None:
         """The note on a step where some valid samples carry multimodal inputs and others lack

@@ -91,5 +91,7 @@ def test_a_mixed_run_without_the_flag_gets_a_note(tmp_path, command):
     d = json.loads(_invoke(*args).stdout)
     notes = d["notes"] if command == "convert" else d["summary"]["notes"]
     assert any("3 of 5 samples carry multimodal_train_inputs" in n for n in notes)
+    if command == "inspect":  # three samples of 16 patches each, no raw images
+        assert [(p.get("images"), p.get("patches")) for p in d["summary"]["per_step"]] == [(0, 48)]
     assert not any("multimodal" in a["message"] for a in
                    ((d.get("anomalies") or {}).get("items", []) if isinstance(d.get("anomalies"), dict) else []))
