@@ -269,3 +269,19 @@ def patches_per_row(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
         cum = np.concatenate([[0], np.cumsum(first)])
         out.append(cum[offs[1:]] - cum[offs[:-1]])
     return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def digests(value: dict) -> dict:
+    """A multimodal dict's values as comparable text: a tensor (numpy, torch, or decode_row's) as
+    `dtype[shape] <BLAKE3 of its bytes, 16 hex>`, any other value as its JSON text."""
+    import blake3
+
+    out = {}
+    for k, v in value.items():
+        parts = _tensor_parts(v)
+        if parts is None:
+            out[k] = orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+        else:
+            name, shape, arr = parts
+            out[k] = f"{name}{list(shape)} {blake3.blake3(arr.tobytes()).hexdigest()[:16]}"
+    return out
