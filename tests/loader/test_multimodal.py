@@ -132,3 +132,13 @@ def test_export_writes_tensors_back_and_reconverts_to_the_same_shards(run):
             assert a.get("multimodal_train_input_id") == b["multimodal_train_input_id"]
     convert([str(root / "exp")], str(root / "out2"))
     assert _digests(root / "out2") == _digests(root / "out")
+
+
+def test_the_output_is_within_the_size_bound(run):
+    """The whole output folder (Parquet, IPC copy, manifest) <= 2.6x the raw bytes of the run's
+    multimodal tensors + 2 MB."""
+    root, ref = run
+    raw = sum(v.numel() * v.element_size() for samples in ref.values() for s in samples
+              for v in (s["multimodal_train_inputs"] or {}).values() if isinstance(v, torch.Tensor))
+    out = sum(p.stat().st_size for p in (root / "out").rglob("*") if p.is_file())
+    assert out <= 2.6 * raw + (2 << 20), (out, raw)
