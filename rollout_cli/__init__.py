@@ -6,7 +6,7 @@ from __future__ import annotations
 from .core.versions import __version__
 
 __all__ = ["__version__", "convert", "ConvertOptions", "open_output", "Output", "open_dataset", "PackedBatch",
-           "RankDataset"]
+           "RankDataset", "derive", "DeriveResult", "DeriveOptions"]
 
 
 def __getattr__(name: str):
@@ -23,4 +23,12 @@ def __getattr__(name: str):
         from . import loader as _l
 
         return getattr(_l, name)
+    if name == "derive":  # the package, callable as derive(out, dest, as_=...)
+        import importlib
+
+        return importlib.import_module(".derive", __name__)
+    if name in ("DeriveResult", "DeriveOptions"):
+        from .derive import run as _d
+
+        return getattr(_d, name)
     raise AttributeError(name)

@@ -127,6 +127,34 @@ def test_hf_datasets(out, tmp_path, monkeypatch):
     assert sum(ds["total_length"]) == tokens
 
 
+def test_root_globs_match_every_parquet_shard_and_no_arrow_copy(out):
+    """`OUT/**/*.parquet` (polars, DuckDB) reads train and eval shards, every row with its step,
+    and never the uncompressed Arrow IPC copies under mmap/."""
+    import duckdb
+    import polars as pl
+
+    o, rows, _ = out
+    m = orjson.loads(open(os.path.join(o, "manifest.json"), "rb").read())
+    every = sum(s["rows"] for s in m["steps"])
+    pattern = os.path.join(o, "**", "*.parquet")
+    matched = glob.glob(pattern, recursive=True)
+    assert matched and not [p for p in matched if "/mmap/" in p or not p.endswith(".parquet")]
+    assert glob.glob(os.path.join(o, "mmap", "**", "*.arrow"), recursive=True)
+    assert pl.scan_parquet(pattern).select(pl.len()).collect().item() == every
+    con = duckdb.connect()
+    assert con.execute(f"select count(*), count(step) from read_parquet('{pattern}')").fetchone() == (every, every)
+
+
+def test_load_dataset_at_the_root(out, tmp_path):
+    import datasets
+
+    o, rows, _ = out
+    m = orjson.loads(open(os.path.join(o, "manifest.json"), "rb").read())
+    ds = datasets.load_dataset(o, cache_dir=str(tmp_path / "hf"))
+    assert ds["train"].num_rows == rows
+    assert ds["validation"].num_rows == sum(s["rows"] for s in m["steps"] if s["split"] == "eval") > 0
+
+
 def test_multimodal_tensor_bytes_read_in_every_tool(out, tmp_path, monkeypatch):
     """The typed multimodal_train_inputs column, as each tool reads it: the same bytes per row."""
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

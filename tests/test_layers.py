@@ -19,7 +19,7 @@ LAYERS = [
     {"pipeline"},
     {"output"},
     {"run"},
-    {"inspect", "loader", "verify", "slime", "export"},
+    {"inspect", "loader", "verify", "slime", "export", "derive"},
     {"audit"},
     {"report", "gates"},
     {"cli"},
@@ -291,6 +291,7 @@ TESTED_IN = {
     "output/files.py": "output/test_model.py",
     "run/record.py": "run/test_convert.py",
     "verify/common.py": "verify/test_check.py",
+    "verify/card.py": "output/test_card.py",
     "cli/audit_text.py": "cli/test_audit_cli.py",
     "cli/docs.py": "cli/test_help.py",
     "cli/render.py": "cli/test_convert_cli.py",
@@ -322,6 +323,8 @@ TESTED_IN = {
     "run/engines/worker_setup.py": "run/test_engine_local.py",
     "run/preload.py": "run/test_engine_contract.py",
     "run/stages.py": "run/test_convert.py",
+    "derive/rows.py": "derive/test_derive_run.py",
+    "derive/options.py": "derive/test_derive_run.py",
 }
 
 # Modules that hold no rule or decision of their own: no test file is expected. A package's

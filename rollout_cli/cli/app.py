@@ -13,6 +13,7 @@ from .audit import audit_cmd
 from .common import JsonUsageErrors
 from .convert import convert
 from .helpfmt import CONTEXT_SETTINGS, FittedCommand, FittedGroup
+from .derive import derive_cmd
 from .export import export_cmd
 from .inspect import inspect_cmd
 from .report import report_cmd
@@ -59,6 +60,7 @@ app.command("verify", cls=FittedCommand, context_settings=CONTEXT_SETTINGS)(veri
 app.command("report", cls=FittedCommand, context_settings=CONTEXT_SETTINGS)(report_cmd)
 app.command("export", cls=FittedCommand, context_settings=CONTEXT_SETTINGS)(export_cmd)
 app.command("audit", cls=FittedCommand, context_settings=CONTEXT_SETTINGS)(audit_cmd)
+app.command("derive", cls=FittedCommand, context_settings=CONTEXT_SETTINGS)(derive_cmd)
 
 
 def main() -> None:

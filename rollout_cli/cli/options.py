@@ -203,6 +203,11 @@ MaxAnomalies = Annotated[int, typer.Option(
     help="Keep at most N anomalies of each kind (the counts stay complete; 0: all).")]
 
 Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object on stdout.")]
+Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No summary.")]
+Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="Tracebacks for internal errors.")]
+OverwriteOwn = Annotated[bool, typer.Option(
+    "--overwrite", rich_help_panel=OUTPUT,
+    help="Replace a DEST this command wrote earlier (swapped in whole); any other folder is never replaced.")]
 Wait = Annotated[Optional[float], typer.Option(
     "--wait", metavar="SECS", rich_help_panel=OUTPUT,
     help="While another process writes the output, wait up to SECS seconds for it to "

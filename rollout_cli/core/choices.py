@@ -80,6 +80,23 @@ class ExportFormat(str, Enum):
     slime_pt = "slime-pt"  # slime's rollout debug dump, for --load-debug-rollout-data
 
 
+class DeriveKind(str, Enum):
+    sft = "sft"
+    dpo = "dpo"
+    kto = "kto"
+    rm = "rm"
+
+
+class DeriveSelect(str, Enum):
+    best = "best"
+    all = "all"
+
+
+class DerivePairs(str, Enum):
+    extremes = "extremes"
+    all = "all"
+
+
 def values(choices: type[Enum]) -> tuple[str, ...]:
     """The values of a choice Enum, in declaration order."""
     return tuple(c.value for c in choices)

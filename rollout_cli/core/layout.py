@@ -5,6 +5,7 @@ take their paths from here.
 ```
 OUT/
   manifest.json                                     the commit marker, written last
+  README.md                                         the dataset card: which files form which split
   data/step-000003/shard-00000-of-00004.parquet     train steps, one file per rank
   eval/step-000003/shard-00000-of-00001.parquet     eval dumps
   mmap/data/step-000003/shard-00000-of-00004.arrow  uncompressed Arrow IPC copies
@@ -20,6 +21,7 @@ the files by their paths inside OUT:
 ```
 OUT/
   manifest.json                                     the commit point: one PUT, written last
+  README.md                                         the dataset card (naming the generation's files), PUT next
   gen/5f0c.../data/step-000003/shard-00000-of-00004.parquet
   gen/5f0c.../mmap/data/step-000003/shard-00000-of-00004.arrow
   gen/5f0c.../rejects.jsonl
@@ -46,6 +48,7 @@ from typing import Any
 
 MANIFEST = "manifest.json"
 REJECTS = "rejects.jsonl"
+CARD = "README.md"  # the dataset card at OUT's root (output/card.py), since schema version 6
 STAGING = ".staging"
 LOCK = ".lock"  # the writer lock file (local) or lease object (object store): output/lock.py
 MMAP = "mmap"
@@ -54,7 +57,9 @@ TREES = (*SPLIT_TREES.values(), MMAP)
 # The entries a local output consists of besides its manifest: what a commit moves into place
 # (the manifest last) and the only names `--overwrite` replaces; any other name in OUT is left
 # alone. A layout change that adds an entry adds it here.
-ENTRIES = (*TREES, REJECTS)
+ENTRIES = (*TREES, REJECTS, CARD)
+# Entries added by a schema version -> that version: an older output has none (and lacks nothing).
+ENTRIES_SINCE = {CARD: 6}
 SPLITS = tuple(SPLIT_TREES)
 GENERATIONS = "gen"  # object stores: OUT/gen/<id>/ holds one run's trees and rejects
 _GENERATION_ID = re.compile(r"[0-9a-f]{8,64}")

@@ -25,6 +25,7 @@ from ..core.errors import OutputExistsError, UsageError
 from ..core.storage import fsync_dir
 from ..core import layout
 from ..core.layout import ENTRIES, LOCK, MANIFEST, STAGING, TREES
+from . import card
 from . import lock as writer_lock
 
 JOURNAL = "COMMITTING"
@@ -147,7 +148,9 @@ class Staging:
         shutil.rmtree(os.path.join(self.out, STAGING), ignore_errors=True)
 
     def commit(self, manifest: dict) -> None:
-        """Move staged entries into OUT and write the manifest last (roll-forward safe)."""
+        """Stage the dataset card, move staged entries into OUT and write the manifest last
+        (roll-forward safe)."""
+        storage.write_durable(os.path.join(self.root, layout.CARD), card.attach(manifest))
         write_json_atomic(os.path.join(self.root, MANIFEST), manifest)
         # The journal is the whole plan of renames, decided once. Whether a step is done can be
         # read off the disk (an "aside" step when its destination exists, an "in" step when its
@@ -274,11 +277,13 @@ def check_resume(out: str, options: dict) -> None:
 
 
 def _refuse_older_schema(out: str, prev: dict) -> None:
-    """An output of an older schema version lacks columns: its shards are not mixed with new ones."""
+    """An output of an older schema version lacks columns (or entries): its shards are not
+    mixed with new ones."""
     from ..core.schema import COLUMNS_SINCE, SCHEMA_VERSION
 
     if prev["schema_version"] != SCHEMA_VERSION:
-        added = ", ".join(k for k, v in COLUMNS_SINCE.items() if v > prev["schema_version"])
+        added = ", ".join([k for k, v in COLUMNS_SINCE.items() if v > prev["schema_version"]]
+                          + [k for k, v in layout.ENTRIES_SINCE.items() if v > prev["schema_version"]])
         raise UsageError(f"--resume: {out} was written with schema version {prev['schema_version']} (without {added}); "
                          f"this version writes {SCHEMA_VERSION} and does not mix the two in one output: "
                          "use --overwrite to reconvert")
@@ -388,9 +393,13 @@ class RemoteStaging:
         return False
 
     def commit(self, manifest: dict) -> None:
-        """PUT the manifest (the commit point), then remove what it does not list."""
+        """PUT the manifest (the commit point), then the dataset card naming its files, then
+        remove what it does not list. The card follows the manifest: until its PUT, the card in
+        place names the previous dataset's files, which stay until remove_unlisted."""
+        data = card.attach(manifest)
         storage.write_bytes(storage.join(self.out, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode())
         self.committed = True
+        storage.write_bytes(storage.join(self.out, layout.CARD), data)
         try:
             remove_unlisted(self.out, manifest)
         except OSError:
@@ -398,15 +407,16 @@ class RemoteStaging:
 
 
 def listed_files(manifest: dict) -> set[str]:
-    """Every file a manifest names (shards, their IPC copies, rejects), relative to OUT."""
+    """Every file a manifest names (shards, their IPC copies, rejects, the card), relative to OUT."""
     names = set()
     for s in manifest.get("steps") or []:
         for sh in s.get("shards") or []:
             names.add(sh["path"])
             if sh.get("mmap"):
                 names.add(sh["mmap"]["path"])
-    if manifest.get("rejects"):
-        names.add(manifest["rejects"]["path"])
+    for key in ("rejects", "card"):
+        if manifest.get(key):
+            names.add(manifest[key]["path"])
     return names
 
 
@@ -482,3 +492,20 @@ def prepare(out: str, *, overwrite: bool = False, resume: bool = False, options:
     staging = Staging(out)
     staging.start(options or {}, keep=resume)
     return staging
+
+
+def swap_in(stage: str, dest: str, replace: bool) -> None:
+    """Rename a finished staged folder to DEST (a local path beside it). With `replace`, the
+    DEST there is moved aside first and removed after, so DEST is always the old whole or the
+    new whole; else an empty DEST folder is replaced."""
+    dest = os.path.abspath(dest)
+    if replace and os.path.lexists(dest):
+        aside = os.path.join(os.path.dirname(dest), f".{os.path.basename(dest)}.old-{uuid.uuid4().hex[:8]}")
+        os.rename(dest, aside)
+        os.rename(stage, dest)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        if os.path.isdir(dest) and not os.path.islink(dest):
+            os.rmdir(dest)
+        os.rename(stage, dest)
+    fsync_dir(os.path.dirname(dest))

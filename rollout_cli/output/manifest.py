@@ -155,9 +155,9 @@ def _is_int(v) -> bool:
 def structure_problems(m: dict) -> list[str]:
     """Every field of the manifest `m` (as read() returned it) that verify relies on and finds
     missing or of the wrong type, as `where: what` lines (invariant `manifest_structure`):
-    options, counts, rejects, each step's counts and denominators, each shard's path inside
-    OUT, counts and digest, its IPC copy's. [] for a well-formed manifest. output/model.py's
-    open_output checks less (what reading needs: a manifest without digests still loads)."""
+    options, counts, rejects, the dataset card (schema version 6 on), each step's counts and
+    denominators, each shard's path inside OUT, counts and digest, its IPC copy's. [] for a
+    well-formed manifest. output/model.py's open_output checks less (what reading needs: a manifest without digests still loads)."""
     from ..pipeline.fields import STEP_FIELDS  # pyarrow: not at the converting process's start-up
 
     bad: list[str] = []
@@ -200,6 +200,17 @@ def structure_problems(m: dict) -> list[str]:
                 bad.append(f"rejects.path: expected {layout.in_generation(m.get('generation'), REJECTS)!r}, got {rj.get('path')!r}")
             need_int(rj, "count", "rejects")
             need_digest(rj, "rejects")
+    card = m.get("card")
+    if card is None:
+        if _is_int(m.get("schema_version")) and m["schema_version"] >= layout.ENTRIES_SINCE[layout.CARD]:
+            bad.append(f"card: missing (an output of schema version {m['schema_version']} has a dataset card, {layout.CARD})")
+    elif not isinstance(card, dict):
+        bad.append(f"card: expected an object, got {type(card).__name__}")
+    else:
+        if card.get("path") != layout.CARD:
+            bad.append(f"card.path: expected {layout.CARD!r}, got {card.get('path')!r}")
+        need_int(card, "bytes", "card")
+        need_digest(card, "card")
     steps = m.get("steps")
     if not isinstance(steps, list):
         bad.append(f"steps: expected a list, got {type(steps).__name__}")

@@ -7,7 +7,7 @@ failure, as `verify` prints it before exiting 4.
 
 This module walks the output; the checks live in modules by job: manifest.py (the manifest
 alone), files.py (the listed files and the shards' reading), rows.py (row invariants),
-denominators.py, schedule.py, rejects.py and strays.py; common.py holds the report they fill.
+denominators.py, schedule.py, rejects.py, card.py and strays.py; common.py holds the report they fill.
 
 Full mode reads every shard once, one row group at a time (memory is bounded by the row-group
 size plus a small per-rollout summary of one step), and the Arrow IPC copy through a memory map.
@@ -59,6 +59,8 @@ schedule           --schedule slime: the step's record adds up (one num_microbat
                    shards and dropped rollouts; each shard runs num_microbatches[s] micro-batches per optimizer
                    step, in order; no rollout spans two optimizer steps (full mode)
 rejects            rejects.jsonl matches the manifest: count, line count, checksum, per-step counts
+card               (schema version 6 on) the dataset card README.md is there, of the recorded size and
+                   checksum (file_present, size, checksum, as for a shard: the manifest records its BLAKE3)
 unexpected_file    nothing under OUT/data, OUT/eval or OUT/mmap (and, on an object store, under
                    those trees of the manifest's generation) that the manifest does not list;
                    other generations' files (an earlier dataset's, an interrupted run's: the next
@@ -76,6 +78,7 @@ from ..core.errors import UsageError
 from ..core.hashing import DIGEST_KEYS, digest_of, file_digest  # noqa: F401 (re-exported)
 from ..core.layout import MANIFEST
 from .common import EXAMPLES, Report, full_path
+from .card import check_card
 from .denominators import check_groups, check_rollouts
 from .files import check_bytes, check_ipc, check_parquet_shard
 from .manifest import check_arithmetic, check_pending, check_structure, read_manifest
@@ -133,6 +136,7 @@ def verify_output(out: str, quick: bool = False) -> dict:
     for s in m["steps"]:
         _check_step(out, s, expected, rep, m["options"].get("reward_baseline") == "rollout")
     check_rejects(out, m, rep)
+    check_card(out, m, rep)
     check_strays(out, m, rep)
     return rep.result(m)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from ..core import layout, storage
-from ..core.layout import MANIFEST, REJECTS, STAGING, TREES
+from ..core.layout import CARD, MANIFEST, REJECTS, STAGING, TREES
 from .common import Report
 
 
@@ -20,7 +20,7 @@ def check_strays(out: str, m: dict, rep: Report) -> None:
     generation = m.get("generation")
     tops = [*TREES, *(f"{layout.generation_dir(generation)}/{t}" for t in TREES if generation)]
     if storage.is_uri(out):
-        _stray_objects(out, expected, tops, generation, rep)
+        _stray_objects(out, expected, tops, generation, rep, bool(m.get("card")))
         return
     for top in tops:
         root = os.path.join(out, top)
@@ -40,7 +40,7 @@ def check_strays(out: str, m: dict, rep: Report) -> None:
                 if rel not in expected:
                     rep.fail(rel, "unexpected_file", "not listed in the manifest (a leftover, or added after conversion)")
     for name in sorted(os.listdir(out)):
-        if name not in (MANIFEST, REJECTS, STAGING, layout.GENERATIONS) + TREES:
+        if name not in (MANIFEST, REJECTS, STAGING, layout.GENERATIONS) + TREES and not (name == CARD and m.get("card")):
             rep.notes.append(f"{name}: not part of a rollout-cli output (ignored)")
     gens = os.path.join(out, layout.GENERATIONS)
     for g in sorted(os.listdir(gens)) if os.path.isdir(gens) else []:
@@ -55,7 +55,7 @@ def _other_generation(g: str, generation: str | None, expected: set[str], rep: R
                          "in the manifest (ignored; the next commit removes them)")
 
 
-def _stray_objects(out: str, expected: set[str], tops: list[str], generation: str | None, rep: Report) -> None:
+def _stray_objects(out: str, expected: set[str], tops: list[str], generation: str | None, rep: Report, card: bool) -> None:
     """check_strays on an object store: one listing of OUT."""
     files = storage.files_under(out)
     seen_tops: set[str] = set()
@@ -70,7 +70,7 @@ def _stray_objects(out: str, expected: set[str], tops: list[str], generation: st
             if f"{top}/{g}" not in seen_tops:
                 seen_tops.add(f"{top}/{g}")
                 _other_generation(g, generation, expected, rep)
-        elif top not in seen_tops and top not in (MANIFEST, REJECTS) + TREES:
+        elif top not in seen_tops and top not in (MANIFEST, REJECTS) + TREES and not (top == CARD and card):
             seen_tops.add(top)
             rep.notes.append(".staging: leftover staging area of a finished commit (ignored; a rerun removes it)" if top == STAGING
                              else f"{top}: not part of a rollout-cli output (ignored)")

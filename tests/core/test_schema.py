@@ -45,6 +45,13 @@ def test_schema_5_adds_token_exact():
         assert "token_exact" not in train_schema(False, v).names
 
 
+def test_schema_6_adds_the_dataset_card_and_no_column():
+    from rollout_cli.core import layout
+
+    assert train_schema(False, 5).names == train_schema(False, 6).names and layout.ENTRIES_SINCE == {layout.CARD: 6}
+    assert layout.CARD in layout.ENTRIES
+
+
 def test_an_older_version_is_the_current_schema_without_its_later_columns():
     assert READ_SCHEMA_VERSIONS == tuple(range(2, SCHEMA_VERSION + 1))
     assert COLUMNS_SINCE == {"remove_sample": 3, "weight_versions": 4, "token_exact": 5,

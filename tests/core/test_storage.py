@@ -28,10 +28,13 @@ def _convert(*args: str) -> tuple[int, str]:
 
 
 def _shards(root) -> dict:
-    """Each file's digest by its layout path (an object store's generation folder left out)."""
+    """Each file's digest by its layout path (an object store's generation folder left out). The
+    manifest and the dataset card name the generation folders, so they are compared elsewhere
+    (tests/output/test_card.py)."""
     from rollout_cli.core import layout
 
-    return {layout.split_generation(k)[1]: v[1] for k, v in tree_digest(root).items() if not k.endswith("manifest.json")}
+    return {layout.split_generation(k)[1]: v[1] for k, v in tree_digest(root).items()
+            if not k.endswith("manifest.json") and k != layout.CARD}
 
 
 def test_uri_helpers():

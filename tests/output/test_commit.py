@@ -188,14 +188,19 @@ def test_overwrite_drops_entries_the_new_run_does_not_write(tmp_path):
 
 # --- object stores: the manifest's PUT is the commit ------------------------------------------
 
-def _s3_state(uri: str) -> dict:
-    """The committed dataset at `uri` (its manifest), after checking it verifies and loads."""
+def _s3_state(uri: str, stale_card: str | None = None) -> dict:
+    """The committed dataset at `uri` (its manifest), after checking it verifies and loads
+    (`stale_card`: but for its dataset card, the previous dataset's (`checksum`) or none
+    (`file_present`))."""
     from rollout_cli import open_dataset
     from rollout_cli.output import manifest
     from rollout_cli.verify.check import verify_output
 
     result = verify_output(uri)
-    assert result["ok"], result["failures"]
+    if stale_card:
+        assert [(f["file"], f["invariant"]) for f in result["failures"]] == [("README.md", stale_card)], result["failures"]
+    else:
+        assert result["ok"], result["failures"]
     m = manifest.read(uri)
     ds = open_dataset(uri)
     for step in ds.steps:
@@ -252,14 +257,18 @@ def test_object_store_commit_survives_a_crash_at_every_write(s3, tmp_path, monke
         except OutputError:
             finished = False
         monkeypatch.undo()
-        # a failure after the PUT is in the cleanup, which is best effort: the run has committed
-        assert finished == (k > put) and handler.dead == (k < len(writes))
+        # the dataset card's PUT follows the manifest's: a failure there fails the run (the card in
+        # place still names the previous dataset's files, kept); one after it is in the cleanup,
+        # which is best effort
+        assert writes[put + 1][1].endswith("/README.md")
+        assert finished == (k > put + 1) and handler.dead == (k < len(writes))
         if k <= put and old is None:
             with pytest.raises(manifest.ManifestError, match="missing"):
                 manifest.read(f"s3://{uri}")
             got, m = "none", None
         else:
-            m = _s3_state(f"s3://{uri}")
+            # a crash at the card's PUT leaves the previous card (and the files it names), or none
+            m = _s3_state(f"s3://{uri}", stale_card=None if k != put + 1 else "checksum" if old else "file_present")
             got = "new" if m["options"]["shards"] == 2 else "old"
         assert got == ("new" if k > put else "old" if old else "none"), (k, writes[k - 1] if k else None)
         if m is not None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import slime_reference as ref
-from conftest import SAMPLE_DATA, copts, make_sample, read_jsonl, read_rows, shard_bytes, write_jsonl
+from conftest import SAMPLE_DATA, card_without_generations, copts, make_sample, read_jsonl, read_rows, shard_bytes, write_jsonl
 from slime_cases import CASES, fresh_case
 from rollout_cli.core import hashing
 from rollout_cli.run.convert import convert
@@ -650,7 +650,7 @@ def _objects(s3, prefix: str) -> dict[str, bytes]:
     for i in s3.get_file_info(pafs.FileSelector(f"bkt/{prefix}", recursive=True)):
         if i.type == pafs.FileType.File and not i.path.endswith("manifest.json"):
             with s3.open_input_stream(i.path) as f:
-                out[layout.split_generation(i.path[len(f"bkt/{prefix}/"):])[1]] = f.read()
+                out[layout.split_generation(i.path[len(f"bkt/{prefix}/"):])[1]] = card_without_generations(f.read())
     return out
 
 
@@ -673,7 +673,7 @@ def test_object_store_output_uploads_each_file_once(s3, tmp_path, monkeypatch):
     data = [p for p in uploads if "/data/" in p or "/mmap/" in p or "/eval/" in p]
     assert sorted(data) == sorted(listed) and len(listed) == 12
     # the rest is bookkeeping: the run's pointer, its finished-step records and the manifest
-    assert all(p.endswith(("/.staging/run.json", "/manifest.json")) or "/done/" in p for p in set(uploads) - listed)
+    assert all(p.endswith(("/.staging/run.json", "/manifest.json", "/README.md")) or "/done/" in p for p in set(uploads) - listed)
     # with a pool, an input parsed in pieces stages its parts in a local folder, removed after the run
     monkeypatch.undo()
     from rollout_cli.inputs.jsonl import reader as jsonl

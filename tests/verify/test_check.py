@@ -35,7 +35,7 @@ def test_clean_output_passes_full_and_quick(out):
         m = manifest(out)
         n_shards = sum(len(s["shards"]) for s in m["steps"])
         assert res["checked"]["shards"] == n_shards == 8
-        assert res["checked"]["files"] == 1 + 2 * n_shards  # manifest + Parquet + IPC copies
+        assert res["checked"]["files"] == 2 + 2 * n_shards  # manifest + card + Parquet + IPC copies
         assert res["checked"]["rows"] == m["counts"]["rows"]
         assert res["checked"]["hashed_bytes"] == (0 if quick else res["checked"]["bytes"])
         json.dumps(res)  # plain data
@@ -142,7 +142,7 @@ def test_verify_reads_an_output_on_an_object_store(s3_out):
     assert m["rejects"]["count"] == 1  # rejects.jsonl checked too, in the generation
     files = set(got["files"])
     gen = json.loads(__import__("rollout_cli.core.storage", fromlist=["x"]).read_bytes(f"{uri}/manifest.json"))["generation"]
-    assert f"gen/{gen}/rejects.jsonl" in files and all(f == "manifest.json" or f.startswith(f"gen/{gen}/") for f in files)
+    assert f"gen/{gen}/rejects.jsonl" in files and all(f in ("manifest.json", "README.md") or f.startswith(f"gen/{gen}/") for f in files)
     assert CliRunner().invoke(app, ["verify", uri, "--quick"]).exit_code == 0
 
 
