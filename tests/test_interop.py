@@ -30,7 +30,7 @@ def _opts(**kw) -> ConvertOptions:
 
 def _vlm_run(d) -> str:
     """A slime .pt run whose samples carry bfloat16 pixel values and int64 image grids (one
-    sample without)."""
+    sample without), and an eval step."""
     import torch
 
     (d / "vlm" / "rollout_data").mkdir(parents=True)
@@ -43,6 +43,7 @@ def _vlm_run(d) -> str:
                             "status": "completed", "index": i, "group_index": i // 2,
                             "rollout_log_probs": [-0.5] * 3, "multimodal_train_inputs": mm})
         torch.save({"rollout_id": step, "samples": samples}, str(d / "vlm" / "rollout_data" / f"{step}.pt"))
+    torch.save({"rollout_id": 2, "samples": samples}, str(d / "vlm" / "rollout_data" / "eval_2.pt"))
     return str(d / "vlm")
 
 
