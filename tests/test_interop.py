@@ -28,12 +28,32 @@ def _opts(**kw) -> ConvertOptions:
     return ConvertOptions(**kw)
 
 
-@pytest.fixture(scope="module", params=["sample_data", "no_log_probs_step"])
+def _vlm_run(d) -> str:
+    """A slime .pt run whose samples carry bfloat16 pixel values and int64 image grids (one
+    sample without), and an eval step."""
+    import torch
+
+    (d / "vlm" / "rollout_data").mkdir(parents=True)
+    for step in (1, 2):
+        samples = []
+        for i in range(6):
+            mm = None if i == 3 else {"pixel_values": torch.randn(4 * (i + 1), 12).to(torch.bfloat16),
+                                      "image_grid_thw": torch.tensor([[1, 2, 2 * (i + 1)]])}
+            samples.append({"tokens": list(range(1, 12)), "response_length": 3, "reward": float(i),
+                            "status": "completed", "index": i, "group_index": i // 2,
+                            "rollout_log_probs": [-0.5] * 3, "multimodal_train_inputs": mm})
+        torch.save({"rollout_id": step, "samples": samples}, str(d / "vlm" / "rollout_data" / f"{step}.pt"))
+    torch.save({"rollout_id": 2, "samples": samples}, str(d / "vlm" / "rollout_data" / "eval_2.pt"))
+    return str(d / "vlm")
+
+
+@pytest.fixture(scope="module", params=["sample_data", "no_log_probs_step", "vlm"])
 def out(request, tmp_path_factory):
-    """sample_data (3 train steps, 1 eval step), 3 shards; and a variant where one step has no
-    log-probs at all, so some files hold all-null optional columns."""
+    """sample_data (3 train steps, 1 eval step), 3 shards; a variant where one step has no
+    log-probs at all, so some files hold all-null optional columns; and a vision-language run
+    (typed multimodal_train_inputs)."""
     d = tmp_path_factory.mktemp("interop")
-    inputs = [SAMPLE_JSONL]
+    inputs = [_vlm_run(d)] if request.param == "vlm" else [SAMPLE_JSONL]
     if request.param == "no_log_probs_step":
         rows = [orjson.loads(line) for line in open(os.path.join(SAMPLE_JSONL, "rollout_data", "1.jsonl"), "rb")]
         for r in rows:
@@ -134,3 +154,30 @@ def test_load_dataset_at_the_root(out, tmp_path):
     ds = datasets.load_dataset(o, cache_dir=str(tmp_path / "hf"))
     assert ds["train"].num_rows == rows
     assert ds["validation"].num_rows == sum(s["rows"] for s in m["steps"] if s["split"] == "eval") > 0
+
+
+def test_multimodal_tensor_bytes_read_in_every_tool(out, tmp_path, monkeypatch):
+    """The typed multimodal_train_inputs column, as each tool reads it: the same bytes per row."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import datasets
+    import duckdb
+    import polars as pl
+
+    o, rows, _ = out
+    files = sorted(glob.glob(_pattern(o), recursive=True))
+    t = pads.dataset(os.path.join(o, "data"), format="parquet").to_table()
+
+    def sizes(rows_of_entries) -> list:
+        return [None if r is None else [(e["key"], e["dtype"], list(e["shape"]) if e["shape"] is not None else None,
+                                         None if e["data"] is None else len(e["data"])) for e in r]
+                for r in rows_of_entries]
+
+    want = sizes(t.column("multimodal_train_inputs").to_pylist())
+    got_pl = sizes(pl.scan_parquet(_pattern(o)).collect()["multimodal_train_inputs"].to_list())
+    got_duck = sizes([r[0] for r in duckdb.connect().execute(
+        f"select multimodal_train_inputs from read_parquet('{_pattern(o)}')").fetchall()])
+    ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hf"))
+    got_hf = sizes(ds["multimodal_train_inputs"])
+    assert sorted(map(repr, got_pl)) == sorted(map(repr, got_duck)) == sorted(map(repr, got_hf)) == sorted(map(repr, want))
+    assert len(want) == rows

@@ -242,7 +242,7 @@ def test_the_circle_check_finds_every_kind_of_import(tmp_path):
 
 # the validation package's modules, bottom to top: each imports only from those before it, and
 # only their public names
-VALIDATE_ORDER = ["batch", "rows", "lists", "columns", "__init__"]
+VALIDATE_ORDER = ["batch", "media", "rows", "lists", "columns", "images", "__init__"]
 
 
 def test_validation_imports_run_one_way_through_public_names():
@@ -273,6 +273,9 @@ TESTS = Path(__file__).resolve().parent
 # presentation through the command tests. module -> that test file (below tests/; it must exist).
 TESTED_IN = {
     "inputs/limits.py": "inputs/jsonl/test_long_lines.py",
+    "inputs/pickled/images.py": "inputs/pickled/test_pil_images.py",
+    "pipeline/validate/images.py": "pipeline/test_images.py",
+    "pipeline/validate/media.py": "pipeline/test_media.py",
     "inputs/textdump.py": "inputs/text/test_text_dumps.py",
     "inputs/text/detect.py": "inputs/text/test_text_dumps.py",
     "inputs/trl/detect.py": "inputs/text/test_text_dumps.py",

@@ -33,7 +33,8 @@ msd = _load_script()
 FRAMEWORKS = ("nemo_rl", "miles")  # written by make_framework_data.py (prime_rl/ by make_prime_rl.py)
 # folders written by a generator of their own (make_<name>.py), tested with their format
 OWN_GENERATORS = ("prime_rl", "pipelinerl", "open_instruct", "atropos", "roll", "skyrl", "verl", "verl_text", "trl",
-                  "chat_drift", "tokenizer")  # the last four: make_text_dumps.py
+                  "chat_drift", "tokenizer",  # these four: make_text_dumps.py
+                  "vlm")  # bench/gen_vlm.py
 
 
 def _data_files(root: Path, suffixes: tuple[str, ...], frameworks: bool = False) -> list[Path]:

@@ -28,6 +28,7 @@ TRAIN_KEYS = {
     "reward": K.REWARDS,
     "raw_reward": K.RAW_REWARD,
     "rollout_id": K.ROLLOUT_IDS,
+    "multimodal_train_inputs": K.MULTIMODAL_TRAIN_INPUTS,
 }
 # the loss side (audit/loss_side.py): denominators and advantages, compared under the trainer's rules
 LOSS_KEYS = {
@@ -118,6 +119,20 @@ def flag_diff(expected: bool, got: Any) -> dict | None:
     if isinstance(got, (bool, np.bool_)) and bool(got) == bool(expected):
         return None
     return {"expected": bool(expected), "got": _plain(got)}
+
+
+def multimodal_diff(expected: dict, got: Any) -> dict | None:
+    """Each key's tensor (dtype, shape, digest of its bytes: core/tensors.digest) or non-tensor
+    value, where the two dicts differ: only the differing keys are given."""
+    from ..core import tensors
+
+    if not isinstance(got, dict):
+        return {"expected": "a dict", "got": type(got).__name__}
+    a, b = tensors.digests(expected), tensors.digests(got)
+    keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+    if not keys:
+        return None
+    return {"expected": {k: a.get(k) for k in keys}, "got": {k: b.get(k) for k in keys}}
 
 
 def record(step: int, pos: int | None, fld: str, rollout: str | None, train: str | None, d: dict) -> dict:

@@ -14,6 +14,7 @@ from itertools import chain
 import numpy as np
 
 from ..core import slime_keys as K
+from ..core import tensors
 from ..core.errors import InvalidInputError, Location, StepProblems
 from ..inputs.registry import format_of, read_input
 from ..inputs.train_pt.reader import TrainDump
@@ -101,6 +102,8 @@ class _Compare:
         l_off, l_val, l_ok = _lists(batch, "rollout_log_probs")
         rl = batch.column("response_length").to_numpy()
         removed = batch.column("remove_sample").to_numpy(zero_copy_only=False)
+        mm = batch.column("multimodal_train_inputs")
+        mm = tensors.decode_column(mm) if mm.null_count < len(mm) else [None] * len(pos)
         for k, p in enumerate(pos.tolist()):
             j = self.index.get(p)
             if j is None:
@@ -111,16 +114,17 @@ class _Compare:
             loc = str(where(p))
             lp = l_val[l_off[k]:l_off[k + 1]] if l_ok[k] else None
             self._sample(p, loc, ts, t_val[t_off[k]:t_off[k + 1]], int(rl[k]), m_val[m_off[k]:m_off[k + 1]], lp,
-                         bool(removed[k]))
+                         bool(removed[k]), mm[k])
 
-    def _sample(self, p: int, loc: str, ts: dict, tokens, rl: int, mask, lp, removed: bool) -> None:
+    def _sample(self, p: int, loc: str, ts: dict, tokens, rl: int, mask, lp, removed: bool, mm=None) -> None:
         """A field the trainer's dump does not hold (None or absent) is not compared."""
         sa, train = self.sa, self.td.display
         for fld, key, expected, how in (("tokens", K.TOKENS, tokens, diff.array_diff),
                                         ("response_length", K.RESPONSE_LENGTHS, rl, diff.exact_diff),
                                         ("loss_mask", K.LOSS_MASKS, mask, diff.array_diff),
                                         ("rollout_log_probs", K.ROLLOUT_LOG_PROBS, lp, diff.array_diff),
-                                        ("remove_sample", "remove_sample", removed, diff.flag_diff)):
+                                        ("remove_sample", "remove_sample", removed, diff.flag_diff),
+                                        ("multimodal_train_inputs", K.MULTIMODAL_TRAIN_INPUTS, mm, diff.multimodal_diff)):
             got = ts.get(key)
             if got is None or expected is None:
                 continue
@@ -175,7 +179,7 @@ def audit_step(unit: Unit, first, reading, step: int, td: TrainDump, opts: Audit
     asm = StepAssembler.of_input(inp, opts, columns=["raw_reward", "sample_index"])
     for raw_chunk in chain([first] if first is not None else [], reading):
         nc = normalize_chunk(raw_chunk, asm.records, reward_key=opts.reward_key, keep_text=False, step=record_step(inp),
-                             rewards_recorded=format_of(inp.format).rewards_recorded)
+                             rewards_recorded=format_of(inp.format).rewards_recorded, images=opts.image_rule())
         base = asm.records
 
         def where(p: int, nc=nc, base=base) -> Location:

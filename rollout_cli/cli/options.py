@@ -92,6 +92,14 @@ MaxStaleness = Annotated[Optional[int], typer.Option(
          "(rejects report, rule weight_versions.stale); a usage error for inputs whose weight versions "
          "say no step (docs/rules.md).")]
 
+ImageTokenId = Annotated[Optional[int], typer.Option(
+    "--image-token-id", metavar="ID", rich_help_panel=VALIDATION,
+    help="The image placeholder token: a sample whose prompt holds it must carry pixel values, as many "
+         "placeholders as its image_grid_thw gives (prod(t,h,w)/merge^2 per image); others are invalid.")]
+SpatialMergeSize = Annotated[int, typer.Option(
+    "--spatial-merge-size", metavar="M", rich_help_panel=VALIDATION,
+    help="The image processor's spatial merge size, for --image-token-id.")]
+
 # The rule group: a parameter per field of RULE_FIELDS, in the order the help lists them; a
 # --disable-* switch negates the field it names.
 RULE_PARAMS = {
@@ -106,6 +114,8 @@ RULE_PARAMS = {
     "sibling_reward": SiblingRewardOpt,
     "n_samples_per_prompt": NSamplesPerPrompt,
     "max_staleness": MaxStaleness,
+    "image_token_id": ImageTokenId,
+    "spatial_merge_size": SpatialMergeSize,
 }
 
 

@@ -50,6 +50,7 @@ class Problem:
     field: str | None
     message: str
     rule: str | None = None
+    sample_index: int | None = None  # the sample's own index, where a rule that reads it knows it
 
     def __str__(self) -> str:
         where = str(self.location)

@@ -57,6 +57,14 @@ class RuleOptions:
     # --tokenizer: a tokenizer.json (or a folder holding one) that text dumps are tokenized with
     # (inputs/textdump.py) and token ids are decoded with for display
     tokenizer: str | None = None
+    # --image-token-id: the image placeholder rule (pipeline/validate/images.py) with the
+    # processor's --spatial-merge-size; None: not checked
+    image_token_id: int | None = None
+    spatial_merge_size: int = 2
+
+    def image_rule(self) -> tuple[int, int] | None:
+        """(image token id, spatial merge size) when the image placeholder rule applies."""
+        return None if self.image_token_id is None else (self.image_token_id, self.spatial_merge_size)
 
     def check(self) -> None:
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
@@ -82,6 +90,10 @@ class RuleOptions:
         for name in ("max_line_bytes", "max_storage_bytes"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')}: expected at least 1 byte, got {getattr(self, name)}")
+        if self.image_token_id is not None and self.image_token_id < 0:
+            raise UsageError(f"--image-token-id: expected a token id (0 or more), got {self.image_token_id}")
+        if self.spatial_merge_size < 1:
+            raise UsageError(f"--spatial-merge-size: expected at least 1, got {self.spatial_merge_size}")
 
     def rule_options(self) -> dict:
         """The settings that decide ids and rewards (what `inspect` shows and compares)."""
@@ -92,6 +104,9 @@ class RuleOptions:
             d.pop("sibling_reward")
         if self.max_staleness is None:
             d.pop("max_staleness")
+        if self.image_token_id is None:
+            d.pop("image_token_id")
+            d.pop("spatial_merge_size")
         return d
 
 
@@ -224,6 +239,9 @@ class ConvertOptions(RuleOptions):
             d.pop("max_staleness")  # recorded only when given, as before it existed
         if d["tokenizer"] is None:
             d.pop("tokenizer")  # given, run/convert.py records its file's digest: the content decides the rows
+        if d["image_token_id"] is None:  # recorded only when given, as before they existed
+            d.pop("image_token_id")
+            d.pop("spatial_merge_size")
         d["step"] = d.pop("step")  # the recorded order of earlier manifests
         schedule = {k: d.pop(k) for k in SCHEDULE_FIELDS}
         scheduled = d.pop("schedule") == "slime"

@@ -65,6 +65,9 @@ FIELDS: tuple[SampleField, ...] = (
     # records, as strings): null in the output where absent, null or empty
     SampleField("weight_versions", "text_list", "list<string>", column="weight_versions"),
     SampleField("multimodal_train_inputs", "dict", column="multimodal_train_inputs"),
+    SampleField("multimodal_train_input_id", "text", "string", column="multimodal_train_input_id"),
+    # the raw media: {"images": [...], "videos": [...]}; images kept as PNG (pipeline/validate/media.py)
+    SampleField("multimodal_inputs", "dict", column="images"),
     SampleField("prompt", "text", "string", keep_text=True, column="prompt"),
     SampleField("response", "text", "string", keep_text=True, column="response"),
     SampleField("label", "text", "string", keep_text=True, column="label"),

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from . import slime_keys
-from .versions import READ_SCHEMA_VERSIONS, SCHEMA_VERSION  # noqa: F401 (stamped on every shard)
+from .tensors import HF_FEATURES, IMAGES_TYPE, MM_TYPE
+from .versions import MULTIMODAL_TYPED_VERSION, READ_SCHEMA_VERSIONS, SCHEMA_VERSION  # noqa: F401 (stamped on every shard)
 
 STATUSES = ("pending", "completed", "truncated", "aborted", "failed")
 
@@ -65,7 +66,12 @@ OPTIONAL_FIELDS: list[pa.Field] = [
     pa.field("round_number", pa.int64()),
     pa.field("source_name", pa.string()),
     pa.field("train_metadata", pa.string()),
-    pa.field("multimodal_train_inputs", pa.string()),
+    # one entry per key: a tensor as dtype, shape and bytes, any other value as JSON text
+    # (core/tensors.py); JSON text of the whole dict before MULTIMODAL_TYPED_VERSION
+    pa.field("multimodal_train_inputs", MM_TYPE),
+    pa.field("multimodal_train_input_id", pa.string()),
+    # sample.multimodal_inputs["images"] as PNG bytes, laid out as Hugging Face's Image feature
+    pa.field("images", IMAGES_TYPE),
     # the policy versions that generated the sample, one per generation call, as the framework
     # names them (slime's Sample.weight_versions); null where it recorded none
     pa.field("weight_versions", pa.list_(pa.string())),
@@ -93,7 +99,10 @@ DICTIONARY_COLUMNS = ("status", "source_name", "weight_versions")
 # Columns added after schema version 2 -> the version that added them: an output of an older
 # version lacks them (readers give their default: remove_sample false, weight_versions null,
 # token_exact true).
-COLUMNS_SINCE = {"remove_sample": 3, "weight_versions": 4, "token_exact": 5}
+COLUMNS_SINCE = {"remove_sample": 3, "weight_versions": 4, "token_exact": 5,
+                 "multimodal_train_input_id": MULTIMODAL_TYPED_VERSION, "images": MULTIMODAL_TYPED_VERSION}
+# Columns whose type changed at a schema version -> (that version, the type before it)
+TYPE_BEFORE = {"multimodal_train_inputs": (MULTIMODAL_TYPED_VERSION, pa.string())}
 # Columns that may hold nulls since a schema version -> that version: an older output's schema
 # has them not null.
 NULLABLE_SINCE = {"reward": 4, "raw_reward": 4, "selected_reward": 4}
@@ -105,7 +114,12 @@ def train_schema(keep_text: bool = False, schema_version: int = SCHEMA_VERSION) 
     fields = CORE_FIELDS + OPTIONAL_FIELDS + SCHEDULE_COLUMNS + (TEXT_FIELDS if keep_text else [])
     fields = [f if NULLABLE_SINCE.get(f.name, 0) <= schema_version else f.with_nullable(False)
               for f in fields if COLUMNS_SINCE.get(f.name, 0) <= schema_version]
-    return pa.schema(fields, metadata={b"rollout_cli.schema_version": str(schema_version).encode()})
+    fields = [f.with_type(TYPE_BEFORE[f.name][1]) if TYPE_BEFORE.get(f.name, (0,))[0] > schema_version else f
+              for f in fields]
+    meta = {b"rollout_cli.schema_version": str(schema_version).encode()}
+    if schema_version >= MULTIMODAL_TYPED_VERSION:
+        meta[b"huggingface"] = HF_FEATURES
+    return pa.schema(fields, metadata=meta)
 
 
 # Column name -> the key of slime's train_data dict (RolloutManager._convert_samples_to_train_data).

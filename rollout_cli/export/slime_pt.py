@@ -18,6 +18,7 @@ own files, never any other folder (exit 5, whatever the flags).
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -32,7 +33,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core import storage
+from ..core import storage, tensors
 from ..core.errors import IntegrityError, OutputError, OutputExistsError, UsageError, output_error
 from ..inputs.discover import parse_steps
 from ..output import lock as writer_lock
@@ -140,10 +141,28 @@ def _json(text: str | None) -> Any:
     return None if text is None else orjson.loads(text)
 
 
+def _pil_images(entries: list | None) -> list | None:
+    """The images column's PNGs of one row as PIL images (Pillow: the `vlm` extra)."""
+    if not entries:
+        return None
+    try:
+        from PIL import Image
+    except ModuleNotFoundError:
+        raise UsageError("export: the output holds images, which are written back as PIL images: "
+                         "pip install 'rollout-cli[vlm]'") from None
+    out = []
+    for e in entries:
+        im = Image.open(io.BytesIO(e["bytes"]))
+        im.load()
+        out.append(im)
+    return out
+
+
 def _samples(t: pa.Table, torch) -> list[dict]:
     """The rows as Sample.to_dict() dicts, in input order."""
     c = {name: t.column(name).to_pylist() for name in t.schema.names
-         if name not in ("rollout_routed_experts", "rollout_top_p_token_ids", "rollout_top_p_token_offsets")}
+         if name not in ("rollout_routed_experts", "rollout_top_p_token_ids", "rollout_top_p_token_offsets",
+                         "multimodal_train_inputs")}
     n = t.num_rows
     keep_text = "prompt" in c
 
@@ -159,6 +178,9 @@ def _samples(t: pa.Table, torch) -> list[dict]:
     experts = int32_tensors("rollout_routed_experts")
     removed = c.get("remove_sample") or [False] * n  # schema version 2 outputs lack the column
     versions = c.get("weight_versions") or [None] * n  # schema version 4 on
+    mm = [tensors.as_torch(v, torch) for v in tensors.decode_column(t.column("multimodal_train_inputs"))]
+    mm_ids = c.get("multimodal_train_input_id") or [None] * n
+    images = [_pil_images(v) for v in (c.get("images") or [None] * n)]
     samples = []
     for i in range(n):
         meta: dict[str, Any] = {}
@@ -174,7 +196,8 @@ def _samples(t: pa.Table, torch) -> list[dict]:
         s = dict(_DEFAULTS, spec_info=dict(_DEFAULTS["spec_info"]), prefix_cache_info=dict(_DEFAULTS["prefix_cache_info"]))
         s.update(
             group_index=c["group_index"][i], index=c["sample_index"][i], rollout_id=c["rollout_id"][i],
-            tokens=c["tokens"][i], multimodal_train_inputs=_json(c["multimodal_train_inputs"][i]),
+            tokens=c["tokens"][i], multimodal_train_inputs=mm[i], multimodal_train_input_id=mm_ids[i],
+            multimodal_inputs=None if images[i] is None else {"images": images[i]},
             response_length=c["response_length"][i], reward=c["selected_reward"][i], loss_mask=c["loss_mask"][i],
             remove_sample=removed[i],
             rollout_log_probs=c["rollout_log_probs"][i], rollout_top_p_token_ids=top_ids[i],

@@ -157,6 +157,8 @@ def _step_summary(sd: StepData, rollouts: int, prompt_groups: int) -> dict:
         "zero_variance_share": r6(sd.zero_variance_groups / prompt_groups) if prompt_groups else None,
         "not_token_exact": sd.not_token_exact,
         **step_lineage(t),
+        # a vision-language step's raw images and processor patches (only where it has any)
+        **({"images": sd.images, "patches": sd.patches} if sd.images or sd.patches else {}),
     }
 
 

@@ -49,7 +49,7 @@ def read_chunks(inp: InputFile, opts: InspectOptions, payload: dict):
 def validate_chunk(raw, base: int, inp: InputFile, opts: InspectOptions, keep_text: bool) -> NormChunk:
     """convert's validation of one chunk (its record `step` check included)."""
     return normalize_chunk(raw, base, reward_key=opts.reward_key, keep_text=keep_text, step=record_step(inp),
-                           rewards_recorded=format_of(inp.format).rewards_recorded)
+                           rewards_recorded=format_of(inp.format).rewards_recorded, images=opts.image_rule())
 
 
 def _read(inp: InputFile, opts: InspectOptions, payload: dict) -> StepAssembler:
@@ -80,12 +80,18 @@ def dump_step(unit: Unit, opts: InspectOptions, anomalies: Anomalies, seen: dict
     return _kept_step(inp, st, opts, anomalies)
 
 
+# the rules of a whole parsed sample, whose anomaly names its sample_index and its place in the step
+_SAMPLE_RULES = frozenset({"multimodal_train_inputs.missing", "multimodal_train_inputs.placeholders"})
+
+
 def _problem_anomalies(sf: StepFields, problems: list[tuple[int, Problem]], where: Callable[[int], Location],
                        anomalies: Anomalies, split: str, step: int) -> None:
     """Invalid samples (convert fails on them or, with --on-error skip, rejects their rollouts),
     then the valid samples left out with them."""
     for i, p in problems:
         extra = {"rollout_id": int(sf.ids[i])} if sf.assigned[i] else {}
+        if p.sample_index is not None or p.rule in _SAMPLE_RULES:  # a rule of a parsed sample: where it stands
+            extra.update(sample_index=p.sample_index, rollout_position=i)
         anomalies.add(problem_kind(p.rule), "error", split, step, f"{p.field}: {p.message}" if p.field else p.message,
                       [loc_dict(p.location)], field=p.field, rule=p.rule, **extra)
     own = {i for i, _ in sf.problems}
@@ -166,7 +172,8 @@ def _kept_step(inp: InputFile, st: AssembledStep, opts: InspectOptions, anomalie
     )
     records = DumpRecords(inp, sf.ids, sf.assigned, sf.rejected, sf.reasons, where)
     sd = StepData(split, step, inp.display, st.records, int(sf.rejected.sum()), rows, groups_known=sf.groups_known,
-                  records=records, not_token_exact=rows.num_rows if format_of(inp.format).text_dump else 0)
+                  records=records, not_token_exact=rows.num_rows if format_of(inp.format).text_dump else 0,
+                  images=st.images, patches=st.patches)
     sd.zero_variance_groups = row_anomalies(sd, lambda i: loc_dict(where(int(pos[i]))), anomalies, opts.n_samples_per_prompt)
     lineage_anomalies(sd, lambda i: loc_dict(where(int(pos[i]))), anomalies)
     return sd

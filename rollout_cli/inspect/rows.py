@@ -61,6 +61,8 @@ class StepData:
     groups_known: bool = True  # False where group_index is missing and no --n-samples-per-prompt chunks it
     records: DumpRecords | None = None  # dumps only
     not_token_exact: int = 0  # rows whose tokens a text dump's tokenizing gave (--tokenizer), not the ids sampled
+    images: int = 0  # raw images the step's rows keep, and patches of their multimodal_train_inputs (dumps)
+    patches: int = 0
 
 
 def dense(keys: list) -> np.ndarray:

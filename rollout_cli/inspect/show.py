@@ -3,10 +3,12 @@ read once for the ids (dumps.dump_step), then again for the text of the wanted s
 from __future__ import annotations
 
 
+import base64
+
 import numpy as np
 import pyarrow as pa
 
-from ..core import storage
+from ..core import storage, tensors
 from ..core.errors import InvalidInputError, UsageError
 from ..inputs.registry import format_of
 from ..output.files import check_arrow, random_access
@@ -63,6 +65,10 @@ def _sample_view(r: dict, where: dict, text: bool) -> dict:
         d["prompt"], d["response"], d["label"] = r.get("prompt"), r.get("response"), r.get("label")
     if r.get("decoded") is not None:
         d["decoded"] = r["decoded"]
+    if r.get("images"):  # the raw images, lossless: PNG, base64
+        d["images"] = [base64.b64encode(e["bytes"]).decode() for e in r["images"]]
+    if r.get("patches"):
+        d["patches"] = r["patches"]
     return d
 
 
@@ -134,6 +140,8 @@ def _add_text(sd: StepData, opts: InspectOptions, by_pos: dict[int, dict]) -> No
                     mask = masks[k].values.to_numpy(zero_copy_only=False)
                     r["mask_runs"] = mask_runs(mask)
                     r["prompt"], r["response"], r["label"] = (b.column(c)[k].as_py() for c in _TEXT)
+                    r["images"] = b.column("images")[k].as_py()
+                    r["patches"] = int(tensors.patches_per_row(b.column("multimodal_train_inputs").slice(k, 1))[0])
                     if opts.tokenizer:
                         r["decoded"] = _decoded(opts, b.column("tokens")[k].values.to_numpy(zero_copy_only=False),
                                                 r["response_length"], mask)
@@ -211,7 +219,8 @@ def _output_views(out: str, s: dict, opts: InspectOptions, want_ids: list[int]) 
             pf = pq.ParquetFile(random_access(path, None if storage.is_uri(out) else out))  # a regular file inside OUT only
             names = pf.schema_arrow.names
             text = all(c in names for c in _TEXT)
-            cols = [c for c in OUT_COLUMNS + list(_TEXT) + (["tokens"] if opts.tokenizer else []) if c in names]
+            cols = [c for c in OUT_COLUMNS + list(_TEXT) + (["tokens"] if opts.tokenizer else []) + ["images"]
+                    if c in names]
             r0 = 0
             for b in pf.iter_batches(batch_size=8192, columns=cols):
                 check_arrow(path, b, None)

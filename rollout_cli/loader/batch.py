@@ -18,6 +18,7 @@ except ModuleNotFoundError as e:  # torch is an extra: say which
     raise ModuleNotFoundError("the loader (open_dataset, PackedBatch, RankDataset) hands out torch tensors and needs "
                               "torch: pip install 'rollout-cli[torch]'", name="torch") from None
 
+from ..core import tensors
 from ..core.errors import UsageError
 from ..output.batch_fields import ARRAY_FIELDS, PER_SAMPLE, batch_dataclass
 from ..output import loss
@@ -97,6 +98,15 @@ class PackedBatch:
                 arrays[name] = torch.from_numpy(v)
         extras = arrays.get("extras")
         arrays["extras"] = {k: _map_value(v, torch.from_numpy) for k, v in extras.items()} if extras else {}
+        per = arrays["extras"].get("multimodal_train_inputs")
+        joined = {}
+        if per:  # one copy a key (the file's bytes are read-only); each sample's tensors are views of it
+            joined, per = tensors.join(per)
+            joined = {k: _tensor(v) for k, v in joined.items()}
+            per = arrays["extras"]["multimodal_train_inputs"] = [
+                None if d is None else {k: _tensor(v) if isinstance(v, np.ndarray) else v for k, v in d.items()}
+                for d in per]
+        arrays["multimodal_train_inputs"] = _joined(per or [], joined)
         return cls(**arrays, **meta, _staging=None if block is None else torch.from_numpy(block))
 
     # -- shape ------------------------------------------------------------------------------
@@ -158,8 +168,13 @@ class PackedBatch:
         if self._staging is not None:  # one block already (a gathered micro-batch): one copy of it
             pinned = torch.empty(self._staging.numel(), dtype=torch.uint8, pin_memory=True)
             pinned.copy_(self._staging)
-            return replace(self._views_of(pinned), _staging=pinned)
-        return self._stage(pin=True)
+            out = replace(self._views_of(pinned), _staging=pinned)
+        else:
+            out = self._stage(pin=True)
+        # the multimodal tensors (outside the staging buffer) are pinned one by one
+        pin = lambda t: t.pin_memory()  # noqa: E731
+        return replace(out, extras={k: _map_value(v, pin) for k, v in self.extras.items()},
+                       multimodal_train_inputs={k: pin(t) for k, t in self.multimodal_train_inputs.items()})
 
     def _stage(self, pin: bool) -> "PackedBatch":
         """Copy every tensor into one (pinned) host buffer; the result's tensors are views of it."""
@@ -213,7 +228,8 @@ class PackedBatch:
                 out = src._map(lambda t: t.to(device, non_blocking=non_blocking))
         # the extra columns' tensors are moved one by one (outside the staging buffer)
         move = lambda t: t.to(device, non_blocking=non_blocking and device.type != "cpu")  # noqa: E731
-        return replace(out, extras={k: _map_value(v, move) for k, v in self.extras.items()})
+        return replace(out, extras={k: _map_value(v, move) for k, v in self.extras.items()},
+                       multimodal_train_inputs={k: move(t) for k, t in self.multimodal_train_inputs.items()})
 
     def cpu(self) -> "PackedBatch":
         return self.to("cpu")
@@ -257,12 +273,13 @@ class PackedBatch:
         def resp(t):
             return None if t is None else t[r0:r1]
 
+        extras = {k: _slice_value(v, start, end) for k, v in self.extras.items()}
         return replace(
             self, _staging=None, tokens=self.tokens[t0:t1], cu_seqlens=cu[start:end + 1] - cu[start],
             loss_mask=resp(self.loss_mask), rollout_log_probs=resp(self.rollout_log_probs),
             teacher_log_probs=resp(self.teacher_log_probs),
             source_names=None if self.source_names is None else self.source_names[start:end],
-            extras={k: _slice_value(v, start, end) for k, v in self.extras.items()},
+            extras=extras, multimodal_train_inputs=_joined(extras.get("multimodal_train_inputs") or [], {}),
             **{k: per(getattr(self, k)) for k in PER_SAMPLE},
         )
 
@@ -306,12 +323,38 @@ _TORCH_OPS = loss.Ops(
 
 
 def _map_value(v, fn):
-    """An extra column's value with `fn` applied to its arrays (a list or None stays)."""
+    """An extra column's value with `fn` applied to its arrays (a list or None stays; a list of
+    dicts, multimodal_train_inputs', has `fn` applied to the dicts' tensors)."""
     if isinstance(v, Ragged):
         return v.map(fn)
     if isinstance(v, (np.ndarray, torch.Tensor)):
         return fn(v)
+    if isinstance(v, list) and any(isinstance(d, dict) for d in v):
+        return [{k: fn(x) if isinstance(x, torch.Tensor) else x for k, x in d.items()} if isinstance(d, dict) else d
+                for d in v]
     return v
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    """A decoded array as a tensor of its stored dtype (BFloat16Bits: bfloat16), sharing memory."""
+    if isinstance(a, tensors.BFloat16Bits):
+        return torch.from_numpy(a.view(np.int16).view(np.ndarray)).view(torch.bfloat16)
+    return torch.from_numpy(a.view(np.ndarray) if type(a) is not np.ndarray else a)
+
+
+def _joined(per: list, joined: dict) -> dict:
+    """slime's get_batch form of the per-sample dicts: `joined`'s tensors (one copy made
+    already), the other keys by torch.cat (its type promotion where dtypes differ), in the
+    order keys first appear."""
+    order = tensors.concat(per, lambda ts: None)
+    rest = tensors.concat([None if d is None else {k: v for k, v in d.items() if k not in joined} for d in per],
+                          _torch_cat)
+    return {k: joined[k] if k in joined else rest[k] for k in order}
+
+
+def _torch_cat(ts: list) -> torch.Tensor:
+    """slime's get_batch join: torch.cat along dim 0 (torch's type promotion: bf16 + f32 -> f32)."""
+    return ts[0] if len(ts) == 1 else torch.cat(ts, dim=0)
 
 
 def _slice_value(v, start: int, end: int):

@@ -49,6 +49,9 @@ def train_data(batch) -> dict[str, Any]:
         d[K.ROLLOUT_LOG_PROBS] = list(torch.split(batch.rollout_log_probs, resp)) if n else []
     if batch.teacher_log_probs is not None:
         d[K.TEACHER_LOG_PROBS] = list(torch.split(batch.teacher_log_probs, resp)) if n else []
+    mm = batch.extras.get(K.MULTIMODAL_TRAIN_INPUTS)
+    if mm and any(v is not None for v in mm):  # slime: present when any sample has it, None kept
+        d[K.MULTIMODAL_TRAIN_INPUTS] = list(mm)
     if batch.source_names is not None:
         d[K.SOURCE_NAMES] = list(batch.source_names)
     d[K.TOTAL_LENGTHS] = tot

@@ -5,8 +5,9 @@ batch is one line here; docs/loader.md's PackedBatch table documents each field.
 
 Each field has a layout: `tokens` (one value per token of the flat token stream), `offsets`
 (n+1 sample offsets), `response` (one per response token, laid out like `loss_mask`), `sample`
-(one per sample), `step` (one int for the whole step) or `meta` (the batch's place and
-name, and the extras)."""
+(one per sample), `step` (one int for the whole step), `multimodal` (the samples'
+multimodal_train_inputs joined per key, core/tensors.concat: a dict key -> array) or `meta`
+(the batch's place and name, and the extras)."""
 from __future__ import annotations
 
 import dataclasses
@@ -33,8 +34,8 @@ class BatchField:
         return self.dtype is not None
 
     def annotation(self, array_type: str) -> str:
-        t = array_type if self.is_array else {"source_names": "list[str]", "split": "str",
-                                              "extras": "dict"}.get(self.name, "int")
+        t = array_type if self.is_array else {"source_names": "list[str]", "split": "str", "extras": "dict",
+                                              "multimodal_train_inputs": "dict"}.get(self.name, "int")
         return f"{t} | None" if self.optional else t
 
 
@@ -73,6 +74,9 @@ FIELDS: tuple[BatchField, ...] = (
     # --schedule slime shards served as converted: the sample's optimizer step and micro-batch
     _a("optimizer_steps", "sample", "int64", True, default=None),
     _a("micro_batch_ids", "sample", "int64", True, default=None),
+    # slime's get_batch form of the samples' multimodal_train_inputs (each sample's own dict: the
+    # extra of the same name, a list with None for a sample without)
+    BatchField("multimodal_train_inputs", "multimodal", factory=dict),
     BatchField("extras", "meta", factory=dict),
     BatchField("micro_batch_index", "meta", default=0),
     BatchField("num_micro_batches", "meta", default=1),

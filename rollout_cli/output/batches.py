@@ -40,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
+from ..core import tensors
 from ..core.errors import IntegrityError, UsageError
 from ..pipeline.fields import STEP_FIELDS
 from . import gather, loss, partition, stepcache, views
@@ -63,7 +64,13 @@ class Batch:
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, Any], **meta) -> "Batch":
-        return cls(**arrays, **meta)
+        extras = arrays.get("extras") or {}
+        per = extras.get("multimodal_train_inputs")
+        if per:
+            per = [tensors.as_numpy(d) for d in per]
+            extras = {**extras, "multimodal_train_inputs": per}
+            arrays = {**arrays, "extras": extras}
+        return cls(**arrays, **meta, multimodal_train_inputs=tensors.concat(per or [], tensors.numpy_cat))
 
     def __getattr__(self, name: str):
         if not name.startswith("_") and name != "extras":

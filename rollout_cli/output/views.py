@@ -10,7 +10,8 @@ type into `extras` (name -> value, the column's own name), so that a column adde
 schema appears without a change here: integers as int64 arrays (-1 where null), floats as
 arrays (NaN where null), booleans as bool arrays (false where null), strings and lists of
 strings as Python lists (None where null, None for a column null on every row), numeric lists
-as `Ragged` (flat values and offsets)."""
+as `Ragged` (flat values and offsets); `multimodal_train_inputs` as a list of per-sample dicts
+(core/tensors.decode_row: arrays viewing the file's bytes; None for a sample without)."""
 from __future__ import annotations
 
 import mmap
@@ -19,7 +20,7 @@ import warnings
 import numpy as np
 import pyarrow as pa
 
-from ..core import storage
+from ..core import storage, tensors
 from ..core.arrays import numpy_dtype
 from ..core.errors import IntegrityError
 from ..core.schema import COLUMNS_SINCE, SCHEDULE_COLUMNS, train_schema
@@ -298,6 +299,11 @@ def extra(r: "Reader", name: str):
     """A column the loader has no field for, by its Arrow type (the module's docstring)."""
     arr = r.col(name)
     t = arr.type
+    if name == "multimodal_train_inputs":
+        try:
+            return tensors.decode_column(arr)
+        except ValueError as e:
+            raise r.fail(f"{name}: {e}") from None
     if pa.types.is_dictionary(t):
         t = t.value_type
     if pa.types.is_boolean(t):

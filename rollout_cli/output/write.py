@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core import arrays, hashing, storage
+from ..core import arrays, hashing, storage, tensors
 from ..core.options import DEFAULT_ROW_GROUP_BYTES
 from ..core.schema import DICTIONARY_COLUMNS, LIST_COLUMNS
 
@@ -73,7 +73,9 @@ def row_bytes(table: pa.Table) -> np.ndarray:
     est = np.full(table.num_rows, 64, dtype=np.int64)
     for name in table.column_names:
         col = table.column(name)
-        if pa.types.is_list(col.type):
+        if col.type == tensors.MM_TYPE:
+            est += tensors.row_nbytes(col)
+        elif pa.types.is_list(col.type):
             vt = col.type.value_type  # strings (weight_versions): short, about 16 bytes each
             est += list_lengths(col) * (vt.bit_width // 8 if pa.types.is_integer(vt) or pa.types.is_floating(vt) else 16)
     return est

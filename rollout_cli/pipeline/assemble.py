@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from ..core import tensors
 from ..core.errors import Location, Problem
 from ..inputs.registry import format_of
 from .records import dense_groups, id_inputs, locator, summary_only
@@ -19,6 +20,7 @@ from .step import StepFields, compute_step
 from .validate import NormChunk, pre_schema
 
 # The staged columns finishing a step reads (besides what its caller keeps for itself).
+MM = "multimodal_train_inputs"
 STEP_COLUMNS = ("_pos", "group_index", "_reward_value", "_mask_total", "weight_versions")
 
 
@@ -36,11 +38,18 @@ class AssembledStep:
     explicit: np.ndarray
     group_index: list  # per record (renumbered for content-keyed formats)
     problems: list[tuple[int, Problem]] = field(default_factory=list)  # validation problems, by record position
+    images: int = 0  # of the valid rows: raw images kept, and patches of their multimodal_train_inputs
+    patches: int = 0
 
     def kept(self) -> pa.Table:
         """The valid rows that survive the reject rule, in record order."""
         keep = self.fields.keep
         return self.rows if keep.all() else self.rows.filter(pa.array(keep))
+
+
+def _images(col) -> int:
+    """Images held by an images column (its lists' total length)."""
+    return sum(len(ch.values) if len(ch) else 0 for ch in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]))
 
 
 class StepAssembler:
@@ -67,6 +76,9 @@ class StepAssembler:
         self.problems: list[tuple[int, Problem]] = []  # validation problems, by record position
         self.batches: list[pa.RecordBatch] = []
         self.records = 0
+        self.mm_rows = [0, 0]  # valid rows seen in batches: with multimodal_train_inputs, all
+        self.media_dropped = 0  # images and videos of those rows not kept (validate/media.py)
+        self.media = [0, 0]  # images kept and patches (core/tensors.patches_per_row) of those rows
 
     @classmethod
     def of_input(cls, inp, opts, **kw) -> "StepAssembler":
@@ -79,6 +91,12 @@ class StepAssembler:
         base = self.records
         self.chunks.append(summary_only(nc))
         self.problems.extend((base + i, p) for i, p in nc.problems)
+        for b in nc.batches:
+            self.mm_rows[0] += len(b) - b.column(MM).null_count
+            self.mm_rows[1] += len(b)
+            self.media_dropped += int(np.sum(b.column("_media_dropped").to_numpy(zero_copy_only=False)))
+            self.media[0] += _images(b.column("images"))
+            self.media[1] += int(tensors.patches_per_row(b.column(MM)).sum())
         if self.columns is None:
             self.batches.extend(nc.batches)
         else:
@@ -118,5 +136,31 @@ class StepAssembler:
             mask_totals=pre.column("_mask_total").to_numpy(), split=self.split, step=step, opts=self.opts,
             fail=fail, unknown_groups_ok=unknown_groups_ok, chunk=chunk, oldest=oldest,
         )
+        note = self._mixed_multimodal(pre, step)
+        if note:
+            sf.notes.append(note)
+        dropped = self.media_dropped
+        if not self.mm_rows[1] and "_media_dropped" in pre.column_names:  # rows staged elsewhere (convert)
+            dropped = int(np.sum(pre.column("_media_dropped").to_numpy()))
+        if dropped:
+            sf.notes.append(f"step {step}: {dropped} image(s) or video(s) of multimodal_inputs not kept (videos are "
+                            "not stored; images need Pillow, pip install 'rollout-cli[vlm]', and a mode PNG holds)")
+        images, patches = self.media
+        if not self.mm_rows[1] and MM in pre.column_names:  # rows staged elsewhere (convert)
+            images, patches = _images(pre.column("images")), int(tensors.patches_per_row(pre.column(MM)).sum())
         return AssembledStep(self.split, step, self.records, sf, pre, where, id_state, explicit, group_index,
-                             self.problems)
+                             self.problems, images, patches)
+
+    def _mixed_multimodal(self, pre: pa.Table, step: int) -> str | None:
+        """The note on a step where some valid samples carry multimodal inputs and others lack
+        them, when the image placeholder rule is off (--image-token-id checks them)."""
+        rule = getattr(self.opts, "image_rule", None)
+        if rule is None or rule() is not None:
+            return None
+        with_mm, total = self.mm_rows
+        if not total and MM in pre.column_names:  # rows staged elsewhere (convert): counted here
+            with_mm, total = pre.num_rows - pre.column(MM).null_count, pre.num_rows
+        if 0 < with_mm < total:
+            return (f"step {step}: {with_mm} of {total} samples carry multimodal_train_inputs and the rest none; "
+                    "--image-token-id checks each prompt's image placeholders against them")
+        return None

@@ -13,6 +13,8 @@ the page embeds, each response token's d and the trainer's loss mask, with their
 """
 from __future__ import annotations
 
+import hashlib
+
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -196,6 +198,7 @@ def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Pro
         t["zero_variance_share"] = p["zero_variance_share"]
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
     details: dict[str, dict] = {}
+    images: dict[str, str] = {}  # each distinct image the page embeds, once: digest -> lossless PNG data URI
     picked = _pick_details(ins["anomalies"] + ins["removed"], tables, opts.details, first)
     shown = show_rollouts(paths, list(picked), iopts) if picked else {}  # each step read once
     for j, (step, rid) in enumerate(picked):
@@ -207,6 +210,13 @@ def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Pro
             dec = smp.get("decoded")
             if dec and len(dec["ids"]) > DECODED_TOKENS:  # the page embeds the first tokens only
                 smp["decoded"] = dict({k: v[:DECODED_TOKENS] for k, v in dec.items()}, clipped=len(dec["ids"]))
+            if smp.get("images"):  # the sample names its images by digest; the page holds each once
+                keys = []
+                for b64 in smp["images"]:
+                    key = hashlib.sha256(b64.encode()).hexdigest()[:16]
+                    images.setdefault(key, "data:image/png;base64," + b64)
+                    keys.append(key)
+                smp["images"] = keys
         details[f"{step}:{rid}"] = r
         if progress:
             progress(f"{split}: rollouts", j + 1, len(picked))
@@ -223,6 +233,7 @@ def _split_data(paths: list[str], opts: ReportOptions, split: str, progress: Pro
         "statuses": list(statuses),
         "steps": {str(k): v for k, v in tables.items()},
         "details": details,
+        "images": images,
     }
 
 

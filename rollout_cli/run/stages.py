@@ -79,7 +79,8 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
         for raw in reading:
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
                                  step=record_step(task.input),
-                                 rewards_recorded=format_of(task.input.format).rewards_recorded)
+                                 rewards_recorded=format_of(task.input.format).rewards_recorded,
+                                 images=opts.image_rule())
             res.records += len(raw)
             res.kind = nc.kind
             res.numbers.extend(nc.numbers)

@@ -136,3 +136,33 @@ def test_nemo_rl_fault_is_found(tmp_path):
     (tmp_path / "t" / "train_data_step1.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     r = audit_paths([str(src)], [str(tmp_path / "t")])
     assert [(d["step"], d["rollout_position"], d["field"], d["index"]) for d in r["divergences"]] == [(1, 2, "tokens", 1)]
+
+
+def test_multimodal_tensors_compared_by_digest(tmp_path):
+    """Each sample's multimodal tensors, where both dumps hold them: equal ones pass (bfloat16
+    read widened on the train side included), a changed pixel is a divergence naming the key."""
+    import torch
+
+    samples = T.rollout_samples(3)
+    for k, s in enumerate(samples):
+        s["multimodal_train_inputs"] = {"pixel_values": torch.randn(4, 6).to(torch.bfloat16),
+                                        "image_grid_thw": torch.tensor([[1, 2, 2]])}
+
+    def same(p):
+        for s in p["samples"]:
+            s["multimodal_train_inputs"] = {k: v.clone() for k, v in samples[s["rollout_position"]]["multimodal_train_inputs"].items()}
+
+    def changed(p):
+        same(p)
+        p["samples"][2]["multimodal_train_inputs"]["pixel_values"][0, 0] += 1
+
+    T.write_rollout(tmp_path / "r", samples, 3, "pt")
+    T.write_train(tmp_path / "t", samples, 3, n=2, rbs=3, edit=same)
+    r = audit_paths([str(tmp_path / "r")], [str(tmp_path / "t")])
+    assert r["divergences"] == []
+    T.write_train(tmp_path / "t2", samples, 3, n=2, rbs=3, edit=changed)
+    r = audit_paths([str(tmp_path / "r")], [str(tmp_path / "t2")])
+    [d] = r["divergences"]
+    assert d["field"] == "multimodal_train_inputs" and d["rollout_position"] == 2
+    assert list(d["expected"]) == ["pixel_values"] and d["expected"]["pixel_values"].startswith("bfloat16[4, 6] ")
+    assert d["expected"] != d["got"]

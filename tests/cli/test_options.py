@@ -61,7 +61,7 @@ def _help_rows(name: str) -> dict[str, str]:
 def test_the_group_is_every_rule_field_of_the_library():
     assert sorted(map(o.rule_field, o.RULE_PARAMS)) == sorted(RULE_FIELDS)
     assert set(RULE_FIELDS) | set(INPUT_FIELDS) == {f.name for f in dataclasses.fields(RuleOptions)}
-    assert len(RULE_FIELDS) == 11  # max_staleness the last
+    assert len(RULE_FIELDS) == 13  # spatial_merge_size the last
 
 
 def test_every_rule_command_lists_every_rule_option_with_the_same_help():

@@ -17,9 +17,9 @@ def test_the_fields_validation_reads():
         "rollout_id", "step", "index", "group_index", "tokens", "response_length", "loss_mask", "remove_sample",
         "status", "reward", "metadata", "source", "rollout_log_probs", "teacher_log_probs",
         "rollout_top_p_token_ids", "rollout_top_p_token_offsets", "rollout_routed_experts", "train_metadata",
-        "multimodal_train_inputs", "weight_versions"}
+        "multimodal_train_inputs", "multimodal_train_input_id", "multimodal_inputs", "weight_versions"}
     assert F.KEPT_TEXT_FIELDS == ("prompt", "response", "label")
-    assert F.TEXT_FIELDS == {"prompt", "response", "label", "status", "source"}
+    assert F.TEXT_FIELDS == {"prompt", "response", "label", "status", "source", "multimodal_train_input_id"}
     assert F.REQUIRED == ("tokens", "response_length", "status", "reward")
 
 

@@ -9,13 +9,18 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from rollout_cli.core.schema import COLUMNS_SINCE, NULLABLE_SINCE, READ_SCHEMA_VERSIONS, SCHEMA_VERSION, train_schema
+from rollout_cli.core.schema import (COLUMNS_SINCE, MULTIMODAL_TYPED_VERSION, NULLABLE_SINCE, READ_SCHEMA_VERSIONS,
+                                     SCHEMA_VERSION, TYPE_BEFORE, train_schema)
+from rollout_cli.core.tensors import MM_TYPE
 from rollout_cli.output import manifest
 
 
 def test_remove_sample_is_a_bool_column_of_the_current_schema():
     s = train_schema()
-    assert SCHEMA_VERSION == 6 and s.metadata == {b"rollout_cli.schema_version": b"6"}
+    assert SCHEMA_VERSION == MULTIMODAL_TYPED_VERSION
+    assert s.metadata[b"rollout_cli.schema_version"] == str(SCHEMA_VERSION).encode()
+    assert json.loads(s.metadata[b"huggingface"]) == {
+        "info": {"features": {"images": {"feature": {"_type": "Image"}, "_type": "List"}}}}
     f = s.field("remove_sample")
     assert f.type == pa.bool_() and not f.nullable
     assert s.names.index("remove_sample") == s.names.index("loss_mask") + 1
@@ -43,27 +48,38 @@ def test_schema_5_adds_token_exact():
 def test_schema_6_adds_the_dataset_card_and_no_column():
     from rollout_cli.core import layout
 
-    assert train_schema(False, 5).names == train_schema().names and layout.ENTRIES_SINCE == {layout.CARD: 6}
+    assert train_schema(False, 5).names == train_schema(False, 6).names and layout.ENTRIES_SINCE == {layout.CARD: 6}
     assert layout.CARD in layout.ENTRIES
 
 
 def test_an_older_version_is_the_current_schema_without_its_later_columns():
-    assert READ_SCHEMA_VERSIONS == (2, 3, 4, 5, 6)
-    assert COLUMNS_SINCE == {"remove_sample": 3, "weight_versions": 4, "token_exact": 5}
+    assert READ_SCHEMA_VERSIONS == tuple(range(2, SCHEMA_VERSION + 1))
+    assert COLUMNS_SINCE == {"remove_sample": 3, "weight_versions": 4, "token_exact": 5,
+                             "multimodal_train_input_id": MULTIMODAL_TYPED_VERSION, "images": MULTIMODAL_TYPED_VERSION}
     assert NULLABLE_SINCE == {"reward": 4, "raw_reward": 4, "selected_reward": 4}
     for keep_text in (False, True):
         new = train_schema(keep_text)
         for v in (2, 3, 4):
             old = train_schema(keep_text, v)
             assert old.names == [n for n in new.names if COLUMNS_SINCE.get(n, 0) <= v]
-            assert all(old.field(n).equals(new.field(n).with_nullable(False) if NULLABLE_SINCE.get(n, 0) > v else new.field(n))
-                       for n in old.names)
+
+            def expected(n):
+                f = new.field(n).with_nullable(False) if NULLABLE_SINCE.get(n, 0) > v else new.field(n)
+                return f.with_type(TYPE_BEFORE[n][1]) if n in TYPE_BEFORE else f
+
+            assert all(old.field(n).equals(expected(n)) for n in old.names)
             assert old.metadata == {b"rollout_cli.schema_version": str(v).encode()}
 
 
-@pytest.mark.parametrize("version, ok", [(1, False), (2, True), (3, True), (4, True), (5, True), (6, True), (7, False),
-                                         ("3", False),
-                                         (True, False)])
+def test_the_typed_multimodal_version_stores_tensors_typed_and_older_ones_json_text():
+    assert train_schema().field("multimodal_train_inputs").type == MM_TYPE
+    assert train_schema().field("multimodal_train_input_id").type == pa.string()
+    old = train_schema(False, MULTIMODAL_TYPED_VERSION - 1)
+    assert old.field("multimodal_train_inputs").type == pa.string() and "multimodal_train_input_id" not in old.names
+
+
+@pytest.mark.parametrize("version, ok", [(1, False), (2, True), (3, True), (4, True), (SCHEMA_VERSION, True),
+                                         (SCHEMA_VERSION + 1, False), ("3", False), (True, False)])
 def test_the_manifest_reader_takes_the_versions_this_tool_reads(tmp_path, version, ok):
     m = manifest.build(options={}, inputs=[], steps=[], counts={}, rejects=None, anomalies=[], volatile={})
     assert m["schema_version"] == SCHEMA_VERSION
@@ -72,7 +88,7 @@ def test_the_manifest_reader_takes_the_versions_this_tool_reads(tmp_path, versio
     if ok:
         assert manifest.read(str(tmp_path))["schema_version"] == version
     else:
-        with pytest.raises(manifest.ManifestError, match="this tool reads 2, 3, 4, 5, 6") as e:
+        with pytest.raises(manifest.ManifestError, match="this tool reads " + ", ".join(map(str, READ_SCHEMA_VERSIONS))) as e:
             manifest.read(str(tmp_path))
         assert e.value.invariant == "schema_version"
 

@@ -29,6 +29,22 @@ def _refresh(out: Path, entry: dict) -> None:
     entry[alg] = file_digest(str(out / entry["path"]), alg)
 
 
+def as_older_schema(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`t`'s rows in an older version's `schema`: its columns only, multimodal_train_inputs as
+    the JSON text that version wrote (tensors as nested lists)."""
+    import orjson
+
+    from rollout_cli.core import tensors
+
+    t = t.select(schema.names)
+    name = "multimodal_train_inputs"
+    if t.schema.field(name).type != schema.field(name).type:
+        rows = tensors.decode_column(t.column(name))
+        text = [None if d is None else orjson.dumps(d, option=orjson.OPT_SERIALIZE_NUMPY).decode() for d in rows]
+        t = t.set_column(t.schema.get_field_index(name), name, pa.array(text, pa.string()))
+    return t.cast(schema)
+
+
 def as_schema_version_2(out) -> Path:
     out = Path(out)
     m = json.loads((out / "manifest.json").read_text())
@@ -36,7 +52,7 @@ def as_schema_version_2(out) -> Path:
     assert "remove_sample" not in schema.names
     for s in m["steps"]:
         for sh in s["shards"]:
-            t = pq.read_table(out / sh["path"]).select(schema.names).cast(schema)
+            t = as_older_schema(pq.read_table(out / sh["path"]), schema)
             pq.write_table(t, out / sh["path"], compression="zstd")
             _refresh(out, sh)
             if sh.get("mmap"):

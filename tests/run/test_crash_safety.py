@@ -437,7 +437,7 @@ def test_same_inputs_and_options_give_byte_identical_shards(tmp_path, monkeypatc
             assert needle.encode() not in data, f"{rel} holds the path {needle}"
         if rel.endswith(".parquet"):
             kv = pq.ParquetFile(out_a / rel).metadata.metadata or {}
-            assert set(kv) <= {b"ARROW:schema", b"rollout_cli.schema_version"}, kv.keys()
+            assert set(kv) <= {b"ARROW:schema", b"rollout_cli.schema_version", b"huggingface"}, kv.keys()
     # the manifests differ only in "volatile" and in where the inputs were
     ma, mc = (json.loads((o / "manifest.json").read_text()) for o in (out_a, out_c))
     assert "created_unix" in ma["volatile"]

@@ -27,6 +27,9 @@ What comes back, all plain data:
   ``TensorDictData`` or a non-tensor entry's value) with ``.batch_size`` (tuple) and ``.device``
   (str or None); consolidated or not.
 * a framework object: a ``PlainData`` (a dict) whose ``class_name`` is the class the file names.
+* a PIL image (``PIL.Image.Image`` or a file plugin's class, slime's ``multimodal_inputs``): an
+  ``ImageData`` (images.py), a dict of its checked ``mode``, ``size``, ``palette``, ``data`` (the
+  raw pixel bytes), ``info`` and ``filename``; PIL is not imported.
 
 Per framework file (writers in frameworks.py's docstring, repository@commit path:line):
 

@@ -1,6 +1,6 @@
 """The allow-list of the restricted unpickler: the only globals a pickle may name, each mapped to
 a function, token or plain-data class of this package (plain.py, torch_globals.py,
-numpy_globals.py, tensordict_globals.py, frameworks.py); nothing is imported and nothing else
+numpy_globals.py, tensordict_globals.py, frameworks.py, images.py); nothing is imported and nothing else
 can be called. Any other global raises ``UnsafePickleError``.
 
 One list serves every pickled input (slime and miles ``.pt`` dumps, SkyRL, verl and ROLL
@@ -17,6 +17,7 @@ import types
 from typing import Any
 
 from .frameworks import framework_classes, framework_functions
+from .images import image_classes
 from .numpy_globals import numpy_globals
 from .plain import BUILTINS, SafeCallable
 from .tensordict_globals import tensordict_globals
@@ -32,7 +33,7 @@ _ALLOWED: dict[str, Any] = {name: _wrap(name, obj) for part in (BUILTINS, torch_
                                                                   tensordict_globals(), framework_functions())
                             for name, obj in part.items()}
 #: the classes NEWOBJ may instantiate (types, so kept apart from the inert objects above)
-_PLAIN_TYPES: dict[str, type] = framework_classes()
+_PLAIN_TYPES: dict[str, type] = {**framework_classes(), **image_classes()}
 #: Every global name the restricted unpickler resolves (``"module.name"``), sorted.
 ALLOWED_GLOBALS: tuple[str, ...] = tuple(sorted([*_ALLOWED, *_PLAIN_TYPES]))
 

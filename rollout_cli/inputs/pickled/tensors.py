@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.tensors import WidenedBFloat16
 from .errors import PtFormatError
 
 # --------------------------------------------------------------------------- dtypes and tokens
@@ -185,7 +186,8 @@ def _make_view(storage: Any, dtype: _DType, offset: Any, size: Any, stride: Any,
         arr = np.ndarray(shape, base.dtype, buffer=base, offset=offset * item, strides=tuple(s * item for s in strides))
     if metadata:  # conj/neg view bits: complex or negated views, which no rollout dump holds
         raise PtFormatError(f"tensor metadata: unsupported {metadata!r}")
-    return arr
+    # marked, so that what stores tensors by dtype (core/tensors.py) keeps them bfloat16
+    return arr.view(WidenedBFloat16) if dtype is _BF16 else arr
 
 
 def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=False, backward_hooks=None, metadata=None, *extra):

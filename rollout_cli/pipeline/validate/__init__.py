@@ -22,12 +22,19 @@ __all__ = [
 
 
 def normalize_chunk(chunk: RawChunk, base_pos: int, *, reward_key: str | None, keep_text: bool,
-                    step: int | None = None, rewards_recorded: bool = True) -> NormChunk:
+                    step: int | None = None, rewards_recorded: bool = True,
+                    images: tuple[int, int] | None = None) -> NormChunk:
     """Validate one chunk; `base_pos` is the position of its first record in the unit. With
     `step`, a record's own `step` field must be that step. `rewards_recorded`: the input
-    format's (inputs/format.Format.rewards_recorded); False lets a record's reward be None."""
+    format's (inputs/format.Format.rewards_recorded); False lets a record's reward be None.
+    `images`: (image token id, spatial merge size), the image placeholder rule's settings."""
     from ...inputs.columns import columnar
     from .columns import normalize_columns
 
-    return normalize_columns(columnar(chunk), base_pos, reward_key=reward_key, keep_text=keep_text, step=step,
-                             rewards_recorded=rewards_recorded)
+    nc = normalize_columns(columnar(chunk), base_pos, reward_key=reward_key, keep_text=keep_text, step=step,
+                           rewards_recorded=rewards_recorded)
+    if images is not None:  # (--image-token-id, --spatial-merge-size): pipeline/validate/images.py
+        from .images import check_images
+
+        nc = check_images(nc, chunk, base_pos, *images)
+    return nc

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...core.errors import Problem
+from ...core.tensors import IMAGES_TYPE, MM_TYPE
 from ...inputs.base import RawChunk
 
 # id_state values
@@ -77,7 +78,10 @@ PRE_FIELDS = [
     pa.field("round_number", pa.int64()),
     pa.field("source_name", pa.string()),
     pa.field("train_metadata", pa.string()),
-    pa.field("multimodal_train_inputs", pa.string()),
+    pa.field("multimodal_train_inputs", MM_TYPE),
+    pa.field("multimodal_train_input_id", pa.string()),
+    pa.field("images", IMAGES_TYPE),
+    pa.field("_media_dropped", pa.int32()),  # images and videos the sample had that were not kept
     pa.field("weight_versions", pa.list_(pa.string())),
 ]
 TEXT_PRE_FIELDS = [pa.field("prompt", pa.string()), pa.field("response", pa.string()), pa.field("label", pa.string())]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ...core import tensors
 from ...core.arrays import null_mask
 from ...inputs.base import RawChunk
 from . import batch
@@ -45,7 +46,8 @@ _INT64_MAX = 2**63 - 1
 # the record keys the per-row rules read besides the long lists; a chunk with another column
 # among them that is not of a type handled below is checked row by row
 _SCALAR_KEYS = ("rollout_id", "step", "index", "group_index", "response_length", "remove_sample", "status",
-                "reward", "metadata", "source", "train_metadata", "multimodal_train_inputs", "weight_versions")
+                "reward", "metadata", "source", "train_metadata", "multimodal_train_inputs", "weight_versions",
+                "multimodal_train_input_id", "multimodal_inputs")
 
 
 @dataclass
@@ -62,7 +64,10 @@ class _Scalars:
     round_number: pa.Array  # int64
     source_name: pa.Array  # string
     train_metadata: pa.Array  # string
-    mm: pa.Array  # string
+    mm: pa.Array  # core/tensors.MM_TYPE
+    mm_id: pa.Array  # string
+    images: pa.Array  # core/tensors.IMAGES_TYPE
+    media_dropped: pa.Array  # int32
     weight_versions: pa.Array  # list<string>
     text: list[pa.Array]  # prompt, response, label (string), with --keep-text
 
@@ -79,7 +84,8 @@ class _Scalars:
 
         return _Scalars(*(take(c) for c in (self.sample_index, self.group_index, self.reward, self.raw_reward,
                                              self.status, self.truncated, self.round_number, self.source_name,
-                                             self.train_metadata, self.mm, self.weight_versions)),
+                                             self.train_metadata, self.mm, self.mm_id, self.images, self.media_dropped,
+                                             self.weight_versions)),
                         [take(c) for c in self.text])
 
 
@@ -91,8 +97,9 @@ def _scalars_of_rows(scalars: list, rows: np.ndarray, keep_text: bool) -> _Scala
         pa.array([s[2][0] for s in sc], pa.float64()), pa.array([s[2][1] for s in sc], pa.float64()),
         pa.array([s[1] for s in sc], pa.string()), pa.array([s[1] == "truncated" for s in sc], pa.bool_()),
         pa.array([s[2][2] for s in sc], pa.int64()), pa.array([s[2][3] for s in sc], pa.string()),
-        pa.array([s[3][0] for s in sc], pa.string()), pa.array([s[3][1] for s in sc], pa.string()),
-        pa.array([s[4] for s in sc], batch.WEIGHT_VERSIONS),
+        pa.array([s[3][0] for s in sc], pa.string()), tensors.entries_array([s[3][1] for s in sc]),
+        pa.array([s[3][3][0] for s in sc], pa.string()), pa.array([s[3][3][1] for s in sc], tensors.IMAGES_TYPE),
+        pa.array([s[3][3][2] for s in sc], pa.int32()), pa.array([s[4] for s in sc], batch.WEIGHT_VERSIONS),
         [pa.array([s[3][2][k] for s in sc], pa.string()) for k in range(3)] if keep_text else [],
     )
 
@@ -160,7 +167,8 @@ def _scalars_on_columns(chunk: RawChunk, cols: dict, n: int, reward_key: str | N
         return None
     if any(k in cols and not isinstance(cols[k], pa.Array) for k in _SCALAR_KEYS):
         return None
-    for k in ("train_metadata", "multimodal_train_inputs"):  # JSON text of their values: row by row
+    for k in ("train_metadata", "multimodal_train_inputs", "multimodal_train_input_id",
+              "multimodal_inputs"):  # checked row by row
         if k in cols and cols[k].null_count != n:
             return None
     rid = _ints(cols.get("rollout_id"), n, INT64_MIN)
@@ -228,7 +236,9 @@ def _scalars_on_columns(chunk: RawChunk, cols: dict, n: int, reward_key: str | N
         pa.array(idx[0], pa.int64(), mask=idx[1]), pa.array(grp[0], pa.int64(), mask=grp[1]),
         pa.array(reward, pa.float64(), mask=np.isnan(reward)), pa.array(raw, pa.float64(), mask=np.isnan(raw)),
         pa.array(status, pa.string()), pa.array(np.array([s == "truncated" for s in status], bool), pa.bool_()),
-        pa.array(rn[0], pa.int64(), mask=rn[1]), pa.array(source, pa.string()), none, none, versions, text,
+        pa.array(rn[0], pa.int64(), mask=rn[1]), pa.array(source, pa.string()), none,
+        pa.nulls(n, tensors.MM_TYPE), none, pa.nulls(n, tensors.IMAGES_TYPE), pa.array(np.zeros(n, np.int32)),
+        versions, text,
     )
     return fields, rl[0], removed, explicit, groups
 
@@ -464,5 +474,6 @@ def _fast_batch(fast, base_pos, keep_text, sc: _Scalars, rls, removed, lists, f3
         s_off = np.zeros(m + 1, dtype=np.int64)
         np.cumsum(present * 3, out=s_off[1:])
         cols.append(list_array(s_off, shape[rows][present].reshape(-1).astype(np.int32), pa.int32(), ~present))
-    cols += [sc.round_number, sc.source_name, sc.train_metadata, sc.mm, sc.weight_versions, *sc.text]
+    cols += [sc.round_number, sc.source_name, sc.train_metadata, sc.mm, sc.mm_id, sc.images, sc.media_dropped, sc.weight_versions,
+             *sc.text]
     return pa.RecordBatch.from_arrays(cols, schema=pre_schema(keep_text))

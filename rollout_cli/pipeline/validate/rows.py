@@ -22,11 +22,12 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from ...core import tensors
 from ...core.errors import Problem
 from ...core.schema import INT32_MAX, STATUSES
 from ...inputs.base import RawChunk
 from ...inputs.columns import list_array
-from . import batch
+from . import batch, media
 from .batch import ID_EXPLICIT, ID_INVALID, ID_MISSING, NormChunk, empty_norm, pre_schema, row_sums
 
 # The limits of the rules, owned here and read by both forms (columns.py checks whole chunks
@@ -241,9 +242,12 @@ class Row:
     round_number: int | None
     source_name: str
     train_metadata: str | None
-    mm: str | None
+    mm: list | None  # core/tensors.encode's entries
     text: tuple | None
     weight_versions: list | None = None
+    mm_id: str | None = None
+    images: list | None = None  # validate/media.py's entries
+    media_dropped: int = 0
 
 
 def check_ids(rec: dict) -> tuple[int | None, int | None]:
@@ -391,17 +395,30 @@ def _routed_experts(rec: dict, n_tok: int) -> np.ndarray | None:
     return a
 
 
-def check_json_fields(rec: dict, keep_text: bool) -> tuple[str | None, str | None, tuple | None]:
-    """(train_metadata, multimodal_train_inputs) as JSON text, and the kept text fields."""
+def check_json_fields(rec: dict, keep_text: bool) -> tuple[str | None, list | None, tuple | None, tuple]:
+    """train_metadata as JSON text, multimodal_train_inputs as its column's entries
+    (core/tensors.py), the kept text fields, and (multimodal_train_input_id, the images column's
+    entries, the count of images and videos not kept: validate/media.py)."""
     tm = rec.get("train_metadata")
     if tm is not None and not isinstance(tm, dict):
         raise Bad("train_metadata", f"expected a dict or null, got {_got(tm)}", "train_metadata.type")
     train_metadata = _json_text("train_metadata", tm)
-    mm = _json_text("multimodal_train_inputs", rec.get("multimodal_train_inputs"))
+    try:
+        mm = tensors.encode(rec.get("multimodal_train_inputs"))
+    except ValueError as e:
+        raise Bad("multimodal_train_inputs", str(e), "multimodal_train_inputs.type") from None
+    mm_id = rec.get("multimodal_train_input_id")
+    if mm_id is not None and not isinstance(mm_id, str):
+        raise Bad("multimodal_train_input_id", f"expected a string or null, got {_got(mm_id)}",
+                  "multimodal_train_input_id.type")
+    mi = rec.get("multimodal_inputs")
+    if mi is not None and not isinstance(mi, dict):
+        raise Bad("multimodal_inputs", f"expected a dict or null, got {_got(mi)}", "multimodal_inputs.type")
+    images, dropped, _ = media.encode_images(mi)
     text = None
     if keep_text:
         text = (_text("prompt", rec.get("prompt")), _text("response", rec.get("response")), _text("label", rec.get("label")))
-    return train_metadata, mm, text
+    return train_metadata, mm, text, (mm_id, images, dropped)
 
 
 def validate_record(rec: dict, reward_key: str | None, keep_text: bool, rewards_recorded: bool = True) -> Row:
@@ -418,11 +435,11 @@ def validate_record(rec: dict, reward_key: str | None, keep_text: bool, rewards_
     tlp = _log_probs(rec, LOG_PROBS[1], rl)
     tp_ids, tp_off = _top_p(rec, rl)
     rexp = _routed_experts(rec, len(tokens))
-    train_metadata, mm, text = check_json_fields(rec, keep_text)
+    train_metadata, mm, text, media_fields = check_json_fields(rec, keep_text)
     wv = check_weight_versions(rec)
     return Row(
         sample_index, group_index, tokens, rl, mask, removed, reward_value, raw_reward, status, lp, tlp, tp_ids, tp_off,
-        rexp, round_number, source_name, train_metadata, mm, text, wv,
+        rexp, round_number, source_name, train_metadata, mm, text, wv, *media_fields,
     )
 
 
@@ -464,7 +481,10 @@ def _build(rows: list[Row], pos: list[int], keep_text: bool) -> pa.RecordBatch:
         pa.array([r.round_number for r in rows], pa.int64()),
         pa.array([r.source_name for r in rows], pa.string()),
         pa.array([r.train_metadata for r in rows], pa.string()),
-        pa.array([r.mm for r in rows], pa.string()),
+        tensors.entries_array([r.mm for r in rows]),
+        pa.array([r.mm_id for r in rows], pa.string()),
+        pa.array([r.images for r in rows], tensors.IMAGES_TYPE),
+        pa.array([r.media_dropped for r in rows], pa.int32()),
         pa.array([r.weight_versions for r in rows], batch.WEIGHT_VERSIONS),
     ]
     if keep_text:

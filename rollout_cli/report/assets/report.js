@@ -135,6 +135,22 @@
       yaxis2: { title: { text: "rollouts" }, overlaying: "y", side: "right", rangemode: "tozero", tickformat: "d", showgrid: false },
       margin: { l: 56, r: 56, t: 36, b: 78 }
     }), CONFIG);
+    // a vision-language run: its raw images and processor patches per step (inspect's per-step counts)
+    var media = $("plot-media");
+    if (per.some(function (p) { return p.images || p.patches; })) {
+      media.style.display = "";
+      Plotly.react("plot-media", [
+        { x: x, y: col(per, "patches"), mode: mode, name: "patches", line: { color: COLORS[0] } },
+        { x: x, y: col(per, "images"), mode: mode, name: "images", yaxis: "y2", line: { color: COLORS[1] } }
+      ], layout("Images and patches", "step", "patches", {
+        xaxis: stepAxis,
+        yaxis: { title: { text: "patches" }, rangemode: "tozero" },
+        yaxis2: { title: { text: "images" }, overlaying: "y", side: "right", rangemode: "tozero", tickformat: "d", showgrid: false },
+        margin: { l: 56, r: 56, t: 36, b: 78 }
+      }), CONFIG);
+    } else {
+      media.style.display = "none";
+    }
     ["plot-reward", "plot-length", "plot-rates", "plot-spr"].forEach(function (id) {
       var gd = $(id);
       if (gd.removeAllListeners) gd.removeAllListeners("plotly_click");
@@ -497,6 +513,21 @@
     return el("details", { open: "" }, el("summary", { text: "tokens, decoded" + more + ": prompt, trained, loss-masked" }), box);
   }
 
+  // the sample's images: thumbnails, each a link to the lossless full-resolution PNG (held once
+  // per page in the split's images table, by digest)
+  function imageStrip(smp) {
+    var all = sd().images || {}, box = el("div", { cls: "images" });
+    smp.images.forEach(function (key, i) {
+      var uri = all[key];
+      if (!uri) return;
+      box.appendChild(el("a", { href: uri, target: "_blank", title: "image " + (i + 1) + " (lossless PNG)" },
+        el("img", { cls: "thumb", src: uri, alt: "image " + (i + 1) })));
+    });
+    var what = smp.images.length + (smp.images.length === 1 ? " image" : " images") +
+      (smp.patches ? ", " + smp.patches + " patches" : "");
+    return el("details", { open: "" }, el("summary", { text: what + " (click for full resolution)" }), box);
+  }
+
   function sampleCard(r, smp, k) {
     var card = el("div", { cls: "sample" });
     card.appendChild(el("h3", { text: "sample " + (k + 1) + "/" + r.samples.length + " \u00b7 rollout " + r.step + ":" + r.rollout_id + " \u00b7 " + whereText([smp.where]) }));
@@ -518,6 +549,7 @@
     var tc = trainerCard(r, k);
     if (tc) card.appendChild(tc);
     if (smp.decoded) card.appendChild(decodedTokens(smp.decoded));
+    if (smp.images && smp.images.length) card.appendChild(imageStrip(smp));
     if (r.text) {
       ["prompt", "response", "label"].forEach(function (f) {
         if (smp[f] == null) return;

@@ -27,6 +27,10 @@ EXPECTED = {
     *(f"skyrl.backends.skyrl_train.training_batch.{n}"
       for n in ("TensorBatch", "TrainingInputBatch", "TrainingOutputBatch", "_rebuild_tensor_batch")),
     "miles.utils.types.AdapterRef", "miles.utils.types.RewardSpec",
+    # PIL images (slime's multimodal_inputs), read as their checked state (images.py)
+    "PIL.Image.Image", "PIL.PngImagePlugin.PngImageFile", "PIL.JpegImagePlugin.JpegImageFile",
+    "PIL.GifImagePlugin.GifImageFile", "PIL.WebPImagePlugin.WebPImageFile", "PIL.BmpImagePlugin.BmpImageFile",
+    "PIL.TiffImagePlugin.TiffImageFile", "PIL.MpoImagePlugin.MpoImageFile", "PIL.PpmImagePlugin.PpmImageFile",
 }
 
 
@@ -38,7 +42,7 @@ def test_exactly_these_globals():
     assert allow.resolve("verl.protocol", "collate_fn") is None and allow.resolve("numpy", "load") is None
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED - {n for n in EXPECTED if n.endswith(("DataProto", "Batch", "BytesIO", "AdapterRef", "RewardSpec"))}))
+@pytest.mark.parametrize("name", sorted(EXPECTED - {n for n in EXPECTED if n.endswith(("DataProto", "Batch", "BytesIO", "AdapterRef", "RewardSpec", "Image.Image", "ImageFile"))}))
 def test_allowed_objects_are_inert(name):
     obj = allow._ALLOWED[name]
     assert getattr(obj, "__dict__", None) is None
