@@ -87,11 +87,19 @@ def render(splits: Mapping[str, Sequence[str]], *, title: str, body: str = "",
 def output_splits(m: Mapping) -> dict[str, list[str]]:
     """The files of each split of the output the manifest `m` describes, as the card's globs:
     `data/**/*.parquet` and `eval/**/*.parquet` (only for a split with steps); on an object store
-    one glob per generation folder holding the split's shards, so no uncommitted file matches."""
+    one glob per generation folder holding the split's shards, so no uncommitted file matches;
+    a split holding an empty shard lists its non-empty shards instead."""
     globs: dict[str, list[str]] = {}
     for split, tree in layout.SPLIT_TREES.items():
-        gens = sorted({layout.split_generation(sh["path"])[0] or "" for s in m["steps"] if s["split"] == split
-                       for sh in s["shards"]})
+        shards = [sh for s in m["steps"] if s["split"] == split for sh in s["shards"]]
+        if any(sh.get("rows") == 0 for sh in shards):
+            # `datasets` fails on a Parquet file of no rows (a step with fewer rollouts than
+            # shards has one): such a split names its other files one by one
+            files = [sh["path"] for sh in shards if sh.get("rows") != 0]
+            if files:  # a split of no rows at all is left out
+                globs[HF_SPLITS[split]] = files
+            continue
+        gens = sorted({layout.split_generation(sh["path"])[0] or "" for sh in shards})
         globs[HF_SPLITS[split]] = [layout.in_generation(g or None, f"{tree}/**/*.parquet") for g in gens]
     return globs
 

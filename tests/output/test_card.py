@@ -52,6 +52,20 @@ def test_load_dataset_at_the_root_gives_train_and_validation(tmp_path, eval_step
     assert ("eval/**/*.parquet" in text) == eval_step and "mmap" not in text.split("---")[1]
 
 
+def test_an_output_with_empty_shards_loads_at_the_root(tmp_path):
+    """A step with fewer rollouts than shards has empty shards, which `datasets` cannot read: the
+    card names that split's other files, and every row still loads."""
+    out = tmp_path / "out"
+    convert([_inputs(tmp_path)], str(out), copts(mmap=True, shards=4))
+    m = json.loads((out / "manifest.json").read_text())
+    empty = [sh["path"] for s in m["steps"] for sh in s["shards"] if sh["rows"] == 0]
+    assert empty  # the eval step's 2 rollouts over 4 shards
+    ds = _load(out, tmp_path)
+    assert ds["train"].num_rows == _rows(out, "train") and ds["validation"].num_rows == _rows(out, "eval") == 2
+    text = (out / "README.md").read_text()
+    assert not any(p in text for p in empty)
+
+
 def test_card_bytes_are_deterministic_and_recorded(tmp_path):
     inputs = _inputs(tmp_path)
     a, b = tmp_path / "a", tmp_path / "b"
