@@ -108,8 +108,10 @@ def _token_exact(t: pa.Table) -> pa.Array:
 
 
 def _media(t: pa.Table) -> dict:
-    """The columns a vision-language output's rows carry besides text (its images, as TRL's VLM
-    trainers read them); none for an output without media columns."""
+    """The columns a vision-language output's rows carry besides text: its `images` (a list of
+    Hugging Face Image structs a row, as TRL's VLM trainers read them), when any row has one."""
+    if "images" in t.schema.names and pc.sum(pc.list_value_length(t["images"])).as_py():
+        return {"images": t["images"]}
     return {}
 
 

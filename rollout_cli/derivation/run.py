@@ -157,7 +157,7 @@ def _check_dest(dest: str, overwrite: bool) -> bool:
 
 def _columns(o: Output) -> list[str]:
     """The columns derive reads: the rules', the rows' and the text's, those the output has."""
-    want = set(rules.NEEDED) | set(rows_mod.PROVENANCE) | {"token_exact", "prompt", "response"}
+    want = set(rules.NEEDED) | set(rows_mod.PROVENANCE) | {"token_exact", "prompt", "response", "images"}
     return [n for n in o.schema.names if n in want]
 
 

@@ -33,6 +33,12 @@ def _feature(t, indent: str) -> list[str]:
     of a type or of fields, a struct's fields as `struct`."""
     import pyarrow as pa
 
+    from ..core.tensors import IMAGE
+
+    if t == IMAGE:  # PNG bytes as Hugging Face's Image feature lays them out
+        return [f"{indent}dtype: image"]
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and t.value_type == IMAGE:
+        return [f"{indent}list: image"]
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         inner = t.value_type
         if pa.types.is_struct(inner):

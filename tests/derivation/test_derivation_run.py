@@ -241,3 +241,37 @@ def test_a_dest_being_written_is_refused_busy(out, tmp_path):
         held.release()
     assert not dest.exists()
     rollout_cli.derive(str(out), str(dest), as_="sft")
+
+
+def test_sft_rows_of_a_vision_language_run_carry_their_images(tmp_path):
+    """An output holding images gives SFT rows an `images` column that `datasets` reads as PIL
+    images, the same pixels the dump held."""
+    import base64
+    import io
+    import json
+
+    datasets = pytest.importorskip("datasets")
+    Image = pytest.importorskip("PIL.Image")
+    from rollout_cli.run.convert import convert
+
+    from conftest import copts
+
+    ims = [Image.new("RGB", (3, 2), (10 * i, 20, 30)) for i in range(2)]
+
+    def url(im):
+        buf = io.BytesIO()
+        im.save(buf, format="PNG")
+        return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+    src = tmp_path / "dumps"
+    src.mkdir()
+    rows = [{"tokens": [1, 2, 3, 4], "response_length": 2, "reward": float(i), "status": "completed", "index": i,
+             "group_index": 0, "multimodal_inputs": {"images": [url(ims[i])]}} for i in range(2)]
+    (src / "1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    convert([str(src)], str(tmp_path / "out"), copts())
+    rollout_cli.derive(str(tmp_path / "out"), str(tmp_path / "sft"), as_="sft")
+    ds = datasets.load_dataset(str(tmp_path / "sft"), cache_dir=str(tmp_path / "hf"))["train"]
+    assert ds.num_rows == 1 and ds[0]["sample_index"] == 1  # the group's best
+    got = ds[0]["images"]
+    assert len(got) == 1 and isinstance(got[0], Image.Image)
+    assert got[0].convert("RGB").tobytes() == ims[1].tobytes()
