@@ -275,3 +275,27 @@ def test_sft_rows_of_a_vision_language_run_carry_their_images(tmp_path):
     got = ds[0]["images"]
     assert len(got) == 1 and isinstance(got[0], Image.Image)
     assert got[0].convert("RGB").tobytes() == ims[1].tobytes()
+
+
+@pytest.mark.parametrize("messages", [True, False])
+def test_trl_reads_the_rows_as_its_own_formats(tmp_path, messages):
+    """TRL's own dataset utilities take the derived rows as they take theirs: conversational
+    exactly when the prompts are message lists, DPO pairs unpaired into KTO rows whose labels
+    say which side each completion was."""
+    data_utils = pytest.importorskip("trl.data_utils")
+    samples = run_samples()
+    for s in samples:
+        s["prompt"] = [{"role": "user", "content": f"q{s['group_index']}"}] if messages else f"q{s['group_index']}"
+        s["response"] = f"a{s['index']}"
+    out = converted_run(tmp_path, keep_text=True, samples=samples)
+    rollout_cli.derive(str(out), str(tmp_path / "sft"), as_="sft", min_reward=1)
+    rollout_cli.derive(str(out), str(tmp_path / "dpo"), as_="dpo")
+    rollout_cli.derive(str(out), str(tmp_path / "kto"), as_="kto", min_reward=1)
+    load = lambda d: datasets.load_dataset(str(tmp_path / d), cache_dir=str(tmp_path / "hf"))["train"]  # noqa: E731
+    for name in ("sft", "dpo", "kto"):
+        assert all(data_utils.is_conversational(r) == messages for r in load(name))
+    dpo = load("dpo")
+    unpaired = data_utils.unpair_preference_dataset(dpo)
+    assert unpaired.num_rows == 2 * dpo.num_rows
+    assert [r["completion"] for r in unpaired if r["label"]] == list(dpo["chosen"])
+    assert [r["completion"] for r in unpaired if not r["label"]] == list(dpo["rejected"])
