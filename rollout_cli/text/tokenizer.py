@@ -39,11 +39,9 @@ def resolve(path: str) -> str:
 def file_digest(path: str) -> str:
     """The blake3 digest of the tokenizer.json a --tokenizer PATH names (what the manifest
     records); no `tokenizers` import."""
-    from ..core.hashing import bytes_digest
+    from ..core.hashing import file_digest as digest
 
-    f = resolve(path)
-    with open(f, "rb") as fh:
-        return bytes_digest(fh.read())
+    return digest(resolve(path))
 
 
 @dataclass
