@@ -5,7 +5,7 @@ adds, a BOS token for most), a response on its own without added special tokens.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import UsageError
@@ -51,7 +51,6 @@ class Tokenizer:
     file: str
     digest: str  # blake3 of tokenizer.json (recorded in the manifest)
     tok: Any
-    _prompt_cache: dict = field(default_factory=dict)
 
     @property
     def folder(self) -> str:
