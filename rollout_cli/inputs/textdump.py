@@ -11,8 +11,6 @@ rows are not token-exact (a re-tokenized text need not be the ids sampled), whic
 `token_exact` column says. No numpy or pyarrow at import: discovery imports the detectors."""
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -117,11 +115,6 @@ def group_key(v: Any, key: str) -> str | None:
     return f"{type(v).__name__}:{v}"
 
 
-def content_key(text: str) -> int:
-    """An int64 key of a text: any part of a step gives the same key to the same text."""
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big") >> 1
-
-
 # ---------------------------------------------------------------------------- reading
 def _table_records(path: str, display: str, columns: list[str] | None = None) -> Iterator[tuple[int, dict]]:
     """(0-based row, record) for each row of a Parquet or CSV file, in batches."""
@@ -174,6 +167,7 @@ def read(inp, request, info, record: Callable[[dict], TextRecord], rule: str) ->
     from ..text.tokenizer import load
     from .base import RawChunk, line_json_error
     from .columns import columnar
+    from .prime_rl.reader import string_id
     from .registry import format_of
 
     if not request.tokenizer:
@@ -192,7 +186,7 @@ def read(inp, request, info, record: Callable[[dict], TextRecord], rule: str) ->
             r = mapped[i]
             s = {"tokens": np.asarray(ids, np.int64), "response_length": rl, "reward": r.reward,
                  "status": "completed",
-                 "group_index": content_key(r.group if r.group is not None else "prompt:" + r.prompt)}
+                 "group_index": string_id(r.group if r.group is not None else "prompt:" + r.prompt)}
             if r.step is not None:
                 s["step"] = r.step
             if r.metadata:

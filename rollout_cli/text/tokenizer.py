@@ -5,7 +5,7 @@ adds, a BOS token for most), a response on its own without added special tokens.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import UsageError
@@ -39,11 +39,9 @@ def resolve(path: str) -> str:
 def file_digest(path: str) -> str:
     """The blake3 digest of the tokenizer.json a --tokenizer PATH names (what the manifest
     records); no `tokenizers` import."""
-    from ..core.hashing import bytes_digest
+    from ..core.hashing import file_digest as digest
 
-    f = resolve(path)
-    with open(f, "rb") as fh:
-        return bytes_digest(fh.read())
+    return digest(resolve(path))
 
 
 @dataclass
@@ -53,7 +51,6 @@ class Tokenizer:
     file: str
     digest: str  # blake3 of tokenizer.json (recorded in the manifest)
     tok: Any
-    _prompt_cache: dict = field(default_factory=dict)
 
     @property
     def folder(self) -> str:
