@@ -49,7 +49,9 @@ class AssembledStep:
 
 def _images(col) -> int:
     """Images held by an images column (its lists' total length)."""
-    return sum(len(ch.values) if len(ch) else 0 for ch in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]))
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    # a slice's own lists (its offsets' span), not the whole buffer it views
+    return sum(ch.offsets[-1].as_py() - ch.offsets[0].as_py() for ch in chunks if len(ch))
 
 
 class StepAssembler:
