@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from ..core.versions import __version__
 from ..inputs.discover import parse_steps
 from ..output import card
 from ..output import lock as writer_lock
-from ..output.commit import swap_in
+from ..output.commit import stage_beside, swap_in
 from ..output.manifest import ManifestError
 from ..output.model import Output, open_output
 from . import rows as rows_mod
@@ -199,12 +198,8 @@ def _split_mask(t: pa.Table, fraction: float) -> pa.Array:
 
 
 def _write(o: Output, steps, dest: str, opts: DeriveOptions, tok, lock, replace: bool):
-    parent = os.path.dirname(os.path.abspath(dest)) or "."
     try:
-        stage = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(dest))}.derive-", dir=parent)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(stage, 0o777 & ~umask)
+        stage = stage_beside(dest, "derive")
         os.makedirs(os.path.join(stage, DATA))
     except OSError as e:
         raise output_error(dest, e) from None
