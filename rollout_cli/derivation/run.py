@@ -27,7 +27,7 @@ from ..core.versions import __version__
 from ..inputs.discover import parse_steps
 from ..output import card
 from ..output import lock as writer_lock
-from ..output.commit import stage_beside, swap_in
+from ..output.commit import stage_beside, swap_in, write_json_atomic
 from ..output.manifest import ManifestError
 from ..output.model import Output, open_output
 from . import rows as rows_mod
@@ -248,7 +248,7 @@ def _write(o: Output, steps, dest: str, opts: DeriveOptions, tok, lock, replace:
                            "schema_version": o.schema_version, "keep_text": bool(o.options.get("keep_text", False)),
                            "tokenizer_blake3": tok.digest if tok is not None else None},
                 "options": opts.record(), "counts": counted, "files": [f.to_dict() for f in files]}
-        storage.write_durable(os.path.join(stage, PROVENANCE), (json.dumps(prov, indent=1) + "\n").encode())
+        write_json_atomic(os.path.join(stage, PROVENANCE), prov)
         fsync_dir(os.path.join(stage, DATA))
         fsync_dir(stage)
         lock.check()
