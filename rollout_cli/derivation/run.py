@@ -27,7 +27,7 @@ from ..core.versions import __version__
 from ..inputs.discover import parse_steps
 from ..output import card
 from ..output import lock as writer_lock
-from ..output.commit import stage_beside, swap_in, write_json_atomic
+from ..output.commit import nested, stage_beside, swap_in, write_json_atomic
 from ..output.manifest import ManifestError
 from ..output.model import Output, open_output
 from . import rows as rows_mod
@@ -90,7 +90,7 @@ def derive(out: str, dest: str, as_: str = "sft", **options) -> DeriveResult:
     steps = [s for s in o.steps_of(opts.split) if (lo is None or s.step >= lo) and (hi is None or s.step <= hi)]
     if not steps:
         raise UsageError(f"{out}: no {opts.split} steps" + (f" in --steps {opts.steps}" if opts.steps else ""))
-    if not storage.is_uri(out) and (_inside(dest, out) or _inside(out, dest)):
+    if not storage.is_uri(out) and nested(dest, out):
         raise UsageError(f"{dest}: must not contain or lie inside the output {out}")
     tok = None
     if opts.tokenizer and not o.options.get("keep_text"):
@@ -111,11 +111,6 @@ def derive(out: str, dest: str, as_: str = "sft", **options) -> DeriveResult:
     rows = {f.split: f.rows for f in files}
     return DeriveResult(out=os.fspath(out), dest=os.fspath(dest), as_=opts.as_, rows=rows, files=tuple(files),
                         counts=counts, seconds=round(time.perf_counter() - t0, 3))
-
-
-def _inside(a: str, b: str) -> bool:
-    a, b = os.path.realpath(a), os.path.realpath(b)
-    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
 
 
 def is_derived(dest: str) -> str | None:

@@ -35,7 +35,7 @@ from ..core import storage, tensors
 from ..core.errors import IntegrityError, OutputError, OutputExistsError, UsageError, output_error
 from ..inputs.discover import parse_steps
 from ..output import lock as writer_lock
-from ..output.commit import stage_beside, swap_in
+from ..output.commit import nested, stage_beside, swap_in
 from ..output.model import Output, Step, open_output
 from ..core.storage import fsync_dir
 from ..core.versions import __version__
@@ -77,11 +77,6 @@ def _torch():
     except ImportError:
         raise UsageError("export --format slime-pt writes with torch.save: pip install 'rollout-cli[torch]'") from None
     return torch
-
-
-def _is_inside(a: str, b: str) -> bool:
-    a, b = os.path.realpath(a), os.path.realpath(b)
-    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
 
 
 def _check_dest(dest: str, overwrite: bool) -> bool:
@@ -222,7 +217,7 @@ def export_slime_pt(out: str, dest: str, *, steps: str | None = None, split: str
         raise UsageError(f"--split: expected train or eval, got {split!r}")
     lo, hi = parse_steps(steps)
     o = open_output(out)
-    if _is_inside(dest, out) or _is_inside(out, dest):
+    if nested(dest, out):
         raise UsageError(f"{dest}: must not contain or lie inside the output {out}")
     if wait is not None and not wait >= 0:
         raise UsageError("--wait: expected 0 or more seconds")

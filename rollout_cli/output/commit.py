@@ -495,6 +495,12 @@ def prepare(out: str, *, overwrite: bool = False, resume: bool = False, options:
     return staging
 
 
+def nested(a: str, b: str) -> bool:
+    """Whether local paths `a` and `b` (links resolved) are one folder or one holds the other."""
+    a, b = os.path.realpath(a), os.path.realpath(b)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep) or b.startswith(a.rstrip(os.sep) + os.sep)
+
+
 def stage_beside(dest: str, tag: str) -> str:
     """A new empty folder beside DEST (`.DEST.TAG-*`) to stage a whole folder in before
     `swap_in`, with the mode a plain mkdir gives (mkdtemp's folder is private)."""
