@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from ..core.versions import __version__
 from ..inputs.discover import parse_steps
 from ..output import card
 from ..output import lock as writer_lock
-from ..output.commit import swap_in
+from ..output.commit import nested, stage_beside, swap_in, write_json_atomic
 from ..output.manifest import ManifestError
 from ..output.model import Output, open_output
 from . import rows as rows_mod
@@ -91,7 +90,7 @@ def derive(out: str, dest: str, as_: str = "sft", **options) -> DeriveResult:
     steps = [s for s in o.steps_of(opts.split) if (lo is None or s.step >= lo) and (hi is None or s.step <= hi)]
     if not steps:
         raise UsageError(f"{out}: no {opts.split} steps" + (f" in --steps {opts.steps}" if opts.steps else ""))
-    if not storage.is_uri(out) and (_inside(dest, out) or _inside(out, dest)):
+    if not storage.is_uri(out) and nested(dest, out):
         raise UsageError(f"{dest}: must not contain or lie inside the output {out}")
     tok = None
     if opts.tokenizer and not o.options.get("keep_text"):
@@ -112,11 +111,6 @@ def derive(out: str, dest: str, as_: str = "sft", **options) -> DeriveResult:
     rows = {f.split: f.rows for f in files}
     return DeriveResult(out=os.fspath(out), dest=os.fspath(dest), as_=opts.as_, rows=rows, files=tuple(files),
                         counts=counts, seconds=round(time.perf_counter() - t0, 3))
-
-
-def _inside(a: str, b: str) -> bool:
-    a, b = os.path.realpath(a), os.path.realpath(b)
-    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
 
 
 def is_derived(dest: str) -> str | None:
@@ -199,12 +193,8 @@ def _split_mask(t: pa.Table, fraction: float) -> pa.Array:
 
 
 def _write(o: Output, steps, dest: str, opts: DeriveOptions, tok, lock, replace: bool):
-    parent = os.path.dirname(os.path.abspath(dest)) or "."
     try:
-        stage = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(dest))}.derive-", dir=parent)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(stage, 0o777 & ~umask)
+        stage = stage_beside(dest, "derive")
         os.makedirs(os.path.join(stage, DATA))
     except OSError as e:
         raise output_error(dest, e) from None
@@ -253,7 +243,7 @@ def _write(o: Output, steps, dest: str, opts: DeriveOptions, tok, lock, replace:
                            "schema_version": o.schema_version, "keep_text": bool(o.options.get("keep_text", False)),
                            "tokenizer_blake3": tok.digest if tok is not None else None},
                 "options": opts.record(), "counts": counted, "files": [f.to_dict() for f in files]}
-        storage.write_durable(os.path.join(stage, PROVENANCE), (json.dumps(prov, indent=1) + "\n").encode())
+        write_json_atomic(os.path.join(stage, PROVENANCE), prov)
         fsync_dir(os.path.join(stage, DATA))
         fsync_dir(stage)
         lock.check()

@@ -23,9 +23,7 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 import time
-import uuid
 from typing import Any
 
 import numpy as np
@@ -37,6 +35,7 @@ from ..core import storage, tensors
 from ..core.errors import IntegrityError, OutputError, OutputExistsError, UsageError, output_error
 from ..inputs.discover import parse_steps
 from ..output import lock as writer_lock
+from ..output.commit import nested, stage_beside, swap_in
 from ..output.model import Output, Step, open_output
 from ..core.storage import fsync_dir
 from ..core.versions import __version__
@@ -78,11 +77,6 @@ def _torch():
     except ImportError:
         raise UsageError("export --format slime-pt writes with torch.save: pip install 'rollout-cli[torch]'") from None
     return torch
-
-
-def _is_inside(a: str, b: str) -> bool:
-    a, b = os.path.realpath(a), os.path.realpath(b)
-    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
 
 
 def _check_dest(dest: str, overwrite: bool) -> bool:
@@ -223,7 +217,7 @@ def export_slime_pt(out: str, dest: str, *, steps: str | None = None, split: str
         raise UsageError(f"--split: expected train or eval, got {split!r}")
     lo, hi = parse_steps(steps)
     o = open_output(out)
-    if _is_inside(dest, out) or _is_inside(out, dest):
+    if nested(dest, out):
         raise UsageError(f"{dest}: must not contain or lie inside the output {out}")
     if wait is not None and not wait >= 0:
         raise UsageError("--wait: expected 0 or more seconds")
@@ -249,12 +243,8 @@ def _export_locked(o: Output, dest: str, split, lo, hi, steps, overwrite: bool, 
     if not chosen:
         what = f"{split} steps" if split else "steps"
         raise UsageError(f"{out}: no {what}" + (f" in --steps {steps}" if steps else ""))
-    parent = os.path.dirname(os.path.abspath(dest)) or "."
     try:
-        stage = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(dest))}.export-", dir=parent)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(stage, 0o777 & ~umask)  # mkdtemp's folder is private; DEST gets the usual mode
+        stage = stage_beside(dest, "export")
     except OSError as e:
         raise output_error(dest, e) from None
     files = []
@@ -337,15 +327,6 @@ def _commit(stage: str, dest: str, overwrite: bool) -> None:
     """Rename the staged folder to DEST; an existing DEST (with --overwrite) is moved aside
     first and removed after, so DEST is always either the old whole or the new whole."""
     try:
-        if _check_dest(dest, overwrite):
-            aside = os.path.join(os.path.dirname(os.path.abspath(dest)), f".{os.path.basename(os.path.abspath(dest))}.old-{uuid.uuid4().hex[:8]}")
-            os.rename(dest, aside)
-            os.rename(stage, dest)
-            shutil.rmtree(aside, ignore_errors=True)
-        else:
-            if os.path.isdir(dest):
-                os.rmdir(dest)
-            os.rename(stage, dest)
-        fsync_dir(os.path.dirname(os.path.abspath(dest)))
+        swap_in(stage, dest, _check_dest(dest, overwrite))
     except OSError as e:
         raise output_error(dest, e) from None

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import stat
+import tempfile
 import uuid
 from contextlib import contextmanager
 
@@ -492,6 +493,23 @@ def prepare(out: str, *, overwrite: bool = False, resume: bool = False, options:
     staging = Staging(out)
     staging.start(options or {}, keep=resume)
     return staging
+
+
+def nested(a: str, b: str) -> bool:
+    """Whether local paths `a` and `b` (links resolved) are one folder or one holds the other."""
+    a, b = os.path.realpath(a), os.path.realpath(b)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep) or b.startswith(a.rstrip(os.sep) + os.sep)
+
+
+def stage_beside(dest: str, tag: str) -> str:
+    """A new empty folder beside DEST (`.DEST.TAG-*`) to stage a whole folder in before
+    `swap_in`, with the mode a plain mkdir gives (mkdtemp's folder is private)."""
+    parent = os.path.dirname(os.path.abspath(dest)) or "."
+    stage = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(dest))}.{tag}-", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(stage, 0o777 & ~umask)
+    return stage
 
 
 def swap_in(stage: str, dest: str, replace: bool) -> None:
