@@ -182,7 +182,7 @@ def _one_chunk(parts: list, schema: pa.Schema, threads: int | None = None) -> pa
     parts.clear()
 
     def combine(k: int) -> pa.Array:
-        col = pa.concat_arrays(pieces[k])
+        col = pieces[k][0] if len(pieces[k]) == 1 else pa.concat_arrays(pieces[k])  # concat_arrays copies even one
         pieces[k] = None
         return col
 

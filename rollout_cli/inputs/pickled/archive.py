@@ -24,10 +24,12 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, N
 
 class _Archive:
     """`memory`: the archive's bytes when it is held in memory (torch.save bytes embedded in a
-    pickle): its storages are then read-only views of those bytes, never copies."""
+    pickle): its storages are then read-only views of those bytes, never copies. `bf16_bits`:
+    its bfloat16 tensors come as their bit patterns (core.tensors.BFloat16Bits), not widened."""
 
-    def __init__(self, fh: Any, zf: zipfile.ZipFile, path: str, memory: Any = None):
+    def __init__(self, fh: Any, zf: zipfile.ZipFile, path: str, memory: Any = None, bf16_bits: bool = False):
         self.fh = fh
+        self.bf16_bits = bf16_bits
         self.memory = memoryview(memory) if memory is not None else None
         self.zf = zf
         self.path = path
@@ -132,7 +134,7 @@ class _Archive:
                 raise PtFormatError(f"storage {key!r} referenced as both {st.kind.name} and {kind.name}")
             return st
         nbytes = numel * (kind.dtype.itemsize if kind.dtype is not None else 1)
-        st = _Storage(key, kind, nbytes, self.storage_bytes(key, nbytes), self.little)
+        st = _Storage(key, kind, nbytes, self.storage_bytes(key, nbytes), self.little, self.bf16_bits)
         self.storages[key] = st
         return st
 
