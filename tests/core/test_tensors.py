@@ -115,3 +115,25 @@ def test_concat_is_slimes_get_batch_join():
     assert out["pixel_values"].dtype == torch.float32 and out["pixel_values"].shape == (3, 3)
     assert torch.equal(out["pixel_values"], torch.cat([a["pixel_values"], b["pixel_values"]]))
     assert tensors.concat([None, None], torch.cat) == {}
+
+
+@settings(max_examples=40, deadline=None)
+@given(samples())
+def test_column_from_the_tensors_buffers_is_the_column_of_their_bytes(rows):
+    """entries_array copies each tensor once into one buffer: the column equals the one pyarrow
+    builds from each tensor's bytes, and writes the same IPC bytes."""
+    enc = [tensors.encode(r) for r in rows]
+    col = tensors.entries_array(enc)
+    as_bytes = [None if e is None else [dict(x, data=None if x["data"] is None else x["data"].tobytes()) for x in e]
+                for e in enc]
+    ref = pa.array(as_bytes, tensors.MM_TYPE)
+    col.validate(full=True)
+    assert col.equals(ref) and col.null_count == ref.null_count
+
+    def ipc(a):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, pa.schema([("m", a.type)])) as w:
+            w.write_table(pa.table({"m": a}))
+        return sink.getvalue().to_pybytes()
+
+    assert ipc(col) == ipc(ref)
