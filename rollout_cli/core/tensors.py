@@ -107,7 +107,8 @@ def _data_array(values: list) -> pa.Array:
     sizes = np.fromiter((0 if v is None else v.nbytes for v in values), np.int64, len(values))
     offsets = np.zeros(len(values) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    buf = np.empty(int(offsets[-1]), np.uint8)
+    data = pa.allocate_buffer(int(offsets[-1]))  # Arrow's pool: pages a step before freed, reused warm
+    buf = np.frombuffer(data, np.uint8)
     for v, a, b in zip(values, offsets[:-1].tolist(), offsets[1:].tolist()):
         if v is not None and b > a:
             buf[a:b] = v.reshape(-1).view(np.uint8)
@@ -115,7 +116,7 @@ def _data_array(values: list) -> pa.Array:
     validity = None
     if any(nulls):
         validity = pa.py_buffer(np.packbits(~np.array(nulls), bitorder="little"))
-    return pa.Array.from_buffers(pa.large_binary(), len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(buf)],
+    return pa.Array.from_buffers(pa.large_binary(), len(values), [validity, pa.py_buffer(offsets), data],
                                  null_count=sum(nulls))
 
 

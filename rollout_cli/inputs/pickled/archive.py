@@ -9,6 +9,8 @@ import zipfile
 import zlib
 from typing import Any
 
+import pyarrow as pa
+
 from .context import current
 from .errors import PtFormatError
 from .tensors import _Storage, _StorageKind
@@ -111,7 +113,9 @@ class _Archive:
         if self.memory is not None:
             buf = self.memory[start:start + info.file_size]
         else:
-            buf = bytearray(info.file_size)
+            # from Arrow's pool, where the column this storage is copied into, and the one before
+            # it freed, come from: memory reused warm instead of fresh pages (docs/performance.md)
+            buf = memoryview(pa.allocate_buffer(info.file_size))
             self.fh.seek(start)
             got = self.fh.readinto(buf)
             if got != info.file_size:

@@ -106,7 +106,7 @@ class _Storage:
         self.key = key
         self.kind = kind
         self.nbytes = nbytes
-        self._raw = raw  # a bytearray (or a read-only memoryview) of at least nbytes
+        self._raw = raw  # writable (a buffer of the file's bytes) or a read-only view of bytes in memory, at least nbytes
         self._bases: dict[str, np.ndarray] = {}
         self._little = little
 

@@ -134,6 +134,10 @@ def read(inp, request, info) -> Iterator[RawChunk]:
     if train_dump:
         return
     size = request.chunk_records or CHUNK_SAMPLES
+    if not request.chunk_records and any(isinstance(s, dict) and s.get(K.MULTIMODAL_TRAIN_INPUTS) for s in samples):
+        # the tensors are arrays already (no lists to free as chunks go), and the step's tensor
+        # column is then built once, not as pieces to be joined in a second copy
+        size = max(len(samples), 1)
     for a in range(0, len(samples), size):
         part = samples[a:a + size]
         samples[a:a + size] = [None] * len(part)  # the chunk holds the only reference now
