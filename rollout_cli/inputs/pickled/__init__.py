@@ -56,7 +56,8 @@ beside it is JSON ``{"global_steps": step}``)::
     {"batch": TensorDictData {"prompts": (B, P), "responses": (B, R), "input_ids", "attention_mask",
                               "position_ids", "response_mask", "rollout_log_probs", "rm_scores", ...}
               | None,
-     "non_tensor_batch": {key: numpy array (object arrays of str / dict / list, or numeric)},
+     "non_tensor_batch": {key: numpy array (object arrays of str / dict / list, or numeric);
+                          "multi_modal_inputs": object array of dicts of tensors (legacy.py) or None},
      "meta_info": dict}
 
 ROLL ``{dump_dir}/{train,val}/step_{NNNNNN}.pkl`` (``load_pickle``)::
