@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=1, help="convert's --workers (1: its peak RSS is one process's)")
     p.add_argument("--workdir", default=None)
     p.add_argument("--save", default=None)
-    p.add_argument("--convert-args", nargs="*", default=[], help="more convert options (e.g. --compression none)")
+    p.add_argument("--convert-args", default="", help="more convert options, one string (e.g. '--compression none')")
     p.add_argument("--write-twice", nargs=3, metavar=("RUN", "A", "B"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.write_twice:
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
         times["write_twice"].append(_timed([sys.executable, os.path.abspath(__file__), "--write-twice", run, *copies])[0])
         clear()
         dt, peak = _timed(cli + ["convert", run, out, "--image-token-id", "151655", "--workers", str(args.workers),
-                                 *args.convert_args])
+                                 *shlex.split(args.convert_args)])
         times["convert"].append(dt)
         rss = max(rss, peak)
     out_bytes = _tree_bytes(out)

@@ -101,17 +101,44 @@ def encode(value: Any) -> list[dict] | None:
     return out
 
 
+def _back_to_back(values: list) -> pa.Buffer | None:
+    """The one Arrow buffer that the arrays of `values` (None skipped) view, in order and back to
+    back, sliced to them; None where they do not (then they are copied)."""
+    root = start = end = None
+    for v in values:
+        if v is None or not v.nbytes:
+            continue
+        base = v
+        while isinstance(base, np.ndarray):
+            base = base.base
+        owner = base.obj if isinstance(base, memoryview) else None
+        if not isinstance(owner, pa.Buffer) or not v.flags.c_contiguous or (root is not None and owner is not root):
+            return None
+        addr = v.__array_interface__["data"][0]
+        if root is None:
+            root, start = owner, addr
+        elif addr != end:
+            return None
+        end = addr + v.nbytes
+    if root is None or not root.address <= start <= end <= root.address + root.size:
+        return None
+    return root.slice(start - root.address, end - start)
+
+
 def _data_array(values: list) -> pa.Array:
-    """The entries' `data` (arrays, None for a non-tensor value) as one large_binary array:
-    every tensor's bytes copied once into one buffer, the offsets between them."""
+    """The entries' `data` (arrays, None for a non-tensor value) as one large_binary array, the
+    offsets between them: a view of the buffer they already lie in back to back (the .pt
+    reader's, inputs/pickled/archive.py), else every tensor's bytes copied once into one."""
     sizes = np.fromiter((0 if v is None else v.nbytes for v in values), np.int64, len(values))
     offsets = np.zeros(len(values) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    data = pa.allocate_buffer(int(offsets[-1]))  # Arrow's pool: pages a step before freed, reused warm
-    buf = np.frombuffer(data, np.uint8)
-    for v, a, b in zip(values, offsets[:-1].tolist(), offsets[1:].tolist()):
-        if v is not None and b > a:
-            buf[a:b] = v.reshape(-1).view(np.uint8)
+    data = _back_to_back(values)
+    if data is None or data.size != int(offsets[-1]):
+        data = pa.allocate_buffer(int(offsets[-1]))  # Arrow's pool: pages a step before freed, reused warm
+        buf = np.frombuffer(data, np.uint8)
+        for v, a, b in zip(values, offsets[:-1].tolist(), offsets[1:].tolist()):
+            if v is not None and b > a:
+                buf[a:b] = v.reshape(-1).view(np.uint8)
     nulls = [v is None for v in values]
     validity = None
     if any(nulls):

@@ -41,6 +41,8 @@ class _Archive:
             _check_record(info)
         self.file_len = fh.seek(0, 2)
         self.prefix = self._find_prefix()
+        self._arena: Any = None  # the file's stored storages, one buffer: see _slot
+        self._cursor = 0
         order = self.infos.get(self.prefix + "byteorder")
         if order is None:
             self.little = sys.byteorder == "little"
@@ -113,9 +115,7 @@ class _Archive:
         if self.memory is not None:
             buf = self.memory[start:start + info.file_size]
         else:
-            # from Arrow's pool, where the column this storage is copied into, and the one before
-            # it freed, come from: memory reused warm instead of fresh pages (docs/performance.md)
-            buf = memoryview(pa.allocate_buffer(info.file_size))
+            buf = self._slot(info.file_size)
             self.fh.seek(start)
             got = self.fh.readinto(buf)
             if got != info.file_size:
@@ -123,6 +123,24 @@ class _Archive:
         if zlib.crc32(buf) != info.CRC:
             raise PtFormatError(f"storage record {name!r}: CRC mismatch (corrupt file)")
         return buf
+
+    def _slot(self, size: int) -> memoryview:
+        """Room for a storage read from the file: the next `size` bytes of one buffer holding
+        every stored storage record of the archive in the order the pickle asks for them (the
+        order of the samples and their keys), so that tensors read one after another lie back
+        to back and a column of them can view this buffer instead of copying it
+        (core/tensors.py). It is taken from Arrow's pool, whose freed pages are reused warm
+        (docs/performance.md), and is sized by the records' declared sizes only where they fit
+        in the file (each record is still checked as it is read)."""
+        if self._arena is None:
+            stored = [i.file_size for n, i in self.infos.items() if n.startswith(self.prefix + "data/")
+                      and i.compress_type == zipfile.ZIP_STORED and not i.flag_bits & 0x1]
+            total = sum(stored)
+            self._arena = pa.allocate_buffer(total) if 0 < total <= self.file_len else False
+        if self._arena is False or self._cursor + size > self._arena.size:
+            return memoryview(pa.allocate_buffer(size))
+        at, self._cursor = self._cursor, self._cursor + size
+        return memoryview(self._arena)[at:at + size]
 
     def storage(self, pid: Any) -> _Storage:
         if not (type(pid) is tuple and len(pid) == 5 and pid[0] == "storage"):
