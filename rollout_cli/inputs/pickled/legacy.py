@@ -9,21 +9,24 @@ elements (little-endian: ``_write_file`` swaps on a big-endian host)::
     the storage: a persistent id ("storage", <storage class>, key, location, numel, None)
     [key]          numel   numel x itemsize bytes
 
-Read here by the same restricted unpickler, every part checked: the three headers' values, one
-storage whose class is one of the allowed storage tokens, its key listed once, its count equal
-to the id's, its bytes exactly what is left (a view of `b`, no copy)."""
+Read here by a restricted unpickler of its own whose only globals are torch's storage classes
+(the storage tokens of the allow-list; any other global is UnsafePickleError), every part
+checked: the three headers' values, one storage of a typed storage class, its key listed once,
+its count equal to the id's, its bytes exactly what is left (a view of `b`, no copy)."""
 from __future__ import annotations
 
 import io
+import pickle
 import struct
 from typing import Any
 
-from .errors import PickleFormatError
-from .tensors import _Storage, _StorageKind
+from .errors import PickleFormatError, UnsafePickleError
+from .tensors import _DTYPES, _LEGACY_STORAGES, _Storage, _StorageKind
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
 _COUNT = struct.Struct("<q")
+_KINDS = {f"torch.{cls}": _StorageKind(cls, _DTYPES[dt]) for cls, dt in _LEGACY_STORAGES.items()}
 
 
 class _Pending:
@@ -48,14 +51,19 @@ def load_from_bytes(data: Any, *rest: Any) -> _Storage:
     else."""
     from ..limits import max_storage_bytes
     from .context import current
-    from .unpickle import RestrictedUnpickler
 
     _check(not rest and type(data) is bytes, f"expected (bytes,), got {type(data).__name__}")
     stream = io.BytesIO(data)
     pending: list[_Pending] = []
     path = current().path
 
-    class _One(RestrictedUnpickler):
+    class _One(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            kind = _KINDS.get(f"{module}.{name}")
+            if kind is None:
+                raise UnsafePickleError(f"{module}.{name}", path)
+            return kind
+
         def persistent_load(self, pid: Any) -> Any:
             _check(not pending, "more than one storage")
             _check(type(pid) is tuple and len(pid) == 6 and pid[0] == "storage", f"unexpected persistent id {pid!r:.80}")
@@ -68,8 +76,8 @@ def load_from_bytes(data: Any, *rest: Any) -> _Storage:
 
     def part(what: str) -> Any:
         try:
-            return _One(stream, path, trusted=False).load()
-        except PickleFormatError:
+            return _One(stream, encoding="utf-8").load()
+        except (PickleFormatError, UnsafePickleError):
             raise
         except Exception as e:  # what a corrupt stream makes the C unpickler raise
             raise PickleFormatError(f"torch.storage._load_from_bytes: corrupt {what}: {type(e).__name__}: {str(e)[:120]}") from e

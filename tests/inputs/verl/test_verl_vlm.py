@@ -1,10 +1,8 @@
 """verl's vision-language rows: `non_tensor_batch["multi_modal_inputs"]` (an object array of
 per-row dicts of torch tensors, pickled as torch pickles a lone tensor) read by the restricted
-unpickler, without --trust-pickle, into the multimodal_train_inputs column, every tensor exact;
-a hostile storage inside it refused with exit 3."""
+unpickler, without --trust-pickle, into the multimodal_train_inputs column, every tensor exact
+(hostile storages inside such a pickle: tests/inputs/pickled/test_legacy.py)."""
 from __future__ import annotations
-
-import pickle
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -16,7 +14,6 @@ from conftest import shard_paths
 from pickled_dumps import write_verl
 from rollout_cli.cli.app import app
 from rollout_cli.core import tensors
-from rollout_cli.inputs.pickled import PickleFormatError, UnsafePickleError, loads_pickle
 
 runner = CliRunner()
 P, R, N = 6, 4, 2
@@ -76,40 +73,3 @@ def test_a_row_whose_entry_is_not_a_dict_is_that_row_s_problem(tmp_path):
     r = runner.invoke(app, ["convert", str(tmp_path / "dump"), str(tmp_path / "out"), "--workers", "1"])
     assert r.exit_code == 3
     assert "gen_batch.dp:row 2: multi_modal_inputs: expected a dict of tensors or None, got str" in r.output
-
-
-def _with_storage(data: bytes, change) -> bytes:
-    """`data` (a protocol 3 pickle) with the first legacy storage bytes in it changed by `change`
-    and their BINBYTES length prefix made to follow."""
-    start = data.index(b"\x80\x02\x8a\n")
-    assert data[start - 5:start - 4] == b"B"
-    length = int.from_bytes(data[start - 4:start], "little")
-    inner = data[start:start + length]
-    bad = change(inner)
-    assert bad != inner
-    return data[:start - 4] + len(bad).to_bytes(4, "little") + bad + data[start + length:]
-
-
-@pytest.mark.parametrize("change, words", [
-    (lambda b: b.replace(b"\x06\x00\x00\x00\x00\x00\x00\x00", b"\x07\x00\x00\x00\x00\x00\x00\x00", 1), "7 elements"),
-    (lambda b: b.replace(b"little_endianq\x02\x88", b"little_endianq\x02\x89", 1), "little-endian"),
-    (lambda b: b.replace(b"\x8a\nl\xfc\x9cF", b"\x8a\nl\xfc\x9cG", 1), "magic number"),
-    (lambda b: b.replace(b"ctorch\nLongStorage", b"cos\nsystem", 1), "os.system"),
-])
-def test_a_hostile_storage_inside_a_plain_pickle_is_refused(change, words):
-    data = pickle.dumps({"mm": np.array([{"image_grid_thw": torch.arange(6)}], dtype=object)}, protocol=3)
-    with pytest.raises((PickleFormatError, UnsafePickleError), match=words):
-        loads_pickle(_with_storage(data, change), "x.pkl")
-
-
-def test_a_storage_with_bytes_past_its_count_is_refused():
-    data = pickle.dumps({"t": torch.arange(3)}, protocol=3)
-    assert np.array_equal(loads_pickle(data, "x.pkl")["t"], [0, 1, 2])
-    with pytest.raises(PickleFormatError, match="32 bytes after the element count, 24 expected"):
-        loads_pickle(_with_storage(data, lambda b: b + bytes(8)), "x.pkl")
-
-
-def test_two_storages_in_one_legacy_blob_are_refused():
-    data = pickle.dumps({"t": torch.arange(3)}, protocol=3)
-    with pytest.raises(PickleFormatError, match="storage keys"):
-        loads_pickle(_with_storage(data, lambda b: b.replace(b"]q\x00X", b"]q\x00(X", 1).replace(b"q\x01a.", b"q\x01h\x01e.", 1)), "x.pkl")
