@@ -148,7 +148,7 @@ def test_tensors_read_back_to_back_make_the_column_without_a_copy(tmp_path):
                                             "image_grid_thw": torch.tensor([[1, 2, 2 + i]])}} for i in range(3)]
     samples.insert(1, {"multimodal_train_inputs": None})
     torch.save({"samples": samples}, str(tmp_path / "1.pt"))
-    got = load_torch(tmp_path / "1.pt", bf16_bits=True)["samples"]
+    got = load_torch(tmp_path / "1.pt", as_stored=True)["samples"]
     enc = [tensors.encode(s["multimodal_train_inputs"]) for s in got]
     col = tensors.entries_array(enc)
     first = enc[0][0]["data"]

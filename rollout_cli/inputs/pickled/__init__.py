@@ -20,7 +20,7 @@ What comes back, all plain data:
 
 * tensors (torch.save storages, SkyRL's numpy-format tensors, TensorDict leaves, a lone
   tensor's legacy storage bytes) and numpy arrays: ``numpy.ndarray`` (bfloat16 as float32,
-  exactly, or, with ``load_torch(path, bf16_bits=True)``, as its bit patterns:
+  exactly, or, with ``load_torch(path, as_stored=True)``, as its bit patterns:
   ``core.tensors.BFloat16Bits``); numpy arrays of the dtypes README.md
   lists, an object array's items made by the same restricted unpickler; numpy scalars as numpy scalars;
   ``torch.device`` as its str (``"cpu"``, ``"cuda:0"``); ``torch.Size`` as a tuple of ints;

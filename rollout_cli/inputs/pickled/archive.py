@@ -26,12 +26,14 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, N
 
 class _Archive:
     """`memory`: the archive's bytes when it is held in memory (torch.save bytes embedded in a
-    pickle): its storages are then read-only views of those bytes, never copies. `bf16_bits`:
-    its bfloat16 tensors come as their bit patterns (core.tensors.BFloat16Bits), not widened."""
+    pickle): its storages are then read-only views of those bytes, never copies. `as_stored`
+    (a read whose tensors are to be stored as they are: the rollout dumps' multimodal inputs):
+    its bfloat16 tensors come as their bit patterns (core.tensors.BFloat16Bits), not widened,
+    and its stored records are read into one buffer (_slot)."""
 
-    def __init__(self, fh: Any, zf: zipfile.ZipFile, path: str, memory: Any = None, bf16_bits: bool = False):
+    def __init__(self, fh: Any, zf: zipfile.ZipFile, path: str, memory: Any = None, as_stored: bool = False):
         self.fh = fh
-        self.bf16_bits = bf16_bits
+        self.as_stored = as_stored
         self.memory = memoryview(memory) if memory is not None else None
         self.zf = zf
         self.path = path
@@ -132,6 +134,8 @@ class _Archive:
         (core/tensors.py). It is taken from Arrow's pool, whose freed pages are reused warm
         (docs/performance.md), and is sized by the records' declared sizes only where they fit
         in the file (each record is still checked as it is read)."""
+        if self._arena is None and not self.as_stored:  # each record its own buffer, freed with its last tensor
+            self._arena = False
         if self._arena is None:
             stored = [i.file_size for n, i in self.infos.items() if n.startswith(self.prefix + "data/")
                       and i.compress_type == zipfile.ZIP_STORED and not i.flag_bits & 0x1]
@@ -156,7 +160,7 @@ class _Archive:
                 raise PtFormatError(f"storage {key!r} referenced as both {st.kind.name} and {kind.name}")
             return st
         nbytes = numel * (kind.dtype.itemsize if kind.dtype is not None else 1)
-        st = _Storage(key, kind, nbytes, self.storage_bytes(key, nbytes), self.little, self.bf16_bits)
+        st = _Storage(key, kind, nbytes, self.storage_bytes(key, nbytes), self.little, self.as_stored)
         self.storages[key] = st
         return st
 

@@ -22,8 +22,8 @@ from ..columns import columnar
 CHUNK_SAMPLES = 128
 
 
-def load_payload(path: str, display: str, trust_pickle: bool, bf16_bits: bool = False) -> Any:
-    """The dump's object, restricted-loaded (bfloat16 tensors as bit patterns with `bf16_bits`,
+def load_payload(path: str, display: str, trust_pickle: bool, as_stored: bool = False) -> Any:
+    """The dump's object, restricted-loaded (bfloat16 tensors as bit patterns with `as_stored`,
     else widened to float32) or, with `trust_pickle`, through torch.load."""
     if trust_pickle:
         from ...core import storage
@@ -42,12 +42,12 @@ def load_payload(path: str, display: str, trust_pickle: bool, bf16_bits: bool = 
             raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
     from ..pickled.reading import read_pickled
 
-    return read_pickled(path, display, torch_archive=True, bf16_bits=bf16_bits)
+    return read_pickled(path, display, torch_archive=True, as_stored=as_stored)
 
 
 def _open_dump(path: str, display: str, trust_pickle: bool) -> tuple[int | None, bool, list | None]:
     """(step, train_dump, samples) of a dump; samples is None for a train-side dump."""
-    payload = load_payload(path, display, trust_pickle, bf16_bits=True)  # read() widens them outside multimodal inputs
+    payload = load_payload(path, display, trust_pickle, as_stored=True)  # read() widens them outside multimodal inputs
     if not isinstance(payload, dict) or "samples" not in payload:
         got = type(payload).__name__ if not isinstance(payload, dict) else f"keys {sorted(map(str, payload))[:8]}"
         raise InvalidInputError(f"{display}: samples: expected slime's dump layout {{'rollout_id': step, 'samples': [...]}}, got {got}")

@@ -739,7 +739,7 @@ def test_bfloat16_bits_on_request_are_views_of_the_storage(tmp_path):
     from rollout_cli.inputs.pickled import load_torch
 
     t = torch.tensor([1.0, -2.5, 3.140625, 1e38, float("nan"), 0.0], dtype=torch.bfloat16)
-    out = load_torch(save({"x": t, "s": t[::2], "m": t.reshape(2, 3).t()}, tmp_path / "b.pt"), bf16_bits=True)
+    out = load_torch(save({"x": t, "s": t[::2], "m": t.reshape(2, 3).t()}, tmp_path / "b.pt"), as_stored=True)
     bits = t.view(torch.int16).numpy().view(np.uint16)
     assert type(out["x"]) is BFloat16Bits and out["x"].dtype == np.uint16
     np.testing.assert_array_equal(out["x"], bits)
@@ -763,7 +763,7 @@ def test_bfloat16_bits_of_a_big_endian_archive(tmp_path):
             elif "/data/" in info.filename:
                 data = np.frombuffer(data, "<u2").astype(">u2").tobytes()
             zout.writestr(info.filename, data)
-    np.testing.assert_array_equal(load_torch(dst, bf16_bits=True)["x"], t.view(torch.int16).numpy().view(np.uint16))
+    np.testing.assert_array_equal(load_torch(dst, as_stored=True)["x"], t.view(torch.int16).numpy().view(np.uint16))
     np.testing.assert_array_equal(load_torch(dst)["x"], t.float().numpy())
 
 
@@ -776,7 +776,7 @@ def test_slime_reader_keeps_multimodal_bfloat16_as_bits_and_widens_the_rest(tmp_
     sample = {"tokens": [1, 2, 3], "multimodal_train_inputs": {"pixel_values": pv},
               "rollout_log_probs": lp, "metadata": {"extra": [lp, lp[:1]]}}
     path = save({"rollout_id": 1, "samples": [sample]}, tmp_path / "1.pt")
-    got = reader.load_payload(str(path), "1.pt", False, bf16_bits=True)["samples"][0]
+    got = reader.load_payload(str(path), "1.pt", False, as_stored=True)["samples"][0]
     reader._widen_outside_mm(got)
     mm = got["multimodal_train_inputs"]["pixel_values"]
     assert type(mm) is BFloat16Bits
