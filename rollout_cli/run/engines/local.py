@@ -65,10 +65,12 @@ def _single_threaded() -> bool:
 
 def fork_ready() -> bool:
     """Whether a pool may fork this process: it is the executable's (claim_process) and runs
-    one thread, on a platform with fork. Its workers then inherit the imported stages instead
-    of a fork server's and two workers' own imports (each ~0.25 CPU-s): on the 16-step whole
-    run, CPU-s of the tree, FORK_FIGURE."""
-    return _OWN_PROCESS and "fork" in mp.get_all_start_methods() and _single_threaded()
+    one thread, on a platform with fork, and the switch is on (core/tuning.FORK_WORKERS, with
+    its figure). Its workers then inherit the imported stages instead of a fork server's and
+    each worker's own imports (each ~0.25 CPU-s)."""
+    from ...core.tuning import fork_workers
+
+    return _OWN_PROCESS and fork_workers() and "fork" in mp.get_all_start_methods() and _single_threaded()
 
 
 def start_method() -> str:
