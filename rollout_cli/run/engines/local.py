@@ -13,6 +13,7 @@ import concurrent.futures as cf
 import importlib
 import multiprocessing as mp
 import os
+import sys
 from typing import Any, Callable, Sequence
 
 from .worker_setup import worker_init
@@ -70,7 +71,8 @@ def fork_ready() -> bool:
     each worker's own imports (each ~0.25 CPU-s)."""
     from ...core.tuning import fork_workers
 
-    return _OWN_PROCESS and fork_workers() and "fork" in mp.get_all_start_methods() and _single_threaded()
+    # Linux only: elsewhere fork is unsafe with system libraries (macOS) or absent (Windows)
+    return _OWN_PROCESS and fork_workers() and sys.platform.startswith("linux") and _single_threaded()
 
 
 def start_method() -> str:
