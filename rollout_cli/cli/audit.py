@@ -66,7 +66,7 @@ def audit_cmd(
     gates = plan("audit", fail_on, checks, junit_xml, as_json, verbose)
 
     def work():
-        from ..audit import AuditOptions, audit_paths
+        from ..auditing import AuditOptions, audit_paths
 
         opts = o.options_of(AuditOptions, rules, params, max_divergences=max_divergences or None)
         return audit_paths(paths, train, opts)

@@ -35,7 +35,7 @@ def export_cmd(
     """Write OUT's steps as files slime replays (staged, then renamed into place)."""
 
     def work():
-        from ..export.slime_pt import export_slime_pt
+        from ..exporting.slime_pt import export_slime_pt
 
         return export_slime_pt(out, dest, steps=steps, split=split.value if split else None, overwrite=overwrite,
                                wait=wait)

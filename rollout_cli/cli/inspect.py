@@ -86,7 +86,7 @@ def inspect_cmd(
     gates = plan("inspect", fail_on, checks, junit_xml, as_json, verbose, excluded_by="--show" if show is not None else None)
 
     def work():
-        from ..inspect import InspectOptions, inspect_paths, show_rollout
+        from ..inspection import InspectOptions, inspect_paths, show_rollout
 
         opts = o.options_of(InspectOptions, rules, params, split=split.value, max_anomalies=max_anomalies or None)
         if show is not None:

@@ -59,8 +59,8 @@ def report_cmd(
     params = locals()  # named as the options' fields
 
     def work():
-        from ..inspect import InspectOptions
-        from ..report import ReportOptions, build_report
+        from ..inspection import InspectOptions
+        from ..reporting import ReportOptions, build_report
 
         opts = ReportOptions(InspectOptions(**vars(o.options_of(o.RuleOptions, rules, params))), details=details, max_anomalies=max_anomalies or None,
                              train=list(train) if train else None)

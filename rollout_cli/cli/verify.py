@@ -23,7 +23,7 @@ def verify(
 ) -> None:
     """Check OUT against its manifest: checksums, schema and invariants. Exit 4 on any failure."""
     from ..output import manifest as manifest_mod
-    from ..verify.check import failure_message, verify_output
+    from ..verification.check import failure_message, verify_output
 
     result = run_command(lambda: verify_output(out, quick=quick), as_json, verbose)
     if as_json:

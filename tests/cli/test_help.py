@@ -104,8 +104,8 @@ def test_option_values_maps_flags_to_fields():
 
 
 def test_inspect_and_report_defaults_equal_library_defaults():
-    from rollout_cli.inspect import InspectOptions
-    from rollout_cli.report import ReportOptions
+    from rollout_cli.inspection import InspectOptions
+    from rollout_cli.reporting import ReportOptions
 
     insp, rep = _params("inspect"), _params("report")
     assert insp["max_anomalies"].default == InspectOptions().max_anomalies
