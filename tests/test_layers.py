@@ -22,6 +22,7 @@ LAYERS = [
     {"inspection", "loader", "verification", "slime", "exporting", "derivation"},
     {"auditing"},
     {"reporting", "gates"},
+    {"api", "errors"},  # the library's command functions and results; its public errors
     {"cli"},
     {"entry", "__init__"},  # the executable, and the package's lazy facade
     {"__main__"},
