@@ -4,6 +4,7 @@ object a command prints for it under `--json`.
 
 | exit | error |
 |---|---|
+| 1 | RolloutCliError: the base of them all (raised as itself: an internal error) |
 | 2 | UsageError: a bad argument or option value, options that differ from the output being resumed |
 | 3 | InvalidInputError: a sample, file or id that breaks the rules (`problems` lists them) |
 | 4 | IntegrityError: a broken checksum or invariant, a malformed shard (`failures`); ManifestError: a manifest that is missing, malformed or foreign |
