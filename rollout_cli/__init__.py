@@ -8,22 +8,7 @@ from __future__ import annotations
 
 from .core.versions import __version__
 
-# name -> the module that defines it; loaded on first use, so `import rollout_cli` stays light
-# (pyarrow loads with the first command or output opened, torch only with the loader and export)
-_WHERE = {
-    **dict.fromkeys(("convert", "inspect", "verify", "audit", "report", "export", "derive", "check_gates"),
-                    "api.commands"),
-    **dict.fromkeys(("ConvertResult", "InspectResult", "RolloutResult", "VerifyResult", "AuditResult",
-                     "ReportResult", "ExportResult"), "api.results"),
-    "ConvertOptions": "core.options",
-    **dict.fromkeys(("DeriveOptions",), "derivation.options"),
-    **dict.fromkeys(("DeriveResult", "DerivedFile"), "derivation.run"),
-    **dict.fromkeys(("open_output", "Output"), "output.model"),  # the torch-free model of an output
-    **dict.fromkeys(("open_dataset", "PackedBatch", "RankDataset"), "loader"),  # its torch face
-    **dict.fromkeys(("ExitCode", "RolloutCliError", "UsageError", "InvalidInputError", "IntegrityError",
-                     "ManifestError", "OutputExistsError", "OutputError", "OutputBusyError",
-                     "InputUnavailableError"), "errors"),
-}
+from .api.public import PUBLIC as _WHERE  # name -> the module defining it, loaded on first use
 
 __all__ = ["__version__", *_WHERE]
 

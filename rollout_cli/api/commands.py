@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["audit", "check_gates", "convert", "derive", "export", "inspect", "report", "verify"]
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = Union[str, os.PathLike]
 Progress = Callable[[str, int, int], None]  # (what, done, total); total 0 while not known
 
 
@@ -53,7 +53,7 @@ def _options(cls: type, settings: dict, **fixed: Any):
     return cls(**{k: _value(v) for k, v in {**settings, **fixed}.items()})
 
 
-def convert(inputs: Union[PathLike, Sequence[PathLike]], out: PathLike, options: Optional["ConvertOptions"] = None, *,
+def convert(inputs: Union[PathLike, Sequence[PathLike]], out: PathLike, options: Optional[ConvertOptions] = None, *,
             progress: Optional[Progress] = None, **settings: Any) -> ConvertResult:
     """Convert rollout dumps (files or folders, local or s3:// and gs:// URIs, `-` for JSONL on
     stdin) into sharded train-data Parquet plus a manifest in `out` (`rollout-cli convert`).
@@ -155,7 +155,7 @@ def export(out: PathLike, dest: PathLike, *, format: str = "slime-pt", steps: Op
                                                   overwrite=overwrite, wait=wait))
 
 
-def derive(out: PathLike, dest: PathLike, as_: str = "sft", **options: Any) -> "DeriveResult":
+def derive(out: PathLike, dest: PathLike, as_: str = "sft", **options: Any) -> DeriveResult:
     """Write SFT, DPO, KTO or reward-model rows (`as_`) derived from a converted output's
     rollouts into the folder `dest`, one `datasets.load_dataset(DEST)` reads (`rollout-cli
     derive`; options: DeriveOptions' fields). Raises UsageError (2), InvalidInputError (3),
@@ -169,12 +169,13 @@ _GATED = {InspectResult: "inspect", AuditResult: "audit"}
 
 
 def check_gates(result: Union[InspectResult, AuditResult], fail_on: Union[str, Sequence[str], None] = None,
-                checks: Optional[PathLike] = None, *, junit_xml: Optional[PathLike] = None):
+                checks: Optional[PathLike] = None, *, junit_xml: Optional[PathLike] = None
+                ) -> Union[InspectResult, AuditResult]:
     """The result with its gates evaluated (`--fail-on`, `--checks`, `--junit-xml` of inspect and
     audit; docs/ci.md): `checks` holds one entry per check (`passed`, the worst value and the
     steps that crossed), `summary.notes` the checks file's skipped entries, and `checks_passed`
     says whether all passed (the command's exit 7 when not). `fail_on`: expressions such as
-    "anomalies.total > 0"; `checks`: a TOML checks file; `junit_xml`: where to write the JUnit
+    "step.truncation_rate > 0.2"; `checks`: a TOML checks file; `junit_xml`: where to write the JUnit
     report. Raises UsageError (2) for a malformed expression or file."""
     from ..gates import evaluate, plan, write_junit
 
