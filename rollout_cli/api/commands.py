@@ -1,5 +1,6 @@
 """The command functions: each takes what its command takes (paths as `str` or `Path`, options by
-their flag's name with `_` for `-`) and returns the frozen result of results.py, whose `to_dict()`
+their field's name: the flag's with `_` for `-`, `rewards_normalization=False` for
+`--disable-rewards-normalization`) and returns the frozen result of results.py, whose `to_dict()`
 is the command's `--json` object. Errors are rollout_cli.errors' (each with its exit code).
 
 Light to import: each function loads its implementation when called (pyarrow then; torch only
@@ -126,10 +127,9 @@ def report(paths: Union[PathLike, Sequence[PathLike]], out: PathLike, *,
     from dumps or converted outputs; `train` (the trainer's dumps) adds a trainer section.
     `details`: rollouts whose samples the page embeds; settings: RuleOptions' fields. Raises
     UsageError (2), InvalidInputError (3), OutputExistsError (5) or OutputError (6)."""
+    from ..core.options import RuleOptions
     from ..inspection import InspectOptions
     from ..reporting import ReportOptions, build_report
-
-    from ..core.options import RuleOptions
 
     rules = _options(RuleOptions, settings)
     opts = ReportOptions(InspectOptions(**vars(rules)), details=details, max_anomalies=max_anomalies or None,
