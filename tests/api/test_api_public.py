@@ -79,3 +79,28 @@ def test_import_and_the_torch_free_commands_load_no_torch(tmp_path, sample_out_c
             "assert 'pyarrow' in sys.modules and 'torch' not in sys.modules\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_every_public_function_runs_after_every_import(tmp_path, sample_out_clean):
+    """Each name is called as the function it is once every submodule is loaded."""
+    import pytest
+
+    import train_dumps as T
+
+    _import_every_submodule()
+    r = rollout_cli
+    assert isinstance(r.convert(SAMPLE_JSONL, tmp_path / "o", workers=1), r.ConvertResult)
+    assert r.verify(tmp_path / "o").ok
+    assert isinstance(r.check_gates(r.inspect(tmp_path / "o"), "rows > 1"), r.InspectResult)
+    assert isinstance(r.open_output(tmp_path / "o"), r.Output)
+    assert isinstance(r.derive(sample_out_clean, tmp_path / "d", as_="dpo"), r.DeriveResult)
+    for step in (0, 1):
+        samples = T.rollout_samples(step)
+        T.write_rollout(tmp_path / "run" / "rollout_data", samples, step, "pt")
+        T.write_train(tmp_path / "run" / "train_data", samples, step, n=2, rbs=3, dp=2)
+    assert not r.audit(tmp_path / "run" / "rollout_data", tmp_path / "run" / "train_data").diverged
+    pytest.importorskip("plotly")
+    assert isinstance(r.report(sample_out_clean, tmp_path / "p.html"), r.ReportResult)
+    pytest.importorskip("torch")
+    assert isinstance(r.export(sample_out_clean, tmp_path / "e", split="eval"), r.ExportResult)
+    assert r.open_dataset(sample_out_clean).steps
