@@ -184,3 +184,39 @@ def test_errors_carry_their_exit_codes(tmp_path):
     assert e.value.exit_code == rollout_cli.ExitCode.INVALID_INPUT == 3
     with pytest.raises(rollout_cli.UsageError, match="no_such_setting"):
         rollout_cli.convert(SAMPLE_JSONL, tmp_path / "o", no_such_setting=1)
+
+
+def test_the_cli_calls_exactly_these_functions(monkeypatch, tmp_path):
+    """Each command's --json is what its function returns, whatever that is: the command calls
+    the function (replaced here) and prints its result's to_dict()."""
+    from rollout_cli.api import commands
+    from rollout_cli.api.results import ExportResult, ReportResult, VerifyResult
+    from rollout_cli.derivation.run import DeriveResult
+
+    made = {
+        "convert": rollout_cli.ConvertResult(out="o", counts={"rows": 1}, steps=[], rejects=None, skipped=[], notes=[],
+                                             warnings=[], anomalies=[], seconds=0.0),
+        "inspect": rollout_cli.InspectResult(summary={"notes": ["n"]}, groups=[], anomalies=[], removed=[],
+                                             loss_weight=[]),
+        "verify": VerifyResult(out="o", ok=True, quick=False, schema_version=9, tool_version="x", checked={}, files=[],
+                               failures=[], notes=[], pending=[]),
+        "audit": rollout_cli.AuditResult(summary={"divergences": 0, "notes": []}, rules=[], steps=[], divergences=[]),
+        "report": ReportResult(path="p", bytes=1, counts={}),
+        "export": ExportResult(out="o", dest="d", format="slime-pt", files=[], samples=0, notes=[], seconds=0.0),
+        "derive": DeriveResult(out="o", dest="d", as_="sft", rows={}, files=(), counts={}, seconds=0.0),
+    }
+    calls = []
+    for name, result in made.items():
+        monkeypatch.setattr(commands, name, lambda *a, _r=result, _n=name, **k: calls.append(_n) or _r)
+    args = {
+        "convert": ["convert", SAMPLE_JSONL, tmp_path / "o"],
+        "inspect": ["inspect", SAMPLE_JSONL],
+        "verify": ["verify", tmp_path],
+        "audit": ["audit", SAMPLE_JSONL, "--train", tmp_path],
+        "report": ["report", SAMPLE_JSONL, "-o", tmp_path / "p.html"],
+        "export": ["export", tmp_path / "o", tmp_path / "d", "--format", "slime-pt"],
+        "derive": ["derive", tmp_path / "o", tmp_path / "d", "--as", "sft"],
+    }
+    for name, a in args.items():
+        assert cli_json(*a) == json.loads(json.dumps(made[name].to_dict())), name
+    assert calls == list(made)
