@@ -44,6 +44,8 @@ _PARQUET = dict(compression="zstd", compression_level=3, write_statistics=False,
 
 @dataclass(frozen=True)
 class DerivedFile:
+    """One file derive wrote: its path below DEST, split, rows, size and BLAKE3 digest."""
+
     path: str
     split: str
     rows: int
