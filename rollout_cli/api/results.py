@@ -53,7 +53,7 @@ class ConvertResult(_Result):
     notes: list
     warnings: list
     anomalies: list
-    seconds: float
+    elapsed_seconds: float
     pending: Optional[list] = _optional()
 
 
@@ -145,4 +145,4 @@ class ExportResult(_Result):
     files: list
     samples: int
     notes: list
-    seconds: float
+    elapsed_seconds: float

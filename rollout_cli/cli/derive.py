@@ -83,4 +83,4 @@ def derive_cmd(
         c = result["counts"]
         skipped = "; ".join(f"{n} {why}" for why, n in c["skipped"].items()) or "none"
         print(f"derived {sum(result['rows'].values())} {result['as']} rows from {c['candidates']} candidate "
-              f"rollouts of {c['rollouts']} (skipped: {skipped}) in {result['seconds']:.2f}s")
+              f"rollouts of {c['rollouts']} (skipped: {skipped}) in {result['elapsed_seconds']:.2f}s")

@@ -49,4 +49,4 @@ def export_cmd(
     if not quiet:
         for f in result["files"]:
             print(f"{dest}/{f['path']}: {f['split']} step {f['step']}, {f['samples']} samples, {f['bytes']} bytes")
-        print(f"exported {result['samples']} samples in {len(result['files'])} files in {result['seconds']:.2f}s")
+        print(f"exported {result['samples']} samples in {len(result['files'])} files in {result['elapsed_seconds']:.2f}s")

@@ -59,7 +59,7 @@ def print_convert_summary(result: dict) -> None:
             for s in result["steps"]], blank_after=False)
     if result["rejects"]:
         _text(con, f"rejected samples and reasons: {result['out']}/rejects.jsonl")
-    _text(con, f"done in {result['seconds']:.2f}s")
+    _text(con, f"done in {result['elapsed_seconds']:.2f}s")
 
 
 # ------------------------------------------------------------------------------------------ inspect

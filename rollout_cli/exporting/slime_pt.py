@@ -279,7 +279,7 @@ def _export_locked(o: Output, dest: str, split, lo, hi, steps, overwrite: bool, 
     if o.options.get("reward_key"):
         notes.append(f"reward is the selected number (reward[{o.options['reward_key']!r}]): replay without --reward-key")
     return {"out": out, "dest": dest, "format": "slime-pt", "files": files, "samples": sum(f["samples"] for f in files),
-            "notes": notes, "seconds": round(time.perf_counter() - t0, 3)}
+            "notes": notes, "elapsed_seconds": round(time.perf_counter() - t0, 3)}
 
 
 class _Sink:

@@ -10,14 +10,14 @@ from rollout_cli import AuditResult, ConvertResult, InspectResult, ReportResult
 
 
 def _convert(**kw) -> ConvertResult:
-    d = dict(out="o", counts={}, steps=[], rejects=None, skipped=[], notes=[], warnings=[], anomalies=[], seconds=0.5)
+    d = dict(out="o", counts={}, steps=[], rejects=None, skipped=[], notes=[], warnings=[], anomalies=[], elapsed_seconds=0.5)
     return ConvertResult.from_dict({**d, **kw})
 
 
 def test_to_dict_keeps_the_fields_order_and_a_none_that_is_not_optional():
     r = _convert()
     assert list(r.to_dict()) == ["out", "counts", "steps", "rejects", "skipped", "notes", "warnings", "anomalies",
-                                 "seconds"]
+                                 "elapsed_seconds"]
     assert r.to_dict()["rejects"] is None
     assert list(_convert(pending=[]).to_dict())[-1] == "pending"
 
