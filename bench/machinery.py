@@ -39,9 +39,8 @@ import run_convert  # noqa: E402
 import run_whole  # noqa: E402
 
 # switch name on the command line -> its environment variable (rollout_cli/core/tuning.py)
-# (none today: the early fork server and O_DIRECT shards went under the budget, 2026-12-06;
-# the loader's step cache is measured by bench/loader.py --switches)
-SWITCHES: dict[str, str] = {}
+# (the loader's step cache is measured by bench/loader.py --switches)
+SWITCHES: dict[str, str] = {"fork-workers": "ROLLOUT_CLI_FORK_WORKERS"}
 # switches judged on convert + the trainer's first load
 WITH_LOAD: set[str] = set()
 # what a fast path must buy to stay (issue's budget): 5% of the whole run

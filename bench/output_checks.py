@@ -36,9 +36,9 @@ def main(argv=None) -> int:
 
     import rollout_cli.output.batches as batches
     import rollout_cli.output.files as files
-    import rollout_cli.verify.files as vfiles
+    import rollout_cli.verification.files as vfiles
     from rollout_cli.output.model import open_output
-    from rollout_cli.verify.check import verify_output
+    from rollout_cli.verification.check import verify_output
 
     real = [(m, n, getattr(m, n)) for m in (files, batches, vfiles) for n in ("check_arrow", "check_regular", "_check", "_refuse_outside")
             if hasattr(m, n)]

@@ -1,30 +1,28 @@
 """rollout-cli: turn RL rollout sample dumps (slime `.pt`, JSONL, Parquet) into sharded
 train-data Parquet, read it back (`open_output`, no torch needed), and load it onto the GPU
-(`open_dataset`)."""
+(`open_dataset`).
+
+The public API is `rollout_cli.__all__` (the command functions, their results and options, the
+errors) and `rollout_cli.loader.__all__`; every other module is internal (docs/api.md)."""
 from __future__ import annotations
 
 from .core.versions import __version__
 
-__all__ = ["__version__", "convert", "ConvertOptions", "open_output", "Output", "open_dataset", "PackedBatch",
-           "RankDataset", "derive", "DeriveResult", "DeriveOptions"]
+from .api.public import PUBLIC as _WHERE  # name -> the module defining it, loaded on first use
+
+__all__ = ["__version__", *_WHERE]
 
 
 def __getattr__(name: str):
-    # keep `import rollout_cli` light: pyarrow-heavy and torch-heavy parts load on first use
-    if name in ("convert", "ConvertOptions"):
-        from .run import convert as _c
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'rollout_cli' has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(_c, name)
-    if name in ("open_output", "Output"):  # the torch-free model of an output
-        from .output import model as _m
+    value = getattr(import_module(f".{where}", __name__), name)
+    globals()[name] = value
+    return value
 
-        return getattr(_m, name)
-    if name in ("open_dataset", "PackedBatch", "RankDataset"):  # its torch face
-        from . import loader as _l
 
-        return getattr(_l, name)
-    if name in ("derive", "DeriveResult", "DeriveOptions"):
-        from .derivation import run as _d
-
-        return getattr(_d, name)
-    raise AttributeError(name)
+def __dir__() -> list[str]:
+    return sorted(__all__)

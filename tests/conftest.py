@@ -122,7 +122,7 @@ QUICK = (
     "output/test_write.py", "output/test_manifest.py", "output/test_partition.py",
     "run/test_convert.py", "run/test_failures.py", "run/test_live.py", "run/test_resume.py",
     "cli/test_convert_cli.py", "cli/test_app.py",
-    "verify/test_verify_rows.py", "verify/test_files.py", "verify/test_rejects.py", "verify/test_verify_manifest.py",
+    "verification/test_verification_rows.py", "verification/test_files.py", "verification/test_rejects.py", "verification/test_verification_manifest.py",
     "test_hostile_input.py",
 )
 

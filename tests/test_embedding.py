@@ -37,7 +37,7 @@ if __name__ == "__main__":
     mp.set_start_method("spawn")  # would raise "context has already been set" had it been fixed
     with cf.ProcessPoolExecutor(2) as pool:
         squares = list(pool.map(square, range(4)))
-    print(json.dumps({"before": before, "after": after, "rows": result["counts"]["rows"],
+    print(json.dumps({"before": before, "after": after, "rows": result.counts["rows"],
                       "tokens": int(batch.tokens.numel()), "squares": squares}))
 '''
 

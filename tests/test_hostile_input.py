@@ -29,7 +29,7 @@ from hypothesis.errors import InvalidArgument
 from typer.testing import CliRunner
 
 from rollout_cli.cli.app import app
-from rollout_cli.verify.check import verify_output
+from rollout_cli.verification.check import verify_output
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data"

@@ -370,8 +370,8 @@ def test_bit_flips_of_a_shard_with_its_digest_forged_give_a_table_or_exit_4(clea
     """Every reader of the output either reads it or raises one of the tool's own errors (the
     CLI's exit codes): never another exception, never a signal (which would end this process)."""
     from rollout_cli.core.errors import RolloutCliError
-    from rollout_cli.inspect.api import inspect_paths
-    from rollout_cli.verify.check import verify_output
+    from rollout_cli.inspection.api import inspect_paths
+    from rollout_cli.verification.check import verify_output
 
     out = tmp_path_factory.mktemp("flip") / "out"
     shutil.copytree(clean_out, out)

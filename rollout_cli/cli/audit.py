@@ -1,4 +1,4 @@
-"""`rollout-cli audit ROLLOUT_INPUT... --train TRAIN_INPUT`: flags -> `audit.audit_paths` ->
+"""`rollout-cli audit ROLLOUT_INPUT... --train TRAIN_INPUT`: flags -> `rollout_cli.audit` ->
 the mismatch table and the divergences, or one JSON object. Exit 4 when something diverges."""
 from __future__ import annotations
 
@@ -66,13 +66,15 @@ def audit_cmd(
     gates = plan("audit", fail_on, checks, junit_xml, as_json, verbose)
 
     def work():
-        from ..audit import AuditOptions, audit_paths
+        from ..api.commands import audit
+        from ..auditing import AuditOptions
 
-        opts = o.options_of(AuditOptions, rules, params, max_divergences=max_divergences or None)
-        return audit_paths(paths, train, opts)
+        settings = o.settings_of(AuditOptions, rules, params, "max_divergences")
+        return audit(paths, train, max_divergences=max_divergences, **settings)
 
-    result = run_command(work, as_json, verbose)
-    gated = apply(gates, result, junit_xml, as_json, verbose)
+    answer = run_command(work, as_json, verbose)
+    answer, gated = apply(gates, answer, fail_on, checks, junit_xml, as_json, verbose)
+    result = answer.to_dict()
     if as_json:
         print(json.dumps(result))
     else:

@@ -2,7 +2,7 @@
 errors are listed) and the rollouts whose loss weight moves most between aggregations."""
 from __future__ import annotations
 
-from ..audit.diff import describe
+from ..auditing.diff import describe
 
 
 def divergence_lines(result: dict, limit: int | None) -> list[str]:

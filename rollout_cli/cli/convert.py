@@ -1,4 +1,4 @@
-"""`rollout-cli convert INPUT... OUT`: flags -> `run.convert.convert` -> summary table or JSON."""
+"""`rollout-cli convert INPUT... OUT`: flags -> `rollout_cli.convert` -> summary table or JSON."""
 from __future__ import annotations
 
 import json
@@ -146,12 +146,12 @@ def convert(
     opts = o.options_of(ConvertOptions, rules, locals())  # parameters are named as its fields
 
     def work():
-        from ..run.convert import convert as run_convert
+        from ..api.commands import convert as run_convert
 
         with Progress(quiet or as_json) as progress:
             return run_convert(inputs, out, opts, progress=progress)
 
-    result = run_command(work, as_json, verbose)
+    result = run_command(work, as_json, verbose).to_dict()
     if as_json:
         print(json.dumps(result))
         return

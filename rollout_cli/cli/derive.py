@@ -1,5 +1,5 @@
 """`rollout-cli derive OUT DEST --as sft|dpo|kto|rm`: the next run's training rows from a
-converted output (rollout_cli/derive/, docs/derive.md)."""
+converted output (`rollout_cli.derive`, docs/derive.md)."""
 from __future__ import annotations
 
 import json
@@ -66,7 +66,7 @@ def derive_cmd(
     datasets.load_dataset(DEST) reads (staged, then renamed into place)."""
 
     def work():
-        from ..derivation.run import derive
+        from ..api.commands import derive
 
         return derive(out, dest, as_=as_.value, split=split.value, steps=steps, select=select.value,
                       min_reward=min_reward, min_margin=min_margin, pairs=pairs.value, pointwise=pointwise,
@@ -83,4 +83,4 @@ def derive_cmd(
         c = result["counts"]
         skipped = "; ".join(f"{n} {why}" for why, n in c["skipped"].items()) or "none"
         print(f"derived {sum(result['rows'].values())} {result['as']} rows from {c['candidates']} candidate "
-              f"rollouts of {c['rollouts']} (skipped: {skipped}) in {result['seconds']:.2f}s")
+              f"rollouts of {c['rollouts']} (skipped: {skipped}) in {result['elapsed_seconds']:.2f}s")

@@ -1,11 +1,12 @@
 """docs/cli.md, made from every command's `--help` as it prints at 80 columns without colour,
-and the names `--fail-on help` lists for each command that takes gates.
+and the names `--fail-on help` lists for each command that takes gates; docs/api.md, made from
+the signatures and docstrings of the public names (api/public.py) and of `rollout_cli.loader`.
 
-    python -m rollout_cli.cli.docs          # rewrite docs/cli.md
-    python -m rollout_cli.cli.docs --check  # exit 1 when docs/cli.md is stale
+    python -m rollout_cli.cli.docs          # rewrite docs/cli.md and docs/api.md
+    python -m rollout_cli.cli.docs --check  # exit 1 when either is stale
 
-The page is the help itself, so it cannot drift from the flags; a test regenerates it and
-compares.
+The pages are the help and the docstrings themselves, so they cannot drift from the code; a
+test regenerates them and compares.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 COLUMNS = 80
 PROG = "rollout-cli"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+API_DOC = DOC.with_name("api.md")
 
 
 def help_text(args: list[str], flag: list[str] = ["--help"]) -> str:  # noqa: B006 (never changed)
@@ -66,21 +68,165 @@ def render() -> str:
     return "\n".join(out)
 
 
+API_SECTIONS = [
+    ("Commands", "FUNCTIONS", "Each takes what its command takes (paths as `str` or `Path`) and returns a frozen "
+     "result whose `to_dict()` is the command's `--json` object."),
+    ("Results", "RESULTS", "Frozen dataclasses, a field per top-level key of the `--json` object; `to_dict()` "
+     "gives the object back, in its key order."),
+    ("Options", "OPTIONS", "The settings of `convert` and `derive`, their defaults and their checks."),
+    ("Errors", "ERRORS", "Also importable from `rollout_cli.errors`; each carries the exit code the command line "
+     "exits with (`exit_code`)."),
+]
+
+
+class _Text(str):
+    """An annotation as written in the source (the signature prints it without quotes)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _signature(obj) -> str:
+    """`(a: int, b: str = 'x') -> R`, one parameter a line when it is long, as the source spells
+    the annotations."""
+    import inspect
+
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):  # pragma: no cover (every public callable has one)
+        return ""
+    empty = inspect.Signature.empty
+
+    def ann(a):
+        return a if a is empty else _Text(a if isinstance(a, str) else inspect.formatannotation(a))
+
+    sig = sig.replace(parameters=[p.replace(annotation=ann(p.annotation)) for p in sig.parameters.values()
+                                  if not p.name.startswith("_")],  # a private field of a dataclass
+                      return_annotation=ann(sig.return_annotation))
+    text = str(sig)
+    if len(text) <= 100 - 10:
+        return text
+    params = str(sig.replace(return_annotation=empty))[1:-1]
+    parts, depth, cur = [], 0, ""
+    for ch in params:  # split at the top-level commas
+        depth += ch in "([{" and 1 or ch in ")]}" and -1 or 0
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur.strip())
+    ret = "" if sig.return_annotation is empty else f" -> {sig.return_annotation}"
+    return "(\n" + "".join(f"    {p},\n" for p in parts) + ")" + ret
+
+
+def _entry(name: str, obj) -> list[str]:
+    import dataclasses
+    import enum
+    import inspect
+
+    if inspect.isclass(obj) and issubclass(obj, enum.Enum):
+        head = f"class {name}({obj.__mro__[1].__name__}):\n" + "".join(
+            f"    {m.name} = {m.value!r}\n" for m in obj).rstrip("\n")
+    elif inspect.isclass(obj) and issubclass(obj, BaseException):
+        head = f"class {name}({obj.__mro__[1].__name__})"
+        if hasattr(obj, "exit_code"):
+            head += f"  # exit code {int(obj.exit_code)}"
+    elif inspect.isclass(obj):
+        frozen = dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen
+        head = ("@dataclass(frozen=True)\n" if frozen else "@dataclass\n" if dataclasses.is_dataclass(obj) else "") \
+            + f"class {name}{_signature(obj).split(' -> ')[0]}"
+    else:
+        head = f"def {name}{_signature(obj)}"
+    doc = inspect.getdoc(obj) or ""
+    out = [f"### `{name}`", "", "```python", head, "```", ""]
+    if doc:
+        out += [doc, ""]
+    if inspect.isclass(obj):
+        members = [(n, v) for n, v in vars(obj).items() if not n.startswith("_")
+                   and (isinstance(v, property) or inspect.isfunction(v)) and inspect.getdoc(v)]
+        for n, v in members:
+            call = "" if isinstance(v, property) else "()"
+            out += [f"- `{n}{call}`: {inspect.getdoc(v).splitlines()[0]}"]
+        base = [n for n in ("to_dict", "from_dict") if n not in vars(obj) and callable(getattr(obj, n, None))
+                and not issubclass(obj, BaseException)]
+        out += [f"- `{n}()`: {inspect.getdoc(getattr(obj, n)).splitlines()[0]}" for n in base]
+        if members or base:
+            out.append("")
+    return out
+
+
+def render_api() -> str:
+    """The text of docs/api.md."""
+    from importlib import import_module
+
+    from ..api import public
+    from .. import loader
+
+    def load(name: str, where: str):
+        return getattr(import_module(f"rollout_cli.{where}"), name)
+
+    out = [
+        "# Python API reference",
+        "",
+        "Generated from the docstrings by `python -m rollout_cli.cli.docs` (a test fails when this page is",
+        "stale): edit the docstrings, not here.",
+        "",
+        "The public API is `rollout_cli.__all__` and `rollout_cli.loader.__all__` (the errors also as",
+        "`rollout_cli.errors`, and slime's two hooks, which slime loads by path:",
+        "`rollout_cli.slime.post_process_rewards` and `rollout_cli.slime.convert_samples_to_train_data`,",
+        "[slime-hooks.md](slime-hooks.md)); every other module is internal and may change in any release.",
+        "`import rollout_cli` is light: each name loads on first use (pyarrow with the first command or",
+        "output, torch only with `open_dataset` and `export`).",
+        "",
+        "```python",
+        "import rollout_cli",
+        "",
+        'res = rollout_cli.convert(["dumps/"], "out", shards=4)',
+        'assert rollout_cli.verify("out").ok',
+        'gated = rollout_cli.check_gates(rollout_cli.inspect(["out"]), fail_on="step.truncation_rate > 0.2")',
+        "print(gated.to_dict())  # what `rollout-cli inspect out --json --fail-on ...` prints",
+        "```",
+        "",
+    ]
+    for title, table, intro in API_SECTIONS:
+        out += [f"## {title}", "", intro, ""]
+        for name, where in getattr(public, table).items():
+            out += _entry(name, load(name, where))
+    out += ["## rollout_cli.loader", "", (loader.__doc__ or "").strip().replace("\n", " "), ""]
+    shown = {id(load(n, w)) for n, w in public.PUBLIC.items()}
+    for name in loader.__all__:
+        obj = getattr(loader, name)
+        if id(obj) in shown:
+            out += [f"### `loader.{name}`", "", f"`rollout_cli.{name}`, above.", ""]
+        elif callable(obj):
+            out += _entry(f"loader.{name}", obj)
+        else:
+            out += [f"### `loader.{name}`", "", "```python", f"{name} = {obj!r}", "```", ""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+PAGES = {DOC: render, API_DOC: render_api}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rollout_cli.cli.docs", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when the file is stale, write nothing")
-    ap.add_argument("--out", type=Path, default=DOC, help=f"where to write (default: {DOC})")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a page is stale, write nothing")
+    ap.add_argument("--out", type=Path, default=DOC, help=f"where to write docs/cli.md (default: {DOC})")
+    ap.add_argument("--api-out", type=Path, default=API_DOC, help=f"where to write docs/api.md (default: {API_DOC})")
     a = ap.parse_args(argv)
-    text = render()
-    if a.check:
-        current = a.out.read_text(encoding="utf-8") if a.out.exists() else ""
-        if current != text:
-            print(f"{a.out} is stale: run python -m rollout_cli.cli.docs", file=sys.stderr)
-            return 1
-        return 0
-    a.out.write_text(text, encoding="utf-8")
-    print(f"wrote {a.out}", file=sys.stderr)
-    return 0
+    stale = 0
+    for path, make in ((a.out, render), (a.api_out, render_api)):
+        text = make()
+        if a.check:
+            current = path.read_text(encoding="utf-8") if path.exists() else ""
+            if current != text:
+                print(f"{path} is stale: run python -m rollout_cli.cli.docs", file=sys.stderr)
+                stale = 1
+            continue
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}", file=sys.stderr)
+    return stale
 
 
 if __name__ == "__main__":

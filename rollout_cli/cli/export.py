@@ -35,12 +35,11 @@ def export_cmd(
     """Write OUT's steps as files slime replays (staged, then renamed into place)."""
 
     def work():
-        from ..export.slime_pt import export_slime_pt
+        from ..api.commands import export
 
-        return export_slime_pt(out, dest, steps=steps, split=split.value if split else None, overwrite=overwrite,
-                               wait=wait)
+        return export(out, dest, format=fmt, steps=steps, split=split, overwrite=overwrite, wait=wait)
 
-    result = run_command(work, as_json, verbose)
+    result = run_command(work, as_json, verbose).to_dict()
     if as_json:
         print(json.dumps(result))
         return
@@ -50,4 +49,4 @@ def export_cmd(
     if not quiet:
         for f in result["files"]:
             print(f"{dest}/{f['path']}: {f['split']} step {f['step']}, {f['samples']} samples, {f['bytes']} bytes")
-        print(f"exported {result['samples']} samples in {len(result['files'])} files in {result['seconds']:.2f}s")
+        print(f"exported {result['samples']} samples in {len(result['files'])} files in {result['elapsed_seconds']:.2f}s")

@@ -29,23 +29,21 @@ def plan(command: str, fail_on: Optional[list[str]], checks: Optional[str], juni
     return run_command(work, as_json, verbose)
 
 
-def apply(gates, result: dict, junit_xml: Optional[str], as_json: bool, verbose: bool) -> list[dict]:
-    """Evaluate the plan on the command's result: `result["checks"]`, the skipped entries'
-    notes added to `summary.notes`, the JUnit report written. [] without a plan."""
+def apply(gates, result, fail_on: Optional[list[str]], checks: Optional[str], junit_xml: Optional[str], as_json: bool,
+          verbose: bool) -> tuple:
+    """`rollout_cli.check_gates` on the command's result: (the result with `checks` and the
+    skipped entries' notes in `summary.notes`, its checks); the JUnit report written. The
+    result as it was and [] without a plan."""
     if gates is None:
-        return []
+        return result, []
 
     def work():
-        from ..gates import evaluate, write_junit
+        from ..api.commands import check_gates
 
-        checks = evaluate(gates, result)
-        result["checks"] = checks
-        result["summary"]["notes"].extend(gates.notes())
-        if junit_xml is not None:
-            write_junit(junit_xml, gates, checks)
-        return checks
+        return check_gates(result, fail_on, checks, junit_xml=junit_xml)
 
-    return run_command(work, as_json, verbose)
+    gated = run_command(work, as_json, verbose)
+    return gated, list(gated.checks)
 
 
 def print_lines(checks: list[dict], brief: bool = False) -> None:

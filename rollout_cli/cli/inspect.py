@@ -1,4 +1,4 @@
-"""`rollout-cli inspect PATH...`: flags -> `inspect.inspect_paths` / `inspect.show_rollout` -> tables or JSON.
+"""`rollout-cli inspect PATH...`: flags -> `rollout_cli.inspect` -> tables or JSON.
 
 A rich table on a terminal, aligned plain text when stdout is piped, one JSON object with --json.
 """
@@ -86,18 +86,19 @@ def inspect_cmd(
     gates = plan("inspect", fail_on, checks, junit_xml, as_json, verbose, excluded_by="--show" if show is not None else None)
 
     def work():
-        from ..inspect import InspectOptions, inspect_paths, show_rollout
+        from ..api.commands import inspect
+        from ..inspection import InspectOptions
 
-        opts = o.options_of(InspectOptions, rules, params, split=split.value, max_anomalies=max_anomalies or None)
-        if show is not None:
-            return show_rollout(paths, show, opts)
+        settings = o.settings_of(InspectOptions, rules, params, "split", "max_anomalies")
         shown = limit if (limit is not None or as_json) else TEXT_GROUP_LIMIT
-        return inspect_paths(paths, group_by.value if group_by else None, opts, sort=sort, limit=shown)
+        return inspect(paths, group_by=group_by, sort=sort, limit=shown, show=show, split=split,
+                       max_anomalies=max_anomalies, **settings)
 
-    result = run_command(work, as_json, verbose)
+    answer = run_command(work, as_json, verbose)
     if not quiet:
         _dropped_warnings(paths, split.value)
-    gated = apply(gates, result, junit_xml, as_json, verbose)
+    answer, gated = apply(gates, answer, fail_on, checks, junit_xml, as_json, verbose)
+    result = answer.to_dict()
     if as_json:
         print(json.dumps(result))
     elif "rollout" in result:

@@ -241,6 +241,12 @@ JunitXml = Annotated[Optional[str], typer.Option(
     help="Write each gate as a JUnit XML testcase, passed or failed, for CI test reports.")]
 
 
+def settings_of(cls: type, rules: RuleOptions, params: dict, *leave: str) -> dict:
+    """The keyword settings of a library function taking `cls`'s fields: `options_of` as a
+    dict, without the fields in `leave` (those the function names itself)."""
+    return {k: v for k, v in vars(options_of(cls, rules, params)).items() if k not in leave}
+
+
 def option_values(options: type, params: dict) -> dict:
     """Keyword arguments for the dataclass `options` from a command's parameters (its `locals()`):
     every parameter named as a field, choices as their values, and the two --disable-*

@@ -59,7 +59,7 @@ def print_convert_summary(result: dict) -> None:
             for s in result["steps"]], blank_after=False)
     if result["rejects"]:
         _text(con, f"rejected samples and reasons: {result['out']}/rejects.jsonl")
-    _text(con, f"done in {result['seconds']:.2f}s")
+    _text(con, f"done in {result['elapsed_seconds']:.2f}s")
 
 
 # ------------------------------------------------------------------------------------------ inspect
@@ -139,7 +139,7 @@ def _rstats(s: dict) -> str:
 
 def _step_rewards(p: dict) -> list:
     """A per-step row's raw and post-processed reward means, or "not recorded" for both."""
-    from ..inspect.lineage import NOT_RECORDED
+    from ..inspection.lineage import NOT_RECORDED
 
     if p["rows"] and p.get("rewards_not_recorded") == p["rows"]:
         return [NOT_RECORDED, NOT_RECORDED]
@@ -208,7 +208,7 @@ def print_inspect(result: dict, verbose: bool) -> None:
                left=3)
     if s["group_by"]:
         gb = s["group_by"]
-        from ..inspect.aggregate import PER_STEP
+        from ..inspection.aggregate import PER_STEP
 
         per_step = gb in PER_STEP  # keyed [step, id]
         key_h = f"step:{gb}" if per_step else gb

@@ -1,4 +1,4 @@
-"""`rollout-cli report PATH... -o FILE`: flags -> `report.build_report` -> one HTML file; a line
+"""`rollout-cli report PATH... -o FILE`: flags -> `rollout_cli.report` -> one HTML file; a line
 or JSON on stdout."""
 from __future__ import annotations
 
@@ -59,15 +59,14 @@ def report_cmd(
     params = locals()  # named as the options' fields
 
     def work():
-        from ..inspect import InspectOptions
-        from ..report import ReportOptions, build_report
+        from ..api.commands import report
 
-        opts = ReportOptions(InspectOptions(**vars(o.options_of(o.RuleOptions, rules, params))), details=details, max_anomalies=max_anomalies or None,
-                             train=list(train) if train else None)
+        settings = o.settings_of(o.RuleOptions, rules, params)
         with Progress(quiet or as_json, start="reading", prefix="") as progress:
-            return build_report(paths, out, opts, overwrite=overwrite, progress=progress)
+            return report(paths, out, train=train, overwrite=overwrite, details=details, max_anomalies=max_anomalies,
+                          progress=progress, **settings)
 
-    result = run_command(work, as_json, verbose)
+    result = run_command(work, as_json, verbose).to_dict()
     if as_json:
         print(json.dumps(result))
         return

@@ -22,10 +22,11 @@ def verify(
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also list notes and every checked file.")] = False,
 ) -> None:
     """Check OUT against its manifest: checksums, schema and invariants. Exit 4 on any failure."""
+    from ..api.commands import verify as run_verify
     from ..output import manifest as manifest_mod
-    from ..verify.check import failure_message, verify_output
+    from ..verification.check import failure_message
 
-    result = run_command(lambda: verify_output(out, quick=quick), as_json, verbose)
+    result = run_command(lambda: run_verify(out, quick=quick), as_json, verbose).to_dict()
     if as_json:
         print(json.dumps(result))
     if verbose and not as_json:

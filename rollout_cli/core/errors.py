@@ -7,6 +7,8 @@ from typing import Any
 
 
 class ExitCode(IntEnum):
+    """The exit codes of the command line (README's table): each error's `exit_code`."""
+
     OK = 0
     INTERNAL = 1
     USAGE = 2
@@ -74,10 +76,14 @@ class RolloutCliError(Exception):
 
 
 class UsageError(RolloutCliError):
+    """A bad argument or option value, or options that differ from the output being resumed."""
+
     exit_code = ExitCode.USAGE
 
 
 class InvalidInputError(RolloutCliError):
+    """Input that breaks the rules (a sample, file or id); `problems` lists each, with its location."""
+
     exit_code = ExitCode.INVALID_INPUT
 
     def __init__(self, message: str, problems: list[Problem] | None = None):
@@ -94,6 +100,8 @@ class InvalidInputError(RolloutCliError):
 
 
 class IntegrityError(RolloutCliError):
+    """A broken checksum or invariant, or a malformed shard; `failures` lists what verify found."""
+
     exit_code = ExitCode.INTEGRITY
 
     def __init__(self, message: str, failures: list[dict[str, Any]] | None = None):
@@ -110,6 +118,8 @@ class IntegrityError(RolloutCliError):
 
 
 class OutputExistsError(RolloutCliError):
+    """The output exists and may not be replaced (no overwrite or resume, or not one rollout-cli wrote)."""
+
     exit_code = ExitCode.OUTPUT_EXISTS
 
 

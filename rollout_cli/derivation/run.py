@@ -44,6 +44,8 @@ _PARQUET = dict(compression="zstd", compression_level=3, write_statistics=False,
 
 @dataclass(frozen=True)
 class DerivedFile:
+    """One file derive wrote: its path below DEST, split, rows, size and BLAKE3 digest."""
+
     path: str
     split: str
     rows: int
@@ -64,12 +66,12 @@ class DeriveResult:
     rows: dict[str, int]
     files: tuple[DerivedFile, ...]
     counts: dict[str, Any]
-    seconds: float = field(compare=False)
+    elapsed_seconds: float = field(compare=False)
 
     def to_dict(self) -> dict:
         """The `--json` object."""
         return {"out": self.out, "dest": self.dest, "as": self.as_, "rows": dict(self.rows),
-                "files": [f.to_dict() for f in self.files], "counts": self.counts, "seconds": self.seconds}
+                "files": [f.to_dict() for f in self.files], "counts": self.counts, "elapsed_seconds": self.elapsed_seconds}
 
 
 def derive(out: str, dest: str, as_: str = "sft", **options) -> DeriveResult:
@@ -110,7 +112,7 @@ def derive(out: str, dest: str, as_: str = "sft", **options) -> DeriveResult:
         lock.release()
     rows = {f.split: f.rows for f in files}
     return DeriveResult(out=os.fspath(out), dest=os.fspath(dest), as_=opts.as_, rows=rows, files=tuple(files),
-                        counts=counts, seconds=round(time.perf_counter() - t0, 3))
+                        counts=counts, elapsed_seconds=round(time.perf_counter() - t0, 3))
 
 
 def is_derived(dest: str) -> str | None:

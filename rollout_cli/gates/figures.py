@@ -70,8 +70,8 @@ def _get(d: Any, path: tuple[str, ...], absent: Any) -> Any:
 
 def _inspect() -> list[Figure]:
     from ..core.schema import STATUSES
-    from ..inspect.aggregate import RUN_FIGURES, STEP_FIGURES
-    from ..inspect.anomalies import ANOMALY_KINDS
+    from ..inspection.aggregate import RUN_FIGURES, STEP_FIGURES
+    from ..inspection.anomalies import ANOMALY_KINDS
 
     run = "run-wide (summary)"
     out = [Figure(n, m, run, ("summary", *n.split("."))) for n, m in RUN_FIGURES.items()]
@@ -88,7 +88,7 @@ def _inspect() -> list[Figure]:
 
 
 def _audit() -> list[Figure]:
-    from ..audit.mismatch import MEANING
+    from ..auditing.mismatch import MEANING
 
     run = "run-wide (summary)"
     out = [Figure(n, m, run, ("summary", n)) for n, m in AUDIT_RUN_FIGURES.items()]

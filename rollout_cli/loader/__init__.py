@@ -5,7 +5,7 @@ or slime's train_data. The names load on first use, so that importing the packag
 torch."""
 from __future__ import annotations
 
-__all__ = ["open_dataset", "Dataset", "PackedBatch", "RankDataset", "BatchDataset", "SPLITS"]
+__all__ = ["open_dataset", "Dataset", "PackedBatch", "Batch", "RankDataset", "BatchDataset", "SPLITS"]
 
 
 def __getattr__(name: str):
@@ -13,6 +13,10 @@ def __getattr__(name: str):
         from .batch import PackedBatch
 
         return PackedBatch
+    if name == "Batch":  # the numpy form of a batch (backend="numpy"), the same fields
+        from ..output.batches import Batch
+
+        return Batch
     if name in ("open_dataset", "Dataset", "RankDataset", "BatchDataset", "SPLITS", "SOURCES"):
         from . import dataset
 

@@ -200,5 +200,5 @@ def _summary(out: str, m: dict, results: list[UnitResult], skipped: list[str], n
         "notes": notes + [n for r in results for n in r.notes],
         "warnings": [w for r in results for w in r.warnings],
         "anomalies": m["anomalies"],
-        "seconds": round(time.time() - t0, 3),
+        "elapsed_seconds": round(time.time() - t0, 3),
     }

@@ -86,7 +86,7 @@ def summary_of(out: str, prev: dict, skipped: list[str], notes: list[str], secon
         "notes": notes + [f"{out}: up to date (no input new or changed since it was converted); nothing written"],
         "warnings": [],
         "anomalies": prev.get("anomalies", []),
-        "seconds": round(seconds, 3),
+        "elapsed_seconds": round(seconds, 3),
     }
 
 

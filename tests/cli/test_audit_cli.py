@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 import train_dumps as T
-from rollout_cli.audit.mismatch import KEYS
-from rollout_cli.audit.options import DEFAULT_MAX_DIVERGENCES
+from rollout_cli.auditing.mismatch import KEYS
+from rollout_cli.auditing.options import DEFAULT_MAX_DIVERGENCES
 from rollout_cli.cli.app import app
 from rollout_cli.cli.audit import audit_cmd
 

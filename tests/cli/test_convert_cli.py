@@ -60,7 +60,7 @@ def test_summary_is_a_rich_table_on_a_terminal(monkeypatch, capsys):
     render.print_convert_summary({"out": "o", "counts": {"rows": 3, "input_samples": 4, "rejected": 1},
                                   "steps": [{"split": "train", "step": 1, "samples": 4, "rows": 3, "rejected": 1,
                                              "rollouts": 2, "tokens": 30, "imbalance": 1.0}],
-                                  "rejects": 1, "seconds": 0.5})
+                                  "rejects": 1, "elapsed_seconds": 0.5})
     out = capsys.readouterr().out
     assert "┃" in out and "o: 3 rows from 4 samples, 1 rejected" in out
     assert "rejected samples and reasons: o/rejects.jsonl" in out

@@ -27,7 +27,7 @@ def test_json_is_the_library_result(out, tmp_path):
     got = json.loads(r.stdout)
     lib = rollout_cli.derive(str(out), str(tmp_path / "b"), as_="sft", select="best", min_reward=1).to_dict()
     for d in (got, lib):
-        d.pop("seconds"), d.pop("dest")
+        d.pop("elapsed_seconds"), d.pop("dest")
     assert got == lib
     assert got["rows"] == {"train": 3}
 

@@ -59,12 +59,31 @@ def test_docs_cli_md_is_current():
         "docs/cli.md is stale: run python -m rollout_cli.cli.docs"
 
 
+def test_docs_api_md_is_current():
+    assert (ROOT / "docs" / "api.md").read_text(encoding="utf-8") == docs.render_api(), \
+        "docs/api.md is stale: run python -m rollout_cli.cli.docs"
+
+
+def test_docs_api_md_documents_every_public_name():
+    import rollout_cli
+
+    text = docs.render_api()
+    for name in rollout_cli.__all__:
+        if name != "__version__":
+            assert f"### `{name}`" in text and getattr(rollout_cli, name).__doc__.split("\n")[0].strip() in text, name
+    assert "public API is `rollout_cli.__all__` and `rollout_cli.loader.__all__`" in text
+
+
 def test_docs_check_flags_a_stale_page(tmp_path):
-    page = tmp_path / "cli.md"
-    assert docs.main(["--out", str(page)]) == 0
-    assert docs.main(["--check", "--out", str(page)]) == 0
+    page, api = tmp_path / "cli.md", tmp_path / "api.md"
+    args = ["--out", str(page), "--api-out", str(api)]
+    assert docs.main(args) == 0
+    assert docs.main(["--check", *args]) == 0
     page.write_text(page.read_text(encoding="utf-8").replace("--shards", "--shard"), encoding="utf-8")
-    assert docs.main(["--check", "--out", str(page)]) == 1
+    assert docs.main(["--check", *args]) == 1
+    assert docs.main(args) == 0
+    api.write_text(api.read_text(encoding="utf-8").replace("def verify(", "def verify_output("), encoding="utf-8")
+    assert docs.main(["--check", *args]) == 1
 
 
 # ------------------------------------------------------------------------------ one declaration
@@ -104,8 +123,8 @@ def test_option_values_maps_flags_to_fields():
 
 
 def test_inspect_and_report_defaults_equal_library_defaults():
-    from rollout_cli.inspect import InspectOptions
-    from rollout_cli.report import ReportOptions
+    from rollout_cli.inspection import InspectOptions
+    from rollout_cli.reporting import ReportOptions
 
     insp, rep = _params("inspect"), _params("report")
     assert insp["max_anomalies"].default == InspectOptions().max_anomalies

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from inspect_samples import sample, write_jsonl
 from rollout_cli.cli.app import app
-from rollout_cli.inspect import ANOMALY_KINDS
+from rollout_cli.inspection import ANOMALY_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "sample_data"
@@ -177,7 +177,7 @@ def test_every_anomaly_kind_on_crafted_dumps(tmp_path):
     d = inspect_json(str(dumps), "--max-staleness", "1")
     found = {a["kind"] for a in d["anomalies"]}
     # rollout_mask_sum_mismatch needs converted output; sibling_reward_mismatch --reward-baseline rollout;
-    # template_drift --check-template (tests/inspect/test_template_drift.py)
+    # template_drift --check-template (tests/inspection/test_template_drift.py)
     assert found == set(ANOMALY_KINDS) - {"rollout_mask_sum_mismatch", "sibling_reward_mismatch", "template_drift"}
     for a in d["anomalies"]:
         assert a["where"] and all("file" in w for w in a["where"]), a

@@ -20,7 +20,7 @@ from conftest import SAMPLE_DATA
 from rollout_cli.cli import options as o
 from rollout_cli.cli.app import app
 from rollout_cli.core.options import INPUT_FIELDS, RULE_FIELDS, RuleOptions
-from rollout_cli.report import read_data
+from rollout_cli.reporting import read_data
 
 GROUP = typer.main.get_command(app)
 RULE_COMMANDS = ("convert", "inspect", "report", "audit")

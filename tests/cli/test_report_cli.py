@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from conftest import SAMPLE_DATA
 from inspect_samples import sample, write_jsonl
 from rollout_cli.cli.app import app
-from rollout_cli.report import read_data
+from rollout_cli.reporting import read_data
 
 
 def run(*args: str):

@@ -39,7 +39,7 @@ def test_denominators_count_the_rows_the_schedule_keeps(tmp_path):
     """Trailing rollouts slime drops are written nowhere, so the step and group totals leave them out."""
     import pyarrow.parquet as pq
 
-    from rollout_cli.verify.check import verify_output
+    from rollout_cli.verification.check import verify_output
 
     write_jsonl(tmp_path / "1.jsonl", slime_cases.fresh_case("mixed_ids")["samples"])
     args = ["convert", str(tmp_path / "1.jsonl"), str(tmp_path / "out"), "--workers", "1", "--n-samples-per-prompt", "2",

@@ -10,8 +10,8 @@ from rollout_cli.core.schema import SLIME_KEYS, train_schema
 PKG = Path(K.__file__).resolve().parents[1]
 # the modules that build or read slime's dicts
 USERS = ["slime/plugin.py", "loader/slime.py", "inputs/train_pt/reader.py", "inputs/nemo_rl/reader.py",
-         "inputs/nemo_rl/mapping.py", "inputs/slime_pt/reader.py", "audit/step.py", "audit/diff.py",
-         "audit/train_side.py", "audit/loss_side.py", "audit/rules.py"]
+         "inputs/nemo_rl/mapping.py", "inputs/slime_pt/reader.py", "auditing/step.py", "auditing/diff.py",
+         "auditing/train_side.py", "auditing/loss_side.py", "auditing/rules.py"]
 # keys that are no train-row column's name (so a literal of one in code is a slime key)
 SLIME_ONLY = {K.RESPONSE_LENGTHS, K.REWARDS, K.SAMPLE_INDICES, K.ROLLOUT_IDS, K.LOSS_MASKS, K.ROLLOUT_MASK_SUMS,
               K.SOURCE_NAMES, K.TOTAL_LENGTHS, K.FORMAT_VERSION, K.DP_SHARDS, K.LOG_PROBS, K.REF_LOG_PROBS}

@@ -125,7 +125,7 @@ def test_greater_than_fails_exactly_when_the_json_figure_is_above_v(figure, step
 
 @lru_cache(maxsize=None)
 def _sample_data_json() -> dict:
-    from rollout_cli.inspect import inspect_paths
+    from rollout_cli.inspection import inspect_paths
 
     return json.loads(json.dumps(inspect_paths([str(DATA / "jsonl")])))
 
@@ -133,7 +133,7 @@ def _sample_data_json() -> dict:
 @lru_cache(maxsize=None)
 def _template_json() -> dict:
     """The chat-template figures need --check-template: the sample conversation dump's."""
-    from rollout_cli.inspect import InspectOptions, inspect_paths
+    from rollout_cli.inspection import InspectOptions, inspect_paths
 
     opts = InspectOptions(tokenizer=str(DATA / "tokenizer"), check_template=True)
     return json.loads(json.dumps(inspect_paths([str(DATA / "chat_drift")], options=opts)))

@@ -10,13 +10,13 @@ import pytest
 
 import train_dumps as T
 from inspect_samples import DATA
-from rollout_cli.audit import audit_paths
-from rollout_cli.audit.mismatch import KEYS, MEANING
+from rollout_cli.auditing import audit_paths
+from rollout_cli.auditing.mismatch import KEYS, MEANING
 from rollout_cli.core.schema import STATUSES
 from rollout_cli.gates import catalogue, names_help
 from rollout_cli.gates.figures import AUDIT_RUN_FIGURES, COMMANDS
-from rollout_cli.inspect import ANOMALY_KINDS, InspectOptions, inspect_paths
-from rollout_cli.inspect.aggregate import RUN_FIGURES, STEP_FIGURES
+from rollout_cli.inspection import ANOMALY_KINDS, InspectOptions, inspect_paths
+from rollout_cli.inspection.aggregate import RUN_FIGURES, STEP_FIGURES
 
 # summary keys that are not figures: labels, choices, lists, and the histograms keyed by size
 NOT_FIGURES = {"input", "split", "options", "group_by", "notes", "per_step", "groups_total", "samples_per_rollout",

@@ -35,7 +35,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 def rows_of(paths, **opts) -> pa.Table:
     """inspect's per-sample rows, all steps, in convert's order."""
-    from rollout_cli.inspect import InspectOptions, iter_steps
+    from rollout_cli.inspection import InspectOptions, iter_steps
 
     return pa.concat_tables([sd.rows for sd in iter_steps([str(p) for p in paths], InspectOptions(**opts))])
 
@@ -72,7 +72,7 @@ def do_convert(inputs, out: Path, **opts) -> Path:
 
 def anomalies_of(paths, **opts) -> dict[str, list[dict]]:
     """inspect's anomalies by kind (checked against the complete counts)."""
-    from rollout_cli.inspect import InspectOptions, inspect_paths
+    from rollout_cli.inspection import InspectOptions, inspect_paths
 
     r = inspect_paths([str(p) for p in paths], options=InspectOptions(**opts))
     out: dict[str, list[dict]] = {}

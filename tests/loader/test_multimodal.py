@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rollout_cli.export.slime_pt import export_slime_pt
+from rollout_cli.exporting.slime_pt import export_slime_pt
 from rollout_cli.loader import open_dataset
 from rollout_cli.run.convert import convert
 

@@ -13,7 +13,7 @@ from rollout_cli.core import layout
 from rollout_cli.core.errors import UsageError
 from rollout_cli.output import card
 from rollout_cli.run.convert import convert
-from rollout_cli.verify.check import verify_output
+from rollout_cli.verification.check import verify_output
 
 SNAPSHOT_V5 = Path(__file__).resolve().parents[1] / "snapshots" / "schema_v5_output"
 

@@ -194,7 +194,7 @@ def _s3_state(uri: str, stale_card: str | None = None) -> dict:
     (`file_present`))."""
     from rollout_cli import open_dataset
     from rollout_cli.output import manifest
-    from rollout_cli.verify.check import verify_output
+    from rollout_cli.verification.check import verify_output
 
     result = verify_output(uri)
     if stale_card:

@@ -21,7 +21,7 @@ from rollout_cli.cli.app import app
 from rollout_cli.core.errors import ExitCode, OutputBusyError
 from rollout_cli.output import lock as writer_lock
 from rollout_cli.run.convert import convert
-from rollout_cli.verify.check import verify_output
+from rollout_cli.verification.check import verify_output
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 HOST = socket.gethostname()

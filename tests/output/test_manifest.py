@@ -11,7 +11,7 @@ import pytest
 from rollout_cli.output import manifest
 from rollout_cli.output.model import open_output
 from rollout_cli.run.convert import ConvertOptions, convert
-from rollout_cli.verify.check import verify_output
+from rollout_cli.verification.check import verify_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

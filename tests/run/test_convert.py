@@ -880,7 +880,7 @@ def test_resume_onto_an_output_of_schema_version_2_is_refused(tmp_path):
 
     from old_outputs import as_schema_version_2
     from rollout_cli.cli.app import app
-    from rollout_cli.verify.check import verify_output
+    from rollout_cli.verification.check import verify_output
 
     src, out = tmp_path / "in", tmp_path / "out"
     write_jsonl(src / "1.jsonl", [make_sample(index=i, group_index=i // 2, remove_sample=i == 1) for i in range(4)])
@@ -904,7 +904,7 @@ def test_rewards_not_recorded_are_null_and_left_out_of_normalisation(tmp_path, m
     """A format that records no rewards: its rows' reward, raw_reward and selected_reward are
     null, and a prompt group is normalised over its recorded rewards; the output verifies."""
     from lineage_cases import VERSIONS, jsonl_without_rewards, write_unrecorded
-    from rollout_cli.verify.check import verify_output
+    from rollout_cli.verification.check import verify_output
 
     write_unrecorded(tmp_path / "in")
     with pytest.raises(InvalidInputError, match="reward: expected a number, got null"):

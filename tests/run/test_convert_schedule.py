@@ -13,7 +13,7 @@ from conftest import copts, read_rows, write_jsonl
 from rollout_cli.core.errors import InvalidInputError, UsageError
 from rollout_cli.loader.load import open_dataset
 from rollout_cli.run.convert import convert
-from rollout_cli.verify.check import verify_output
+from rollout_cli.verification.check import verify_output
 from slime_schedule_reference import reference_schedule
 
 _SLICED = ("tokens", "response_lengths", "rewards", "truncated", "sample_indices", "rollout_ids", "loss_masks",

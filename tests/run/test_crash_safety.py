@@ -32,7 +32,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rollout_cli.cli.app import app
-from rollout_cli.verify.check import verify_output
+from rollout_cli.verification.check import verify_output
 from conftest import ROOT, SAMPLE_JSONL, card_without_generations
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -16,12 +16,12 @@ from conftest import SAMPLE_DATA, copts, make_sample, shard_bytes, tree_digest, 
 from rollout_cli.cli.app import app
 from rollout_cli.core.errors import IncompleteInputError, InvalidInputError
 from rollout_cli.inputs.jsonl import reader as jsonl_mod
-from rollout_cli.inspect import inspect_paths
+from rollout_cli.inspection import inspect_paths
 from rollout_cli.loader.load import open_dataset
 from rollout_cli.output import manifest as manifest_mod
 from rollout_cli.run import live
 from rollout_cli.run.convert import convert
-from rollout_cli.verify.check import verify_output
+from rollout_cli.verification.check import verify_output
 
 FAST = ["--workers", "1", "--no-mmap"]
 

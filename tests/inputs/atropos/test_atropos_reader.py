@@ -82,7 +82,7 @@ def test_convert_run_folder_without_a_flag_then_inspect_verify_and_report(tmp_pa
 
 
 def test_audit_says_atropos_has_no_trainer_dumps():
-    from rollout_cli.audit import audit_paths
+    from rollout_cli.auditing import audit_paths
 
     with pytest.raises(InvalidInputError) as e:
         audit_paths([str(DATA)], [str(DATA)])

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from conftest import SAMPLE_DATA, copts, read_rows, sample_generator
-from rollout_cli.audit.api import audit_paths
+from rollout_cli.auditing.api import audit_paths
 from rollout_cli.cli.app import app
 from rollout_cli.core.errors import InvalidInputError
 from rollout_cli.core.options import ConvertOptions

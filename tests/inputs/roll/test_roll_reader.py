@@ -68,7 +68,7 @@ def test_the_rows_hold_what_the_writer_put_in(tmp_path):
 def test_audit_says_roll_has_no_trainer_dumps():
     import pytest
 
-    from rollout_cli.audit import audit_paths
+    from rollout_cli.auditing import audit_paths
     from rollout_cli.core.errors import InvalidInputError
 
     with pytest.raises(InvalidInputError) as e:

@@ -177,7 +177,7 @@ def test_show_puts_each_token_decoded_beside_its_id(tmp_path, tok, tok_dir):
 
 
 def test_audit_says_when_its_rows_are_not_token_exact(tok_dir):
-    from rollout_cli.audit.api import text_dump_notes
+    from rollout_cli.auditing.api import text_dump_notes
     from rollout_cli.core.options import RuleOptions
     from rollout_cli.inputs.discover import discover
 
