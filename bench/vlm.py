@@ -6,8 +6,14 @@ same bytes.
 
     python bench/vlm.py --steps 16 --samples 256 --patches 1000 --save bench/results/vlm.json
 
-The run is made by bench/gen_vlm.py (synthetic processor shapes, bfloat16). Timings are of
-alternating runs in one sitting (--repeat each), the best kept.
+The run is made by bench/gen_vlm.py (synthetic processor shapes, bfloat16; kept in --workdir
+and reused by a later sitting with the same shape). Timings are of alternating runs in one
+sitting (--repeat each), the best kept: `cp -r` of the dumps, two `cp -r` of them (the output
+holds the tensors twice: Parquet and the IPC copy), a Python process that reads each dump and
+writes its bytes to two files, each fsynced (convert's floor: its writes without any work), and
+convert. Before each, the previous command's copies or output are removed (untimed), so every
+one writes into pages just freed (on this VM fresh pages cost several times more: see
+docs/performance.md).
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -42,6 +49,24 @@ def _timed(cmd: list[str]) -> tuple[float, int]:
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{cmd}: failed")
     return dt, ru.ru_maxrss * 1024
+
+
+def _write_twice(run: str, a: str, b: str) -> int:
+    """The floor of a conversion that writes its input's bytes twice (the Parquet shard and the
+    IPC copy): each file read whole, then written to two new files, each fsynced (as convert
+    makes its files durable)."""
+    for d, _, files in os.walk(run):
+        for name in files:
+            with open(os.path.join(d, name), "rb") as f:
+                data = f.read()
+            for root in (a, b):
+                dst = os.path.join(root, os.path.relpath(d, run))
+                os.makedirs(dst, exist_ok=True)
+                with open(os.path.join(dst, name), "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+    return 0
 
 
 def _loader(out: str, world_size: int, max_tokens: int) -> dict:
@@ -86,32 +111,64 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=1, help="convert's --workers (1: its peak RSS is one process's)")
     p.add_argument("--workdir", default=None)
     p.add_argument("--save", default=None)
+    p.add_argument("--convert-args", default="", help="more convert options, one string (e.g. '--compression none')")
+    p.add_argument("--write-twice", nargs=3, metavar=("RUN", "A", "B"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.write_twice:
+        return _write_twice(*args.write_twice)
     work = args.workdir or tempfile.mkdtemp(prefix="vlm-bench-")
     run = os.path.join(work, "run")
-    gen = subprocess.run([sys.executable, os.path.join(HERE, "gen_vlm.py"), "--out", run, "--steps", str(args.steps),
-                          "--samples", str(args.samples), "--patches", str(args.patches), "--max-images", "1"],
-                         check=True, capture_output=True, text=True)
-    meta = json.loads(gen.stdout.strip().splitlines()[-1])
+    meta_path = os.path.join(work, "run.json")
+    gen_args = ["--steps", str(args.steps), "--samples", str(args.samples), "--patches", str(args.patches), "--max-images", "1"]
+    meta = None
+    if os.path.exists(meta_path):  # a --workdir kept from an earlier sitting: the same run is reused
+        with open(meta_path) as f:
+            meta = json.load(f)
+        meta = meta if meta.get("gen_args") == gen_args else None
+    if meta is None:
+        shutil.rmtree(run, ignore_errors=True)
+        gen = subprocess.run([sys.executable, os.path.join(HERE, "gen_vlm.py"), "--out", run, *gen_args],
+                             check=True, capture_output=True, text=True)
+        meta = dict(json.loads(gen.stdout.strip().splitlines()[-1]), gen_args=gen_args)
+        with open(meta_path, "w") as f:
+            json.dump(meta, f)
     dump_bytes = _tree_bytes(run)
     out = os.path.join(work, "out")
     cli = [sys.executable, "-m", "rollout_cli"]
-    cp_s, conv_s, rss = [], [], 0
-    for _ in range(args.repeat):  # alternating: cp, convert
-        shutil.rmtree(os.path.join(work, "copy"), ignore_errors=True)
-        cp_s.append(_timed(["cp", "-r", run, os.path.join(work, "copy")])[0])
-        dt, peak = _timed(cli + ["convert", run, out, "--overwrite", "--image-token-id", "151655",
-                                 "--workers", str(args.workers)])
-        conv_s.append(dt)
+    copies = [os.path.join(work, "copy"), os.path.join(work, "copy2")]
+    times: dict[str, list[float]] = {"cp": [], "cp_twice": [], "write_twice": [], "convert": []}
+    rss = 0
+
+    def clear() -> None:  # each timed command writes into pages just freed (untimed), as cp -r does after rm -r
+        for d in (*copies, out):
+            shutil.rmtree(d, ignore_errors=True)
+
+    for _ in range(args.repeat):  # alternating, one sitting
+        clear()
+        times["cp"].append(_timed(["cp", "-r", run, copies[0]])[0])
+        clear()
+        times["cp_twice"].append(_timed(["sh", "-c", 'cp -r "$0" "$1" && cp -r "$0" "$2"', run, *copies])[0])
+        clear()
+        times["write_twice"].append(_timed([sys.executable, os.path.abspath(__file__), "--write-twice", run, *copies])[0])
+        clear()
+        dt, peak = _timed(cli + ["convert", run, out, "--image-token-id", "151655", "--workers", str(args.workers),
+                                 *shlex.split(args.convert_args)])
+        times["convert"].append(dt)
         rss = max(rss, peak)
     out_bytes = _tree_bytes(out)
     step_tensor = meta["tensor_bytes"] / args.steps
+    best = {k: round(min(v), 3) for k, v in times.items()}
     res = {
         "run": {"steps": args.steps, "samples_per_step": args.samples, "patches_per_sample": args.patches,
                 "dtype": "bfloat16", "tensor_bytes": meta["tensor_bytes"], "dump_bytes": dump_bytes},
-        "convert": {"cp_s": round(min(cp_s), 3), "convert_s": round(min(conv_s), 3),
-                    "throughput_vs_cp": round(min(cp_s) / min(conv_s), 3),
-                    "peak_rss_bytes": rss, "peak_rss_vs_step_tensor_bytes": round(rss / step_tensor, 3)},
+        "convert": {"cp_s": best["cp"], "convert_s": best["convert"],
+                    "throughput_vs_cp": round(best["cp"] / best["convert"], 3),
+                    "peak_rss_bytes": rss, "peak_rss_vs_step_tensor_bytes": round(rss / step_tensor, 3),
+                    "convert_args": args.convert_args, "all_s": {k: [round(x, 3) for x in v] for k, v in times.items()}},
+        "floor": {"cp_twice_s": best["cp_twice"], "write_twice_fsync_s": best["write_twice"],
+                  "cp_vs_cp_twice": round(best["cp"] / best["cp_twice"], 3),
+                  "cp_vs_write_twice_fsync": round(best["cp"] / best["write_twice"], 3),
+                  "convert_vs_write_twice_fsync": round(best["write_twice"] / best["convert"], 3)},
         "output": {"bytes": out_bytes, "vs_tensor_bytes": round(out_bytes / meta["tensor_bytes"], 3)},
         "loader": _loader(out, args.world_size, args.max_tokens),
         "cpu_count": os.cpu_count(),

@@ -22,6 +22,7 @@ from ..inputs.units import Unit, record_step
 from ..inspection.loss_weight import loss_weight
 from ..pipeline.assemble import StepAssembler
 from ..pipeline.validate import normalize_chunk
+from ..text.tokenizer import image_rule
 from . import diff, loss_side, rules
 from .mismatch import Pair, TokenStats
 from .options import AuditOptions
@@ -179,7 +180,7 @@ def audit_step(unit: Unit, first, reading, step: int, td: TrainDump, opts: Audit
     asm = StepAssembler.of_input(inp, opts, columns=["raw_reward", "sample_index"])
     for raw_chunk in chain([first] if first is not None else [], reading):
         nc = normalize_chunk(raw_chunk, asm.records, reward_key=opts.reward_key, keep_text=False, step=record_step(inp),
-                             rewards_recorded=format_of(inp.format).rewards_recorded, images=opts.image_rule())
+                             rewards_recorded=format_of(inp.format).rewards_recorded, images=image_rule(opts))
         base = asm.records
 
         def where(p: int, nc=nc, base=base) -> Location:

@@ -95,7 +95,8 @@ MaxStaleness = Annotated[Optional[int], typer.Option(
 ImageTokenId = Annotated[Optional[int], typer.Option(
     "--image-token-id", metavar="ID", rich_help_panel=VALIDATION,
     help="The image placeholder token: a sample whose prompt holds it must carry pixel values, as many "
-         "placeholders as its image_grid_thw gives (prod(t,h,w)/merge^2 per image); others are invalid.")]
+         "placeholders as its image_grid_thw gives (prod(t,h,w)/merge^2 per image); others are invalid. "
+         "Default with --tokenizer: its image placeholder token (e.g. <|image_pad|>), if it adds one.")]
 SpatialMergeSize = Annotated[int, typer.Option(
     "--spatial-merge-size", metavar="M", rich_help_panel=VALIDATION,
     help="The image processor's spatial merge size, for --image-token-id.")]

@@ -75,9 +75,11 @@ def _tensor_parts(v) -> tuple[str, tuple, np.ndarray] | None:
 
 
 def encode(value: Any) -> list[dict] | None:
-    """A sample's multimodal_train_inputs as the column's entries (None for None).
-    ValueError (its reason) for a value that is not a dict with string keys, or holds a value
-    neither a tensor nor JSON-serialisable."""
+    """A sample's multimodal_train_inputs as the column's entries (None for None): a tensor's
+    `data` is its C-order little-endian array (a view where the value already is one, never
+    bytes), copied once, into the column's buffer, by entries_array. ValueError (its reason)
+    for a value that is not a dict with string keys, or holds a value neither a tensor nor
+    JSON-serialisable."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -95,13 +97,73 @@ def encode(value: Any) -> list[dict] | None:
             out.append({"key": k, "dtype": None, "shape": None, "data": None, "json": js})
         else:
             name, shape, arr = parts
-            out.append({"key": k, "dtype": name, "shape": [int(s) for s in shape], "data": arr.tobytes(), "json": None})
+            out.append({"key": k, "dtype": name, "shape": [int(s) for s in shape], "data": arr, "json": None})
     return out
 
 
+def _back_to_back(values: list) -> pa.Buffer | None:
+    """The one Arrow buffer that the arrays of `values` (None skipped) view, in order and back to
+    back, sliced to them; None where they do not (then they are copied)."""
+    root = start = end = None
+    for v in values:
+        if v is None or not v.nbytes:
+            continue
+        base = v
+        while isinstance(base, np.ndarray):
+            base = base.base
+        owner = base.obj if isinstance(base, memoryview) else None
+        if not isinstance(owner, pa.Buffer) or not v.flags.c_contiguous or (root is not None and owner is not root):
+            return None
+        addr = v.__array_interface__["data"][0]
+        if root is None:
+            root, start = owner, addr
+        elif addr != end:
+            return None
+        end = addr + v.nbytes
+    if root is None or not root.address <= start <= end <= root.address + root.size:
+        return None
+    return root.slice(start - root.address, end - start)
+
+
+def _data_array(values: list) -> pa.Array:
+    """The entries' `data` (arrays, None for a non-tensor value) as one large_binary array, the
+    offsets between them: a view of the buffer they already lie in back to back (the .pt
+    reader's, inputs/pickled/archive.py), else every tensor's bytes copied once into one."""
+    sizes = np.fromiter((0 if v is None else v.nbytes for v in values), np.int64, len(values))
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    data = _back_to_back(values)
+    if data is None or data.size != int(offsets[-1]):
+        data = pa.allocate_buffer(int(offsets[-1]))  # Arrow's pool: pages a step before freed, reused warm
+        buf = np.frombuffer(data, np.uint8)
+        for v, a, b in zip(values, offsets[:-1].tolist(), offsets[1:].tolist()):
+            if v is not None and b > a:
+                buf[a:b] = v.reshape(-1).view(np.uint8)
+    nulls = [v is None for v in values]
+    validity = None
+    if any(nulls):
+        validity = pa.py_buffer(np.packbits(~np.array(nulls), bitorder="little"))
+    return pa.Array.from_buffers(pa.large_binary(), len(values), [validity, pa.py_buffer(offsets), data],
+                                 null_count=sum(nulls))
+
+
 def entries_array(rows: list[list[dict] | None]) -> pa.Array:
-    """The column of these rows' entries (encode's form)."""
-    return pa.array(rows, MM_TYPE)
+    """The column of these rows' entries (encode's form), built from the tensors' buffers."""
+    flat = [e for r in rows if r is not None for e in r]
+    lens = np.fromiter((0 if r is None else len(r) for r in rows), np.int32, len(rows))
+    offsets = np.zeros(len(rows) + 1, np.int32)
+    np.cumsum(lens, out=offsets[1:])
+    fields = [
+        pa.array([e["key"] for e in flat], pa.string()),
+        pa.array([e["dtype"] for e in flat], pa.string()),
+        pa.array([e["shape"] for e in flat], ENTRY.field("shape").type),
+        _data_array([e["data"] for e in flat]),
+        pa.array([e["json"] for e in flat], pa.string()),
+    ]
+    values = pa.StructArray.from_arrays(fields, fields=list(ENTRY))
+    nulls = [r is None for r in rows]
+    mask = pa.array(nulls, pa.bool_()) if any(nulls) else None
+    return pa.ListArray.from_arrays(pa.array(offsets), values, type=MM_TYPE, mask=mask)
 
 
 def row_nbytes(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -144,13 +206,15 @@ def decode_row(entries: pa.StructArray | None) -> dict | None:
     shapes = entries.field("shape").to_pylist()
     jsons = entries.field("json").to_pylist()
     data = entries.field("data")
+    bufs = data.buffers()  # the values sliced from the buffers: an Arrow scalar of one would copy it
+    offs = np.frombuffer(bufs[1], np.int64, len(data) + 1, offset=data.offset * 8).tolist() if len(data) else [0]
     out: dict = {}
     for j, k in enumerate(keys):
         if dtypes[j] is None:
             out[k] = None if jsons[j] is None else orjson.loads(jsons[j])
             continue
-        buf = data[j].as_buffer()
-        nbytes = 0 if buf is None else buf.size
+        nbytes = offs[j + 1] - offs[j]
+        buf = bufs[2].slice(offs[j], nbytes) if nbytes else None
         dt = _check_entry(k, dtypes[j], shapes[j], nbytes)
         arr = (np.frombuffer(buf, dt) if nbytes else np.empty(0, dt)).reshape(shapes[j])
         out[k] = arr.view(BFloat16Bits) if dtypes[j] == "bfloat16" else arr

@@ -24,6 +24,7 @@ from ..pipeline.assemble import AssembledStep, StepAssembler
 from ..pipeline.staleness import STALE_RULE
 from ..pipeline.step import StepFields
 from ..pipeline.validate import ID_EXPLICIT, NormChunk, normalize_chunk
+from ..text.tokenizer import image_rule
 from .anomalies import Anomalies, loc_dict, problem_kind, reject_level, row_anomalies
 from .lineage import lineage_anomalies
 from .options import InspectOptions
@@ -49,7 +50,7 @@ def read_chunks(inp: InputFile, opts: InspectOptions, payload: dict):
 def validate_chunk(raw, base: int, inp: InputFile, opts: InspectOptions, keep_text: bool) -> NormChunk:
     """convert's validation of one chunk (its record `step` check included)."""
     return normalize_chunk(raw, base, reward_key=opts.reward_key, keep_text=keep_text, step=record_step(inp),
-                           rewards_recorded=format_of(inp.format).rewards_recorded, images=opts.image_rule())
+                           rewards_recorded=format_of(inp.format).rewards_recorded, images=image_rule(opts))
 
 
 def _read(inp: InputFile, opts: InspectOptions, payload: dict) -> StepAssembler:

@@ -13,7 +13,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core import layout, storage
+from ..core import layout, storage, tensors
 from ..core.errors import IntegrityError, InvalidInputError, UsageError
 from ..inputs.units import in_steps
 from ..output.files import check_arrow, open_regular, random_access
@@ -67,6 +67,8 @@ class _Shards:
     row_in: list[np.ndarray] = field(default_factory=list)
     length_bad: list[tuple[str, int, int, int]] = field(default_factory=list)  # (shard, row, response_length, mask length)
     not_token_exact: int = 0  # rows whose token_exact is false (schema version 5 on)
+    images: int = 0  # raw images the rows keep, and patches of their multimodal_train_inputs (schema version 7 on)
+    patches: int = 0
 
     def where_row(self):
         sh = np.concatenate(self.shard_of) if self.shard_of else np.zeros(0, np.int64)
@@ -98,6 +100,24 @@ def _small_columns(b: pa.RecordBatch, names: set) -> pa.Table:
     })
 
 
+# the leaves that give a row's images and patches without reading the bytes of either
+MEDIA_LEAVES = ("images.list.element.path", "multimodal_train_inputs.list.element.key",
+                "multimodal_train_inputs.list.element.shape")
+
+
+def media_per_row(pf) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each row's raw images and patches (core/tensors.patches_per_row) of a shard, from the
+    lists' structure and the tensors' keys and shapes alone; None for a shard without the typed
+    columns (schema versions before 7)."""
+    schema = pf.schema_arrow
+    if "images" not in schema.names or not pa.types.is_list(schema.field("multimodal_train_inputs").type):
+        return None
+    t = pf.read(columns=list(MEDIA_LEAVES))
+    images = t.column("images")
+    counts = np.concatenate([np.diff(np.asarray(c.offsets)) for c in images.chunks]) if images.num_chunks else np.zeros(0, np.int64)
+    return counts.astype(np.int64), tensors.patches_per_row(t.column("multimodal_train_inputs"))
+
+
 def _read_shard(o: Output, path: str, k: int, got: _Shards) -> None:
     import pyarrow.parquet as pq
 
@@ -121,6 +141,10 @@ def _read_shard(o: Output, path: str, k: int, got: _Shards) -> None:
             got.shard_of.append(np.full(nb, k, dtype=np.int64))
             got.row_in.append(np.arange(r0, r0 + nb, dtype=np.int64))
             r0 += nb
+        media = media_per_row(pf)
+        if media is not None:
+            got.images += int(media[0].sum())
+            got.patches += int(media[1].sum())
     except (OSError, pa.ArrowException) as e:
         raise InvalidInputError(f"{path}: cannot read shard: {e}") from None
 
@@ -166,7 +190,7 @@ def output_steps(o: Output, opts: InspectOptions, anomalies: Anomalies, seen: se
         rows = _step_rows(got, step, keys)
         rejected = s.rejected
         sd = StepData(split, step, out, rows.num_rows + rejected, rejected, rows, groups_known=groups_known,
-                      not_token_exact=got.not_token_exact)
+                      not_token_exact=got.not_token_exact, images=got.images, patches=got.patches)
         for path, r, rl, ml in got.length_bad:
             anomalies.add("loss_mask_length", "error", split, step,
                           f"loss_mask: expected length {rl} (response_length), got {ml}", [{"file": path, "row": r}], field="loss_mask",

@@ -16,7 +16,7 @@ from .aggregate import r6
 from .anomalies import Anomalies, loc_dict
 from .dumps import dump_step, read_chunks, validate_chunk
 from .options import InspectOptions
-from .outputs import OUT_COLUMNS
+from .outputs import OUT_COLUMNS, media_per_row
 from .rows import StepData
 from .sources import Sources, resolve
 
@@ -222,11 +222,14 @@ def _output_views(out: str, s: dict, opts: InspectOptions, want_ids: list[int]) 
             cols = [c for c in OUT_COLUMNS + list(_TEXT) + (["tokens"] if opts.tokenizer else []) + ["images"]
                     if c in names]
             r0 = 0
+            media = media_per_row(pf)
             for b in pf.iter_batches(batch_size=8192, columns=cols):
                 check_arrow(path, b, None)
                 rids = b.column("rollout_id").to_numpy()
                 for k in np.flatnonzero(np.isin(rids, wanted)).tolist():
                     r = {c: b.column(c)[k].as_py() for c in cols if c not in ("loss_mask", "tokens")}
+                    if media is not None:
+                        r["patches"] = int(media[1][r0 + k])
                     mask = b.column("loss_mask")[k].values.to_numpy(zero_copy_only=False)
                     if opts.tokenizer:
                         r["decoded"] = _decoded(opts, b.column("tokens")[k].values.to_numpy(zero_copy_only=False),

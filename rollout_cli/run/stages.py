@@ -26,6 +26,7 @@ from ..pipeline.step import StepFields
 from ..inputs.units import Unit
 from .tasks import PartResult, PartTask, UnitResult
 from ..output.write import write_ipc, write_parquet
+from ..text.tokenizer import image_rule
 
 
 class _Staged:
@@ -80,7 +81,7 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
                                  step=record_step(task.input),
                                  rewards_recorded=format_of(task.input.format).rewards_recorded,
-                                 images=opts.image_rule())
+                                 images=image_rule(opts))
             res.records += len(raw)
             res.kind = nc.kind
             res.numbers.extend(nc.numbers)
@@ -182,7 +183,7 @@ def _one_chunk(parts: list, schema: pa.Schema, threads: int | None = None) -> pa
     parts.clear()
 
     def combine(k: int) -> pa.Array:
-        col = pa.concat_arrays(pieces[k])
+        col = pieces[k][0] if len(pieces[k]) == 1 else pa.concat_arrays(pieces[k])  # concat_arrays copies even one
         pieces[k] = None
         return col
 

@@ -96,6 +96,37 @@ class Tokenizer:
         return cfg if isinstance(cfg, dict) else {}
 
 
+    def image_token_id(self) -> int | None:
+        """The id of the processor's image placeholder token among the tokenizer's added tokens:
+        the one tokenizer_config.json names (`image_token`, top level or in
+        `extra_special_tokens`, as transformers saves a processor's), else the first of
+        IMAGE_PLACEHOLDERS the tokenizer adds; None when it adds none."""
+        cfg = self.config()
+        extra = cfg.get("extra_special_tokens")
+        named = cfg.get("image_token") or (extra.get("image_token") if isinstance(extra, dict) else None)
+        added = {t.content: i for i, t in self.tok.get_added_tokens_decoder().items()}
+        for name in ([named] if isinstance(named, str) else []) + list(IMAGE_PLACEHOLDERS):
+            if name in added:
+                return int(added[name])
+        return None
+
+
+# image placeholder tokens of common vision-language processors: Qwen2-VL / Qwen2.5-VL / Qwen3-VL
+# (`<|image_pad|>`), LLaVA (`<image>`), Gemma 3 (`<image_soft_token>`), InternVL (`<IMG_CONTEXT>`)
+IMAGE_PLACEHOLDERS = ("<|image_pad|>", "<image>", "<image_soft_token>", "<IMG_CONTEXT>")
+
+
+def image_rule(opts) -> tuple[int, int] | None:
+    """The image placeholder rule's (token id, spatial merge size) of RuleOptions `opts`: its
+    --image-token-id, else, with --tokenizer, the tokenizer's image placeholder token
+    (Tokenizer.image_token_id); None when neither gives one."""
+    rule = opts.image_rule()
+    if rule is not None or not opts.tokenizer:
+        return rule
+    tid = load(opts.tokenizer).image_token_id()
+    return None if tid is None else (tid, opts.spatial_merge_size)
+
+
 _LOADED: dict[str, Tokenizer] = {}
 
 

@@ -115,3 +115,50 @@ def test_concat_is_slimes_get_batch_join():
     assert out["pixel_values"].dtype == torch.float32 and out["pixel_values"].shape == (3, 3)
     assert torch.equal(out["pixel_values"], torch.cat([a["pixel_values"], b["pixel_values"]]))
     assert tensors.concat([None, None], torch.cat) == {}
+
+
+@settings(max_examples=40, deadline=None)
+@given(samples())
+def test_column_from_the_tensors_buffers_is_the_column_of_their_bytes(rows):
+    """entries_array copies each tensor once into one buffer: the column equals the one pyarrow
+    builds from each tensor's bytes, and writes the same IPC bytes."""
+    enc = [tensors.encode(r) for r in rows]
+    col = tensors.entries_array(enc)
+    as_bytes = [None if e is None else [dict(x, data=None if x["data"] is None else x["data"].tobytes()) for x in e]
+                for e in enc]
+    ref = pa.array(as_bytes, tensors.MM_TYPE)
+    col.validate(full=True)
+    assert col.equals(ref) and col.null_count == ref.null_count
+
+    def ipc(a):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, pa.schema([("m", a.type)])) as w:
+            w.write_table(pa.table({"m": a}))
+        return sink.getvalue().to_pybytes()
+
+    assert ipc(col) == ipc(ref)
+
+
+def test_tensors_read_back_to_back_make_the_column_without_a_copy(tmp_path):
+    """A .pt dump's tensors lie back to back in the reader's one buffer (inputs/pickled/archive.py):
+    the column views it, and holds the same values as a copy would."""
+    from rollout_cli.inputs.pickled import load_torch
+
+    samples = [{"multimodal_train_inputs": {"pixel_values": torch.randn(4 + i, 6).to(torch.bfloat16),
+                                            "image_grid_thw": torch.tensor([[1, 2, 2 + i]])}} for i in range(3)]
+    samples.insert(1, {"multimodal_train_inputs": None})
+    torch.save({"samples": samples}, str(tmp_path / "1.pt"))
+    got = load_torch(tmp_path / "1.pt", as_stored=True)["samples"]
+    enc = [tensors.encode(s["multimodal_train_inputs"]) for s in got]
+    col = tensors.entries_array(enc)
+    first = enc[0][0]["data"]
+    assert col.values.field("data").buffers()[2].address == first.__array_interface__["data"][0]
+    as_bytes = [None if e is None else [dict(x, data=None if x["data"] is None else x["data"].tobytes()) for x in e]
+                for e in enc]
+    assert col.equals(pa.array(as_bytes, tensors.MM_TYPE))
+    back = [tensors.as_torch(d, torch) for d in tensors.decode_column(col)]
+    for s, b in zip(samples, back):
+        want = s["multimodal_train_inputs"]
+        assert (b is None) == (want is None)
+        for k, v in (want or {}).items():
+            assert b[k].dtype == v.dtype and torch.equal(b[k], v)

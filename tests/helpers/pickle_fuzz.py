@@ -155,7 +155,10 @@ def seeds() -> list[tuple[str, bytes, bool]]:
         return out
     batch = {"input_ids": np.arange(12).reshape(2, 6), "attention_mask": np.ones((2, 6), np.int64),
              "response_mask": np.ones((2, 3), np.int64), "log_probs": np.zeros((2, 3), np.float32)}
-    nt = {"uid": ["a", "b"], "extra": [{"k": 1}, {"k": [2]}], "nested": [np.array(["x"], dtype=object), None]}
+    nt = {"uid": ["a", "b"], "extra": [{"k": 1}, {"k": [2]}], "nested": [np.array(["x"], dtype=object), None],
+          # lone tensors in an object array: their storages as torch.save's legacy bytes (legacy.py)
+          "multi_modal_inputs": [{"pixel_values": torch.ones(4, 3, dtype=torch.bfloat16),
+                                  "image_grid_thw": torch.tensor([[1, 2, 2]])}, None]}
     with tempfile.TemporaryDirectory() as d:
         paths = [("verl", W.write_verl(d, 1, batch, nt, {"step": 1}, gbs=2, n=1, prompt_length=3, response_length=3)),
                  ("roll", W.write_roll(d, 1, batch, nt, {"m": [1]})),

@@ -18,8 +18,10 @@ numpy's pickle hooks, tensordict or a framework is imported or called by the fil
 
 What comes back, all plain data:
 
-* tensors (torch.save storages, SkyRL's numpy-format tensors, TensorDict leaves) and numpy
-  arrays: ``numpy.ndarray`` (bfloat16 as float32, exactly); numpy arrays of the dtypes README.md
+* tensors (torch.save storages, SkyRL's numpy-format tensors, TensorDict leaves, a lone
+  tensor's legacy storage bytes) and numpy arrays: ``numpy.ndarray`` (bfloat16 as float32,
+  exactly, or, with ``load_torch(path, as_stored=True)``, as its bit patterns:
+  ``core.tensors.BFloat16Bits``); numpy arrays of the dtypes README.md
   lists, an object array's items made by the same restricted unpickler; numpy scalars as numpy scalars;
   ``torch.device`` as its str (``"cpu"``, ``"cuda:0"``); ``torch.Size`` as a tuple of ints;
   ``io.BytesIO`` as a ``BytesIOData`` (``.data``: its bytes).
@@ -56,7 +58,8 @@ beside it is JSON ``{"global_steps": step}``)::
     {"batch": TensorDictData {"prompts": (B, P), "responses": (B, R), "input_ids", "attention_mask",
                               "position_ids", "response_mask", "rollout_log_probs", "rm_scores", ...}
               | None,
-     "non_tensor_batch": {key: numpy array (object arrays of str / dict / list, or numeric)},
+     "non_tensor_batch": {key: numpy array (object arrays of str / dict / list, or numeric);
+                          "multi_modal_inputs": object array of dicts of tensors (legacy.py) or None},
      "meta_info": dict}
 
 ROLL ``{dump_dir}/{train,val}/step_{NNNNNN}.pkl`` (``load_pickle``)::

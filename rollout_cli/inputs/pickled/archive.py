@@ -9,6 +9,8 @@ import zipfile
 import zlib
 from typing import Any
 
+import pyarrow as pa
+
 from .context import current
 from .errors import PtFormatError
 from .tensors import _Storage, _StorageKind
@@ -24,10 +26,14 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, N
 
 class _Archive:
     """`memory`: the archive's bytes when it is held in memory (torch.save bytes embedded in a
-    pickle): its storages are then read-only views of those bytes, never copies."""
+    pickle): its storages are then read-only views of those bytes, never copies. `as_stored`
+    (a read whose tensors are to be stored as they are: the rollout dumps' multimodal inputs):
+    its bfloat16 tensors come as their bit patterns (core.tensors.BFloat16Bits), not widened,
+    and its stored records are read into one buffer (_slot)."""
 
-    def __init__(self, fh: Any, zf: zipfile.ZipFile, path: str, memory: Any = None):
+    def __init__(self, fh: Any, zf: zipfile.ZipFile, path: str, memory: Any = None, as_stored: bool = False):
         self.fh = fh
+        self.as_stored = as_stored
         self.memory = memoryview(memory) if memory is not None else None
         self.zf = zf
         self.path = path
@@ -37,6 +43,8 @@ class _Archive:
             _check_record(info)
         self.file_len = fh.seek(0, 2)
         self.prefix = self._find_prefix()
+        self._arena: Any = None  # the file's stored storages, one buffer: see _slot
+        self._cursor = 0
         order = self.infos.get(self.prefix + "byteorder")
         if order is None:
             self.little = sys.byteorder == "little"
@@ -109,7 +117,7 @@ class _Archive:
         if self.memory is not None:
             buf = self.memory[start:start + info.file_size]
         else:
-            buf = bytearray(info.file_size)
+            buf = self._slot(info.file_size)
             self.fh.seek(start)
             got = self.fh.readinto(buf)
             if got != info.file_size:
@@ -117,6 +125,26 @@ class _Archive:
         if zlib.crc32(buf) != info.CRC:
             raise PtFormatError(f"storage record {name!r}: CRC mismatch (corrupt file)")
         return buf
+
+    def _slot(self, size: int) -> memoryview:
+        """Room for a storage read from the file: the next `size` bytes of one buffer holding
+        every stored storage record of the archive in the order the pickle asks for them (the
+        order of the samples and their keys), so that tensors read one after another lie back
+        to back and a column of them can view this buffer instead of copying it
+        (core/tensors.py). It is taken from Arrow's pool, whose freed pages are reused warm
+        (docs/performance.md), and is sized by the records' declared sizes only where they fit
+        in the file (each record is still checked as it is read)."""
+        if self._arena is None and not self.as_stored:  # each record its own buffer, freed with its last tensor
+            self._arena = False
+        if self._arena is None:
+            stored = [i.file_size for n, i in self.infos.items() if n.startswith(self.prefix + "data/")
+                      and i.compress_type == zipfile.ZIP_STORED and not i.flag_bits & 0x1]
+            total = sum(stored)
+            self._arena = pa.allocate_buffer(total) if 0 < total <= self.file_len else False
+        if self._arena is False or self._cursor + size > self._arena.size:
+            return memoryview(pa.allocate_buffer(size))
+        at, self._cursor = self._cursor, self._cursor + size
+        return memoryview(self._arena)[at:at + size]
 
     def storage(self, pid: Any) -> _Storage:
         if not (type(pid) is tuple and len(pid) == 5 and pid[0] == "storage"):
@@ -132,7 +160,7 @@ class _Archive:
                 raise PtFormatError(f"storage {key!r} referenced as both {st.kind.name} and {kind.name}")
             return st
         nbytes = numel * (kind.dtype.itemsize if kind.dtype is not None else 1)
-        st = _Storage(key, kind, nbytes, self.storage_bytes(key, nbytes), self.little)
+        st = _Storage(key, kind, nbytes, self.storage_bytes(key, nbytes), self.little, self.as_stored)
         self.storages[key] = st
         return st
 

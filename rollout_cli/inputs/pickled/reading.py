@@ -17,16 +17,18 @@ def unsafe_message(display: str, e: UnsafePickleError) -> str:
             "pass --trust-pickle only if you trust this file, since unpickling can run code")
 
 
-def read_pickled(path: str, display: str, trust_pickle: bool = False, torch_archive: bool = False) -> Any:
-    """The plain data of a bare pickle (``torch_archive``: a torch.save zip, restricted only;
-    ``--trust-pickle`` on a ``.pt`` is slime_pt's torch.load path)."""
+def read_pickled(path: str, display: str, trust_pickle: bool = False, torch_archive: bool = False,
+                 as_stored: bool = False) -> Any:
+    """The plain data of a bare pickle (``torch_archive``: a torch.save zip, restricted only,
+    its bfloat16 tensors as bit patterns with `as_stored`; ``--trust-pickle`` on a ``.pt`` is
+    slime_pt's torch.load path)."""
     from ...core import storage
 
     if storage.is_uri(path):
         with storage.reading(display), storage.LocalCopy(path) as local:
-            return read_pickled(local, display, trust_pickle, torch_archive)
+            return read_pickled(local, display, trust_pickle, torch_archive, as_stored)
     try:
-        return load_torch(path) if torch_archive else load_pickle(path, trusted=trust_pickle)
+        return load_torch(path, as_stored) if torch_archive else load_pickle(path, trusted=trust_pickle)
     except UnsafePickleError as e:
         raise InvalidInputError(unsafe_message(display, e)) from None
     except PickleFormatError as e:

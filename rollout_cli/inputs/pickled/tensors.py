@@ -1,13 +1,14 @@
 """The tensor rebuild of the torch-free `.pt` loader: torch's dtypes and storage classes as
 inert tokens, storages as numpy buffers read from the archive, and `_rebuild_tensor_v2` making a
-strided numpy view of a storage (bfloat16 widened to float32, big-endian storages swapped)."""
+strided numpy view of a storage (bfloat16 widened to float32, or, for a load that asks for them,
+kept as its bit patterns; big-endian storages swapped)."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ...core.tensors import WidenedBFloat16
+from ...core.tensors import BFloat16Bits, WidenedBFloat16
 from .errors import PtFormatError
 
 # --------------------------------------------------------------------------- dtypes and tokens
@@ -94,15 +95,18 @@ _LEGACY_STORAGES = {
 
 class _Storage:
     """One storage record of the archive: raw bytes, plus element arrays built from them (cached
-    per dtype so that all tensors viewing this storage share one buffer)."""
+    per dtype so that all tensors viewing this storage share one buffer). `bits`: bfloat16 is
+    read as its 16-bit patterns (a view of the bytes), not widened to float32 (a new buffer of
+    twice the size)."""
 
-    __slots__ = ("key", "kind", "nbytes", "_raw", "_bases", "_little")
+    __slots__ = ("key", "kind", "nbytes", "_raw", "_bases", "_little", "bits")
 
-    def __init__(self, key: str, kind: _StorageKind, nbytes: int, raw: Any, little: bool):
+    def __init__(self, key: str, kind: _StorageKind, nbytes: int, raw: Any, little: bool, bits: bool = False):
+        self.bits = bits
         self.key = key
         self.kind = kind
         self.nbytes = nbytes
-        self._raw = raw  # a bytearray (or a read-only memoryview) of at least nbytes
+        self._raw = raw  # writable (a buffer of the file's bytes) or a read-only view of bytes in memory, at least nbytes
         self._bases: dict[str, np.ndarray] = {}
         self._little = little
 
@@ -113,7 +117,8 @@ class _Storage:
         return f"<pt_pickle storage {self.key!r} {self.kind.name} {self.nbytes} bytes>"
 
     def base(self, dtype: _DType) -> np.ndarray:
-        """The whole storage as a 1-D writable array of `dtype` (float32 for bfloat16)."""
+        """The whole storage as a 1-D writable array of `dtype` (float32 for bfloat16, or its
+        uint16 bit patterns where `bits`)."""
         arr = self._bases.get(dtype.name)
         if arr is not None:
             return arr
@@ -123,8 +128,10 @@ class _Storage:
             raw = np.empty(0, fdt)
         else:
             raw = np.frombuffer(self._raw, dtype=fdt, count=count)
-        if dtype is _BF16:
+        if dtype is _BF16 and not self.bits:
             arr = (raw.astype("<u4") << 16).view("<f4")
+        elif dtype is _BF16 and fdt.byteorder == ">":
+            arr = raw.astype("<u2")
         elif not self._little and fdt.byteorder == ">":
             arr = raw.astype(dtype.file_dtype)
         else:
@@ -187,7 +194,9 @@ def _make_view(storage: Any, dtype: _DType, offset: Any, size: Any, stride: Any,
     if metadata:  # conj/neg view bits: complex or negated views, which no rollout dump holds
         raise PtFormatError(f"tensor metadata: unsupported {metadata!r}")
     # marked, so that what stores tensors by dtype (core/tensors.py) keeps them bfloat16
-    return arr.view(WidenedBFloat16) if dtype is _BF16 else arr
+    if dtype is _BF16:
+        return arr.view(BFloat16Bits if storage.bits else WidenedBFloat16)
+    return arr
 
 
 def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=False, backward_hooks=None, metadata=None, *extra):

@@ -1,5 +1,7 @@
 """torch's pickle globals, none of torch imported: ``torch._utils._rebuild_tensor_v2`` and the
 legacy storage classes (tensors as numpy views of the archive's storages, tensors.py),
+``torch.storage._load_from_bytes`` (a storage pickled on its own, as a tensor in a plain pickle
+holds it: legacy.py),
 ``torch.device`` (its ``str``, e.g. ``"cpu"`` or ``"cuda:0"``) and ``torch.Size`` (a tuple of
 ints)."""
 from __future__ import annotations
@@ -7,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .legacy import load_from_bytes
 from .plain import check
 from .tensors import _DTYPES, _LEGACY_STORAGES, _rebuild_tensor_v2, _StorageKind
 
@@ -34,6 +37,7 @@ def torch_globals() -> dict[str, Any]:
     """``module.name`` -> function or storage token."""
     table: dict[str, Any] = {
         "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
+        "torch.storage._load_from_bytes": load_from_bytes,
         "torch.device": _device,
         "torch.Size": _size,
     }

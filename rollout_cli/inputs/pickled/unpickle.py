@@ -58,14 +58,15 @@ def _run(unpickler: RestrictedUnpickler, what: str) -> Any:
         raise PickleFormatError(f"corrupt pickle stream in {what}: {type(e).__name__}: {str(e)[:200]}") from e
 
 
-def _torch_from(fh: Any, display: str, memory: bytes | None = None, trusted: bool = False) -> Any:
+def _torch_from(fh: Any, display: str, memory: bytes | None = None, trusted: bool = False,
+                as_stored: bool = False) -> Any:
     try:
         zf = zipfile.ZipFile(fh)
     except _ZIP_ERRORS as e:
         raise PickleFormatError(_diagnose_not_zip(fh, e), display) from None
     with zf:
         try:
-            archive = _Archive(fh, zf, display, memory)
+            archive = _Archive(fh, zf, display, memory, as_stored)
             pkl_name = archive.prefix + "data.pkl"
             # Streamed, not read whole: the pickle's bytes (most of a dump without tensors)
             # are then never held next to the objects they make. The buffer's peek lets the
@@ -95,8 +96,11 @@ def _embedded_torch(data: bytes, what: str) -> Any:
     return load_torch_bytes(data, f"{outer.path} ({what}: embedded torch.save bytes)", trusted=outer.trusted)
 
 
-def load_torch(path: str | os.PathLike[str]) -> Any:
-    """Load a ``torch.save`` zip file without torch; tensors become numpy arrays.
+def load_torch(path: str | os.PathLike[str], as_stored: bool = False) -> Any:
+    """Load a ``torch.save`` zip file without torch; tensors become numpy arrays (bfloat16 ones
+    widened to float32, or with `as_stored` views of their bit patterns, core.tensors.BFloat16Bits,
+    for a caller that stores them as bfloat16 and would only narrow them back; `as_stored` also
+    reads the stored tensors into one buffer, in the pickle's order, that a column can view).
 
     Raises ``UnsafePickleError`` when the pickle needs a global outside ``ALLOWED_GLOBALS``,
     ``PickleFormatError`` when the file is not a readable torch zip archive, and ``OSError`` when
@@ -105,7 +109,7 @@ def load_torch(path: str | os.PathLike[str]) -> Any:
     fspath = os.fspath(path)
     display = os.fsdecode(fspath)
     with open(fspath, "rb") as fh, loading(display, _embedded_torch):
-        return _torch_from(fh, display)
+        return _torch_from(fh, display, as_stored=as_stored)
 
 
 def load_torch_bytes(data: bytes, display: str, trusted: bool = False) -> Any:

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.tensors import WidenedBFloat16
 from ..pickled import ALLOWED_GLOBALS, PlainData, PtFormatError, UnsafePickleError
 from ..pickled import load_torch as load_pt
 
@@ -127,5 +128,6 @@ class _TorchToNumpy:
             base = self.bf16_bases[key] = whole.float().numpy()
         shape = tuple(t.shape)
         if 0 in shape:
-            return np.empty(shape, np.float32)
-        return np.ndarray(shape, np.float32, buffer=base, offset=t.storage_offset() * 4, strides=tuple(s * 4 for s in t.stride()))
+            return np.empty(shape, np.float32).view(WidenedBFloat16)
+        arr = np.ndarray(shape, np.float32, buffer=base, offset=t.storage_offset() * 4, strides=tuple(s * 4 for s in t.stride()))
+        return arr.view(WidenedBFloat16)  # stored back as bfloat16 (core/tensors.py)

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ...core import slime_keys as K
+from ...core.tensors import BFloat16Bits, WidenedBFloat16, widen_bf16
 from ...core.errors import InvalidInputError, Location, Problem
 from ...core.sample_fields import FLOAT_LISTS, INT_LISTS  # numeric lists a sample may hold as lists
 from ..base import RawChunk
@@ -21,7 +22,9 @@ from ..columns import columnar
 CHUNK_SAMPLES = 128
 
 
-def load_payload(path: str, display: str, trust_pickle: bool) -> Any:
+def load_payload(path: str, display: str, trust_pickle: bool, as_stored: bool = False) -> Any:
+    """The dump's object, restricted-loaded (bfloat16 tensors as bit patterns with `as_stored`,
+    else widened to float32) or, with `trust_pickle`, through torch.load."""
     if trust_pickle:
         from ...core import storage
 
@@ -39,12 +42,12 @@ def load_payload(path: str, display: str, trust_pickle: bool) -> Any:
             raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
     from ..pickled.reading import read_pickled
 
-    return read_pickled(path, display, torch_archive=True)
+    return read_pickled(path, display, torch_archive=True, as_stored=as_stored)
 
 
 def _open_dump(path: str, display: str, trust_pickle: bool) -> tuple[int | None, bool, list | None]:
     """(step, train_dump, samples) of a dump; samples is None for a train-side dump."""
-    payload = load_payload(path, display, trust_pickle)
+    payload = load_payload(path, display, trust_pickle, as_stored=True)  # read() widens them outside multimodal inputs
     if not isinstance(payload, dict) or "samples" not in payload:
         got = type(payload).__name__ if not isinstance(payload, dict) else f"keys {sorted(map(str, payload))[:8]}"
         raise InvalidInputError(f"{display}: samples: expected slime's dump layout {{'rollout_id': step, 'samples': [...]}}, got {got}")
@@ -92,6 +95,36 @@ def _as_arrays(s: dict) -> None:
                 pass
 
 
+_SCALARS = (int, float, str, bool, bytes, type(None))
+
+
+def _widened(v: Any) -> Any:
+    """`v` with every bfloat16 array in it (bit patterns, as the load gives them) widened to
+    float32, as the restricted loader gives bfloat16 elsewhere; lists of scalars are not walked."""
+    if isinstance(v, BFloat16Bits):
+        return widen_bf16(v).view(WidenedBFloat16)
+    if type(v) is dict:
+        for k, x in v.items():
+            w = _widened(x)
+            if w is not x:
+                v[k] = w
+    elif type(v) in (list, tuple) and v and not isinstance(v[0], _SCALARS):
+        items = [_widened(x) for x in v]
+        if any(a is not b for a, b in zip(items, v)):
+            return items if type(v) is list else tuple(items)
+    return v
+
+
+def _widen_outside_mm(s: dict) -> None:
+    """bfloat16 tensors stay bit patterns in multimodal_train_inputs (stored as bfloat16, a
+    view of the dump's bytes) and are widened everywhere else in the sample."""
+    for k, v in s.items():
+        if k != K.MULTIMODAL_TRAIN_INPUTS:
+            w = _widened(v)
+            if w is not v:
+                s[k] = w
+
+
 def read(inp, request, info) -> Iterator[RawChunk]:
     """The registry's entry: the dump's samples in chunks, numeric lists as arrays. Each
     sample is converted just before its chunk is handed on and dropped from the payload, so
@@ -101,11 +134,16 @@ def read(inp, request, info) -> Iterator[RawChunk]:
     if train_dump:
         return
     size = request.chunk_records or CHUNK_SAMPLES
+    if not request.chunk_records and any(isinstance(s, dict) and s.get(K.MULTIMODAL_TRAIN_INPUTS) for s in samples):
+        # the tensors are arrays already (no lists to free as chunks go), and the step's tensor
+        # column is then built once, not as pieces to be joined in a second copy
+        size = max(len(samples), 1)
     for a in range(0, len(samples), size):
         part = samples[a:a + size]
         samples[a:a + size] = [None] * len(part)  # the chunk holds the only reference now
         for s in part:
             if isinstance(s, dict):
+                _widen_outside_mm(s)
                 _as_arrays(s)
         yield _chunk(inp.display, part, a)
         del part

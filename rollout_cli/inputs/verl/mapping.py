@@ -20,6 +20,13 @@ output (verl/experimental/agent_loop/agent_loop.py:700-830, 1026-1118):
   weights that generated the row (the rollout server's, verl/workers/rollout/llm_server.py:284-286,
   455-460), which is the step the trainer last finished: step - 1 in a synchronous run.
   `weight_versions` holds the versions from min to max (one when they agree).
+- non-tensor `multi_modal_inputs` (a vision-language run): an object array, one entry per row,
+  the processor's output for the row's images less input_ids and attention_mask (`pixel_values`,
+  `image_grid_thw`, ...: a dict of tensors), None for a row without (agent_loop.py
+  `_postprocess`: `np.array([input.multi_modal_inputs ...], dtype=object)`, present when any row
+  has one; verl@6c923f3b724a). The tensors are pickled as torch pickles a lone tensor (a storage
+  in torch.save's legacy form, inputs/pickled/legacy.py). Each becomes the sample's
+  `multimodal_train_inputs`, kept as slime's are.
 
 verl records no stop reason in the batch: a response that fills the R width is `truncated` (what
 verl's own clip-ratio metric counts), any other `completed`.
@@ -35,6 +42,7 @@ from ..unmapped import Bad, first_failures, kind as _kind
 STATUS = "completed"
 TRUNCATED = "truncated"
 REQUIRED = ("prompts", "responses", "attention_mask", "response_mask")
+MM_KEY = "multi_modal_inputs"
 
 
 def _blocks(mask: np.ndarray, trailing: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -100,6 +108,7 @@ class Plan(NamedTuple):
     r: np.ndarray
     bad: dict
     versions: list
+    mm: Any = None  # the rows' multimodal_train_inputs (dict or None each), or None: no such key
 
 
 def plan(tensors: Any, non_tensor: Any, n: int | None) -> Plan:
@@ -139,6 +148,10 @@ def plan(tensors: Any, non_tensor: Any, n: int | None) -> Plan:
         if key in ("uid", "global_steps", "min_global_steps", "max_global_steps") and len(v) != rows:
             raise Bad(key, f"expected one value per row ({rows}), got {len(v)}")
     group = _groups(non_tensor, rows, n)
+    mm = non_tensor.get(MM_KEY)
+    if mm is not None and (not isinstance(mm, np.ndarray) or mm.ndim != 1 or len(mm) != rows):
+        raise Bad(MM_KEY, f"expected an object array of one dict (or None) per row ({rows}), got "
+                          f"{getattr(mm, 'shape', _kind(mm))}")
     lp, scores = optional.get("rollout_log_probs"), optional.get("rm_scores")
     p, prompt_ok = _blocks(am[:, :pw], trailing=True)
     r, resp_ok = _blocks(am[:, pw:], trailing=False)
@@ -157,10 +170,12 @@ def plan(tensors: Any, non_tensor: Any, n: int | None) -> Plan:
         if i not in bad:
             try:
                 versions[i] = _versions(non_tensor, i)
+                if mm is not None and mm[i] is not None and not isinstance(mm[i], dict):
+                    raise Bad(MM_KEY, f"expected a dict of tensors or None, got {_kind(mm[i])}", i)
             except Bad as e:
                 bad[i] = e
     reward = None if scores is None else scores.sum(axis=1, dtype=np.float64)
-    return Plan(prompts, responses, rmask, lp, reward, group, p, r, bad, versions)
+    return Plan(prompts, responses, rmask, lp, reward, group, p, r, bad, versions, None if mm is None else mm.tolist())
 
 
 def columns(pl: Plan, a: int, b: int) -> dict:
@@ -193,6 +208,8 @@ def columns(pl: Plan, a: int, b: int) -> dict:
     versions = pl.versions[a:b]
     if any(v is not None for v in versions):
         out["weight_versions"] = versions
+    if pl.mm is not None:
+        out["multimodal_train_inputs"] = col(pl.mm[a:b])
     return out
 
 
@@ -218,5 +235,7 @@ def samples(tensors: Any, non_tensor: Any, n: int | None) -> list:
             s["rollout_log_probs"] = pl.lp[i, :ri].astype(np.float64)
         if pl.versions[i] is not None:
             s["weight_versions"] = pl.versions[i]
+        if pl.mm is not None:
+            s["multimodal_train_inputs"] = pl.mm[i]
         out.append(s)
     return out

@@ -13,7 +13,7 @@ EXPECTED = {
     "__builtin__.bytes", "__builtin__.frozenset", "__builtin__.set", "builtins.bytes", "builtins.frozenset",
     "builtins.set", "_codecs.encode", "collections.OrderedDict",
     # torch: tensors, their storages, devices and sizes
-    "torch._utils._rebuild_tensor_v2", "torch.device", "torch.Size",
+    "torch._utils._rebuild_tensor_v2", "torch.storage._load_from_bytes", "torch.device", "torch.Size",
     *(f"torch.{k}Storage" for k in ("BFloat16", "Bool", "Byte", "Char", "Double", "Float", "Half", "Int", "Long", "Short")),
     # numpy, under numpy 1's and numpy 2's module paths
     "numpy.dtype", "numpy.ndarray",

@@ -732,3 +732,57 @@ def test_other_pickle_protocols(tmp_path, protocol):
     torch.save(payload, path, pickle_protocol=protocol)
     ref = torch.load(path, weights_only=protocol == 2)  # torch's weights_only unpickler only reads protocol 2
     assert_matches_torch(ref, load_pt(path))
+
+
+def test_bfloat16_bits_on_request_are_views_of_the_storage(tmp_path):
+    from rollout_cli.core.tensors import BFloat16Bits
+    from rollout_cli.inputs.pickled import load_torch
+
+    t = torch.tensor([1.0, -2.5, 3.140625, 1e38, float("nan"), 0.0], dtype=torch.bfloat16)
+    out = load_torch(save({"x": t, "s": t[::2], "m": t.reshape(2, 3).t()}, tmp_path / "b.pt"), as_stored=True)
+    bits = t.view(torch.int16).numpy().view(np.uint16)
+    assert type(out["x"]) is BFloat16Bits and out["x"].dtype == np.uint16
+    np.testing.assert_array_equal(out["x"], bits)
+    np.testing.assert_array_equal(out["s"], bits[::2])
+    np.testing.assert_array_equal(out["m"], bits.reshape(2, 3).T)
+    assert np.shares_memory(out["x"], out["s"]) and np.shares_memory(out["x"], out["m"])
+    assert load_torch(tmp_path / "b.pt")["x"].dtype == np.float32  # widened unless asked
+
+
+def test_bfloat16_bits_of_a_big_endian_archive(tmp_path):
+    from rollout_cli.inputs.pickled import load_torch
+
+    t = torch.tensor([1.0, -2.5, 3.140625], dtype=torch.bfloat16)
+    src = save({"x": t}, tmp_path / "le.pt")
+    dst = tmp_path / "be.pt"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("/byteorder"):
+                data = b"big"
+            elif "/data/" in info.filename:
+                data = np.frombuffer(data, "<u2").astype(">u2").tobytes()
+            zout.writestr(info.filename, data)
+    np.testing.assert_array_equal(load_torch(dst, as_stored=True)["x"], t.view(torch.int16).numpy().view(np.uint16))
+    np.testing.assert_array_equal(load_torch(dst)["x"], t.float().numpy())
+
+
+def test_slime_reader_keeps_multimodal_bfloat16_as_bits_and_widens_the_rest(tmp_path):
+    from rollout_cli.core.tensors import BFloat16Bits, WidenedBFloat16
+    from rollout_cli.inputs.slime_pt import reader
+
+    pv = torch.randn(4, 6).to(torch.bfloat16)
+    lp = torch.randn(3).to(torch.bfloat16)
+    sample = {"tokens": [1, 2, 3], "multimodal_train_inputs": {"pixel_values": pv},
+              "rollout_log_probs": lp, "metadata": {"extra": [lp, lp[:1]]}}
+    path = save({"rollout_id": 1, "samples": [sample]}, tmp_path / "1.pt")
+    got = reader.load_payload(str(path), "1.pt", False, as_stored=True)["samples"][0]
+    reader._widen_outside_mm(got)
+    mm = got["multimodal_train_inputs"]["pixel_values"]
+    assert type(mm) is BFloat16Bits
+    np.testing.assert_array_equal(mm, pv.view(torch.int16).numpy().view(np.uint16))
+    for v in (got["rollout_log_probs"], got["metadata"]["extra"][0], got["metadata"]["extra"][1]):
+        assert isinstance(v, WidenedBFloat16) and v.dtype == np.float32
+    np.testing.assert_array_equal(got["metadata"]["extra"][0], lp.float().numpy())
+    # the trusted path (torch.load) marks bfloat16 the same way, so it is stored as bfloat16 too
+    assert isinstance(load_pt_trusted(path)["samples"][0]["multimodal_train_inputs"]["pixel_values"], WidenedBFloat16)
