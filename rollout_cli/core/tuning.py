@@ -10,12 +10,7 @@ metric (medians of >= 5 alternating runs; docs/design.md):
   world size 6, budget 16,384 tokens; 2026-12-06): 186 ms with it against 384 ms without
   (51%; the torch batches 221 against 428). One rank per process: 361 against 394 ms.
 
-- `ROLLOUT_CLI_FORK_WORKERS` (default on): the `rollout-cli` executable forks its pool's
-  workers from itself once it has imported the stages, while it runs one thread
-  (run/engines/local.py), instead of starting multiprocessing's fork server, whose workers each
-  import them again. Metric: wall of the conversion. FORK_FIGURE
-
-Gone: the early fork server (Parquet 1.1% of the CPU-s,
+No conversion fast path has a switch today: the early fork server (Parquet 1.1% of the CPU-s,
 JSONL 8.1%, the wall worse on both) and O_DIRECT shards (convert + first load CPU-s: JSONL
 4.0%, Parquet 7.8%) went under the budget on 2026-12-06 (`bench/results/machinery.json`), as
 the loader's gather arena did (186 against 185 CPU-ms on the epoch above), and, earlier, a held
@@ -26,9 +21,8 @@ from __future__ import annotations
 import os
 
 STEP_CACHE = "ROLLOUT_CLI_STEP_CACHE"
-FORK_WORKERS = "ROLLOUT_CLI_FORK_WORKERS"
 
-SWITCHES = {STEP_CACHE: True, FORK_WORKERS: True}
+SWITCHES = {STEP_CACHE: True}
 
 
 def enabled(name: str) -> bool:
@@ -44,7 +38,3 @@ def enabled(name: str) -> bool:
 
 def step_cache() -> bool:
     return enabled(STEP_CACHE)
-
-
-def fork_workers() -> bool:
-    return enabled(FORK_WORKERS)
