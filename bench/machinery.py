@@ -7,7 +7,7 @@ on and 0 for off, which this script sets on the converting process (its fork ser
 workers inherit it). A fast path stays only if it buys at least 5% on the whole run (medians
 of at least 5 alternating runs, CPU-s and wall). Each run replaces the output of the run
 before it, as the held-out command does (--no-replace: emptied first, untimed). A switch in
-WITH_LOAD (none today) would be judged on convert + first load: each convert followed by a
+WITH_LOAD (direct-io) is judged on convert + first load: each convert followed by a
 fresh process that loads every shard of every step, as run_whole.py --then-load does.
 
     python bench/machinery.py                               # every switch, 16 steps, JSONL and Parquet, 5 reps
@@ -39,12 +39,11 @@ import run_convert  # noqa: E402
 import run_whole  # noqa: E402
 
 # switch name on the command line -> its environment variable (rollout_cli/core/tuning.py)
-# (none today: the early fork server, O_DIRECT shards and workers forked from the executable
-# went under the budget, 2026-12-06; the loader's step cache is measured by bench/loader.py
-# --switches)
-SWITCHES: dict[str, str] = {}
+# (the early fork server and workers forked from the executable went under the budget,
+# 2026-12-06; the loader's step cache is measured by bench/loader.py --switches)
+SWITCHES: dict[str, str] = {"direct-io": "ROLLOUT_CLI_DIRECT_IO"}
 # switches judged on convert + the trainer's first load
-WITH_LOAD: set[str] = set()
+WITH_LOAD: set[str] = {"direct-io"}
 # what a fast path must buy to stay (issue's budget): 5% of the whole run
 KEEP_GAIN = 0.05
 

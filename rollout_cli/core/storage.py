@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from functools import lru_cache, wraps
 
 from . import pages
+from .tuning import direct_io
 from .errors import InputUnavailableError, InvalidInputError, RolloutCliError
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -332,21 +333,47 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
         fn(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
 
 
+# O_DIRECT wants the buffer's address, each write's length and the file offset to be multiples
+# of the device's logical block size; a page is a multiple of every common one
+DIRECT_ALIGN = 4096
+# what a file system that does not do O_DIRECT answers at open
+_DIRECT_REFUSED = (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP)
 WRITE_CHUNK_BYTES = 2 << 20
 
 
 class LocalWriter:
-    """A new local file that is durable once closed (fsynced). Small writes are gathered in one
-    reused 2 MiB buffer; a write of 2 MiB or more goes to the file from the caller's memory
-    (Arrow's buffers: the IPC copy's columns, the Parquet writer's column chunks) without that
-    copy. Each write is handed to the disk as it is made (start_writeback), so the fsync at
-    close waits for the last one only."""
+    """A new local file that is durable once closed (fsynced).
 
-    def __init__(self, path: str):
+    Where the file system takes it, the file is opened with O_DIRECT and written in 2 MiB
+    chunks gathered in one reused, page-aligned buffer, from which each goes to the device
+    without passing through the page cache: a shard is written once and not read back by the
+    converting process, and through the page cache every byte is first copied into pages
+    allocated for it, which on a virtual machine that hands freed memory back to its host are
+    cold (core/tuning.py has the figure). Elsewhere (a file system that refuses O_DIRECT at
+    open, as tmpfs did before Linux 6.6 and FUSE does, or refuses an aligned direct write, or
+    `direct=False`) small writes are gathered in that buffer and a write of 2 MiB or more goes
+    to the file from the caller's memory (Arrow's buffers) without that copy; each write is
+    handed to the disk as it is made (start_writeback), so the fsync at close waits for the
+    last one only. Unset, `direct` is the `ROLLOUT_CLI_DIRECT_IO` switch (core/tuning.py)."""
+
+    def __init__(self, path: str, direct: bool | None = None):
         self.path = path
+        if direct is None:
+            direct = direct_io()
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-        self._fd = os.open(path, flags, 0o666)
-        self._buf = pages.anonymous(WRITE_CHUNK_BYTES)  # reused for every gathered chunk
+        o_direct = getattr(os, "O_DIRECT", 0) if direct else 0
+        self.direct = False
+        self._fd = -1
+        if o_direct:
+            try:
+                self._fd = os.open(path, flags | o_direct, 0o666)
+                self.direct = True
+            except OSError as e:  # tmpfs before Linux 6.6, FUSE and others refuse O_DIRECT at open
+                if e.errno not in _DIRECT_REFUSED:
+                    raise
+        if self._fd < 0:
+            self._fd = os.open(path, flags, 0o666)
+        self._buf = pages.anonymous(WRITE_CHUNK_BYTES)  # page-aligned, reused for every chunk
         self._view = memoryview(self._buf)
         self._fill = 0  # bytes gathered in the buffer
         self._offset = 0  # bytes written to the file
@@ -355,7 +382,7 @@ class LocalWriter:
     def write(self, data) -> int:
         src = memoryview(data).cast("B")
         n = src.nbytes
-        if n >= WRITE_CHUNK_BYTES:
+        if n >= WRITE_CHUNK_BYTES and not self.direct:
             if self._fill:
                 self._write_out(self._view[:self._fill])
                 self._fill = 0
@@ -376,9 +403,22 @@ class LocalWriter:
         nbytes = chunk.nbytes
         written = 0
         while written < nbytes:
-            written += os.write(self._fd, chunk[written:])
-        start_writeback(self._fd, self._offset, nbytes)
+            try:
+                written += os.write(self._fd, chunk[written:])
+            except OSError as e:
+                if not (self.direct and e.errno == errno.EINVAL):
+                    raise
+                self._stop_direct()  # the device wants a coarser alignment: go through the cache
+        if not self.direct:
+            start_writeback(self._fd, self._offset, nbytes)
         self._offset += nbytes
+
+    def _stop_direct(self) -> None:
+        import fcntl
+
+        fl = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+        fcntl.fcntl(self._fd, fcntl.F_SETFL, fl & ~os.O_DIRECT)
+        self.direct = False
 
     def close(self) -> None:
         """Write what is gathered, make the file durable and close it."""
@@ -387,7 +427,14 @@ class LocalWriter:
         self.closed = True
         try:
             if self._fill:
-                self._write_out(self._view[:self._fill])
+                size = self._offset + self._fill
+                if self.direct:  # a direct write is whole blocks: pad, then cut the file back
+                    padded = -(-self._fill // DIRECT_ALIGN) * DIRECT_ALIGN
+                    self._view[self._fill:padded] = bytes(padded - self._fill)
+                    self._write_out(self._view[:padded])
+                    os.ftruncate(self._fd, size)
+                else:
+                    self._write_out(self._view[:self._fill])
                 self._fill = 0
             os.fsync(self._fd)
         finally:

@@ -10,19 +10,26 @@ metric (medians of >= 5 alternating runs; docs/design.md):
   world size 6, budget 16,384 tokens; 2026-12-06): 186 ms with it against 384 ms without
   (51%; the torch batches 221 against 428). One rank per process: 361 against 394 ms.
 
-No conversion fast path has a switch today: the early fork server (Parquet 1.1% of the CPU-s,
-JSONL 8.1%, the wall worse on both) and O_DIRECT shards (convert + first load CPU-s: JSONL
-4.0%, Parquet 7.8%) went under the budget on 2026-12-06 (`bench/results/machinery.json`), as
-the loader's gather arena did (186 against 185 CPU-ms on the epoch above), and, earlier, a held
-step's values cast into one buffer per column and Arrow null masks read by hand.
+- `ROLLOUT_CLI_DIRECT_IO` (default on): shards and their IPC copies are written with O_DIRECT,
+  past the page cache (core/storage.LocalWriter), and the loader asks for huge pages where it
+  maps them (output/views.large_folios). Metric: CPU-s of convert + the trainer's first load.
+  DIRECT_FIGURE
+
+Gone under the budget: the early fork server (Parquet 1.1% of the CPU-s, JSONL 8.1%, the wall
+worse on both; `bench/results/machinery-direct-io-early-pool.json`), the executable's workers
+forked from itself (wall of the 16- and 64-step runs: JSONL 1.1% and 2.2%, Parquet -0.6% and
+4.0%; `bench/results/machinery-fork-workers-{16,64}.json`), the loader's gather arena (186
+against 185 CPU-ms on the epoch above) and, earlier, a held step's values cast into one buffer
+per column and Arrow null masks read by hand.
 """
 from __future__ import annotations
 
 import os
 
 STEP_CACHE = "ROLLOUT_CLI_STEP_CACHE"
+DIRECT_IO = "ROLLOUT_CLI_DIRECT_IO"
 
-SWITCHES = {STEP_CACHE: True}
+SWITCHES = {STEP_CACHE: True, DIRECT_IO: True}
 
 
 def enabled(name: str) -> bool:
@@ -38,3 +45,7 @@ def enabled(name: str) -> bool:
 
 def step_cache() -> bool:
     return enabled(STEP_CACHE)
+
+
+def direct_io() -> bool:
+    return enabled(DIRECT_IO)

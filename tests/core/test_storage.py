@@ -5,6 +5,7 @@ import errno
 import os
 import shutil
 import socket
+import tempfile
 
 import numpy as np
 
@@ -123,14 +124,26 @@ def test_ray_engine_reads_and_writes_s3(s3, tmp_path):
 _CHUNK = storage.WRITE_CHUNK_BYTES
 
 
+def _direct_accepted(folder) -> bool:
+    """Whether this folder's file system opens a file with O_DIRECT."""
+    try:
+        fd = os.open(os.path.join(folder, "probe"), os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
 @pytest.mark.parametrize("pieces", [[], [1], [4095], [4096], [_CHUNK - 1], [_CHUNK], [_CHUNK + 1],
                                     [3, _CHUNK - 3, 5000], [7] * 1000 + [2 * _CHUNK + 17],
                                     [5, 3 * _CHUNK, 9, _CHUNK - 9, 1]])
-def test_local_writer_writes_exactly_the_bytes_given(tmp_path, pieces):
+@pytest.mark.parametrize("direct", [True, False])
+def test_local_writer_writes_exactly_the_bytes_given(tmp_path, pieces, direct):
     rng = np.random.default_rng(len(pieces))
     data = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in pieces]
     path = tmp_path / "f.bin"
-    w = storage.LocalWriter(str(path))
+    w = storage.LocalWriter(str(path), direct=direct)
+    assert w.direct == (direct and _direct_accepted(tmp_path))
     for d in data:
         assert w.write(d) == len(d)
     w.close()
@@ -150,7 +163,7 @@ def test_local_writer_takes_any_buffer(tmp_path):
 def test_local_writer_hands_each_write_to_the_disk_in_order(tmp_path, monkeypatch):
     handed = []
     monkeypatch.setattr(storage, "start_writeback", lambda fd, a, n: handed.append((a, n)))
-    w = storage.LocalWriter(str(tmp_path / "f.bin"))
+    w = storage.LocalWriter(str(tmp_path / "f.bin"), direct=False)
     small = bytes(range(256)) * (_CHUNK // 256 + 3)  # under two chunks: gathered
     big = bytes(range(255, -1, -1)) * (2 * _CHUNK // 256 + 1)  # over a chunk: written as it is
     for a, b in ((0, 100), (100, _CHUNK // 2), (_CHUNK // 2, len(small))):  # each under a chunk: gathered
@@ -162,6 +175,66 @@ def test_local_writer_hands_each_write_to_the_disk_in_order(tmp_path, monkeypatc
     # the gathered chunk, the rest gathered before the large write, the large write, the tail
     assert handed == [(0, _CHUNK), (_CHUNK, len(small) - _CHUNK), (len(small), len(big)),
                       (len(small) + len(big), 4)]
+
+
+def test_local_writer_on_tmpfs(monkeypatch):
+    # tmpfs (/dev/shm) refused O_DIRECT at open before Linux 6.6 and takes it since: either way
+    # the file holds exactly the bytes given, the unaligned tail included
+    d = tempfile.mkdtemp(dir="/dev/shm")
+    handed = []
+    monkeypatch.setattr(storage, "start_writeback", lambda fd, a, n: handed.append(n))
+    try:
+        data = np.random.default_rng(5).integers(0, 256, 2 * _CHUNK + 4097, dtype=np.uint8).tobytes()
+        w = storage.LocalWriter(os.path.join(d, "f.bin"), direct=True)
+        assert w.direct == _direct_accepted(d)
+        w.write(data[:5])
+        w.write(data[5:])
+        w.close()
+        with open(os.path.join(d, "f.bin"), "rb") as f:
+            assert f.read() == data
+        assert handed == ([] if w.direct else [_CHUNK, _CHUNK, 4097])
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("refusal", [errno.EINVAL, errno.EOPNOTSUPP])
+def test_local_writer_goes_through_the_cache_where_direct_is_refused_at_open(tmp_path, monkeypatch, refusal):
+    real = os.open
+
+    def no_direct(path, flags, *a):
+        if flags & os.O_DIRECT:
+            raise OSError(refusal, os.strerror(refusal))
+        return real(path, flags, *a)
+
+    monkeypatch.setattr(storage.os, "open", no_direct)
+    w = storage.LocalWriter(str(tmp_path / "f.bin"), direct=True)
+    assert not w.direct
+    data = bytes(range(256)) * (2 * _CHUNK // 256 + 3)
+    w.write(data)
+    w.close()
+    assert (tmp_path / "f.bin").read_bytes() == data
+
+
+def test_local_writer_leaves_direct_io_when_a_direct_write_is_refused(tmp_path, monkeypatch):
+    if not _direct_accepted(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT at open; the test above covers it")
+    real = os.write
+    refused = []
+
+    def picky(fd, data):
+        if not refused:  # the device wants a coarser alignment than a page
+            refused.append(fd)
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(fd, data)
+
+    monkeypatch.setattr(storage.os, "write", picky)
+    w = storage.LocalWriter(str(tmp_path / "f.bin"), direct=True)
+    assert w.direct
+    data = b"abc" * (_CHUNK // 2) + b"tail"
+    w.write(data)
+    w.close()
+    assert not w.direct and refused
+    assert (tmp_path / "f.bin").read_bytes() == data
 
 
 def test_local_writer_reports_a_full_disk(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import SAMPLE_DATA, shard_bytes
-from rollout_cli.core import tuning
+from rollout_cli.core import storage, tuning
 
 
 @pytest.mark.parametrize("name", sorted(tuning.SWITCHES))
@@ -38,3 +38,22 @@ def test_every_fast_path_off_writes_the_same_shards(tmp_path, fmt):
     _convert(SAMPLE_DATA / fmt, tmp_path / "off", {name: "0" for name in tuning.SWITCHES})
     on, off = shard_bytes(tmp_path / "on"), shard_bytes(tmp_path / "off")
     assert on and on == off
+
+
+def test_the_shard_writer_asks_the_direct_io_switch(tmp_path, monkeypatch):
+    opened = []
+    real_open = os.open
+
+    def spy(path, flags, *a):
+        opened.append(bool(flags & getattr(os, "O_DIRECT", 0)))
+        return real_open(path, flags & ~getattr(os, "O_DIRECT", 0), *a)  # whatever the file system takes
+
+    monkeypatch.setattr(storage.os, "open", spy)
+    monkeypatch.setenv(tuning.DIRECT_IO, "0")
+    storage.LocalWriter(str(tmp_path / "a")).close()
+    monkeypatch.setenv(tuning.DIRECT_IO, "1")
+    storage.LocalWriter(str(tmp_path / "b")).close()
+    monkeypatch.delenv(tuning.DIRECT_IO)
+    storage.LocalWriter(str(tmp_path / "c")).close()
+    o_direct = hasattr(os, "O_DIRECT")
+    assert opened == [False, o_direct, o_direct]  # on by default

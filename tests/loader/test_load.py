@@ -234,6 +234,38 @@ def random_out(tmp_path_factory):
 # ------------------------------------------------------------------------------------------
 
 
+def _vm_flags(path: str) -> list[set[str]]:
+    """VmFlags of each of the current process's mappings of `path` (Linux /proc/self/smaps)."""
+    real = os.path.realpath(path)
+    out, mine = [], False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if "-" in parts[0] and len(parts) >= 5 and parts[1][:1] in "r-":
+                mine = len(parts) == 6 and parts[5].strip() == real
+            elif mine and line.startswith("VmFlags:"):
+                out.append(set(line.split()[1:]))
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_the_mapped_file_is_read_in_huge_pages_where_shards_skip_the_cache(sample_out, monkeypatch, direct):
+    # a shard not yet in the page cache (written with O_DIRECT, ROLLOUT_CLI_DIRECT_IO) is read by
+    # the load's faults: asked before the first touch, they read it in large folios, which later
+    # loads map in few faults; through the page cache, no advice
+    monkeypatch.setenv("ROLLOUT_CLI_DIRECT_IO", direct)
+    monkeypatch.setenv("ROLLOUT_CLI_STEP_CACHE", "0")  # a fresh mapping under this setting
+    ds = open_dataset(sample_out)
+    step = ds.steps[0]
+    _, ipc = ds.paths(step, 0)
+    b = ds.load(step, 0)
+    flags = _vm_flags(ipc)
+    assert flags, "the IPC file is not memory-mapped"
+    assert all(("hg" in f) == (direct == "1") for f in flags), flags
+    assert int(b.tokens.sum()) == int(ds.load(step, 0).tokens.sum())
+
+
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_sample_data_equals_parquet_every_shard(sample_out, split):
     n = 0

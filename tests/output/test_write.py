@@ -2,6 +2,8 @@
 depend on the rows only, not on how the table is chunked or which memory pool is used."""
 from __future__ import annotations
 
+import functools
+
 
 import numpy as np
 import pyarrow as pa
@@ -137,9 +139,12 @@ def test_property_any_chunking_gives_pyarrows_bytes_for_the_row_groups(tmp_path_
     assert path.read_bytes() == direct(t, write.row_group_bounds(t, rgb))
 
 
-def test_a_local_shard_spanning_several_write_chunks_is_whole_and_hashed(tmp_path):
-    """Columns larger than a write chunk (written from Arrow's memory) and smaller ones (gathered):
-    the files hold the table's bytes and the digests are of what is on disk."""
+@pytest.mark.parametrize("o_direct", [True, False])
+def test_a_local_shard_spanning_several_write_chunks_is_whole_and_hashed(tmp_path, monkeypatch, o_direct):
+    """Written straight to the device or through the page cache, columns larger than a write
+    chunk (through the cache: written from Arrow's memory) and smaller ones (gathered): the files
+    hold the table's bytes and the digests are of what is on disk."""
+    monkeypatch.setattr(write.storage, "LocalWriter", functools.partial(write.storage.LocalWriter, direct=o_direct))
     n = 3 * write.storage.WRITE_CHUNK_BYTES // 16 + 5  # each column's buffer is 1.5 chunks
     table = pa.table({k: pa.array(np.arange(n, dtype=np.int64) * i) for i, k in enumerate("abc")})
     wf = write.write_ipc(table, str(tmp_path / "x.arrow"))
