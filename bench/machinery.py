@@ -10,8 +10,8 @@ before it, as the held-out command does (--no-replace: emptied first, untimed). 
 WITH_LOAD (direct-io) is judged on convert + first load: each convert followed by a
 fresh process that loads every shard of every step, as run_whole.py --then-load does.
 
-    python bench/machinery.py                               # every switch, 16 steps, JSONL and Parquet, 5 reps
-    python bench/machinery.py --switches NAME --steps 64 --reps 5
+    python bench/machinery.py                               # every switch, 16 steps, JSONL and Parquet, 6 reps
+    python bench/machinery.py --switches NAME --steps 64 --reps 6
     python bench/machinery.py --steps 2 --reps 1 --quick    # a smoke test: it runs, nothing measured
 
 The order of on and off alternates from rep to rep (on, off, off, on, on, off, ...) so neither
@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=16, help="steps in the whole run (default 16)")
     ap.add_argument("--formats", default="jsonl,parquet", help="comma list of jsonl, parquet, pt")
     ap.add_argument("--switches", default=",".join(SWITCHES), help=f"comma list of {', '.join(SWITCHES)}")
-    ap.add_argument("--reps", type=int, default=5, help="timed runs of each setting (default 5)")
+    ap.add_argument("--reps", type=int, default=6, help="timed runs of each setting, made even (default 6)")
     ap.add_argument("--no-load", action="store_true", help="a WITH_LOAD switch without the first load")
     ap.add_argument("--replace", action=argparse.BooleanOptionalAction, default=True,
                     help="each run replaces the previous run's output, the removal timed (default; as "

@@ -9,16 +9,18 @@ metric (medians of >= 5 alternating runs; docs/design.md):
   by one process to every rank (`bench/loader.py --switches step-cache`: 16 steps, 4 shards,
   world size 6, budget 16,384 tokens; 2026-12-06): 186 ms with it against 384 ms without
   (51%; the torch batches 221 against 428). One rank per process: 361 against 394 ms.
-
 - `ROLLOUT_CLI_DIRECT_IO` (default on): shards and their IPC copies are written with O_DIRECT,
   past the page cache (core/storage.LocalWriter), and the loader asks for huge pages where it
-  maps them (output/views.large_folios). Metric: CPU-s of convert + the trainer's first load.
-  DIRECT_FIGURE
+  maps them (output/views.large_folios). Metric: CPU-s of convert + the trainer's first load
+  (`bench/machinery.py --switches direct-io --reps 6`, 16 steps, quiet machine, 2026-12-06):
+  JSONL 4.58 with it against 4.93 without (7.0%), Parquet 3.93 against 4.23 (7.1%); the
+  conversion alone 13% and 16% of its CPU-s (on this kind of VM a page-cache write lands in
+  cold pages, docs/performance.md).
 
 Gone under the budget: the early fork server (Parquet 1.1% of the CPU-s, JSONL 8.1%, the wall
 worse on both; `bench/results/machinery-direct-io-early-pool.json`), the executable's workers
-forked from itself (wall of the 16- and 64-step runs: JSONL 1.1% and 2.2%, Parquet -0.6% and
-4.0%; `bench/results/machinery-fork-workers-{16,64}.json`), the loader's gather arena (186
+forked from itself (CPU-s of the 16- and 64-step runs: JSONL 1.1% and 2.2%, Parquet -0.6% and
+4.0%, the wall at most 3.2%; `bench/results/machinery-fork-workers-{16,64}.json`), the loader's gather arena (186
 against 185 CPU-ms on the epoch above) and, earlier, a held step's values cast into one buffer
 per column and Arrow null masks read by hand.
 """
