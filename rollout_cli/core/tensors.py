@@ -286,13 +286,11 @@ def numpy_cat(arrays: list) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
 
 
-def join(per_sample: list, copy=None) -> tuple[dict, list]:
+def join(per_sample: list) -> tuple[dict, list]:
     """slime's get_batch join of decode_row's dicts in one copy: (key -> the samples' arrays
     joined along dim 0, the per-sample dicts with each joined key's array a view of the joined
     one). A key whose arrays differ in dtype is left per sample (copies) and out of the joined
-    dict: its join needs the trainer's type promotion (concat, with torch.cat). `copy(arrays)`
-    makes the joined array of one key's arrays (same dtype, same trailing shape); by default
-    np.concatenate (the loader's copies on torch's threads)."""
+    dict: its join needs the trainer's type promotion (concat, with torch.cat)."""
     by_key: dict = {}
     for j, d in enumerate(per_sample):
         for k, v in (d or {}).items():
@@ -306,8 +304,7 @@ def join(per_sample: list, copy=None) -> tuple[dict, list]:
             for j, v in items:
                 out[j][k] = np.array(v).view(type(v))
             continue
-        parts = [v for _, v in items]
-        whole = (np.concatenate(parts, axis=0) if copy is None else copy(parts)).view(type(parts[0]))
+        whole = np.concatenate([v for _, v in items], axis=0).view(type(items[0][1]))
         joined[k] = whole
         at = 0
         for j, v in items:

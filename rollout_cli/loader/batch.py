@@ -101,7 +101,7 @@ class PackedBatch:
         per = arrays["extras"].get("multimodal_train_inputs")
         joined = {}
         if per:  # one copy a key (the file's bytes are read-only); each sample's tensors are views of it
-            joined, per = tensors.join(per, _threaded_copy)
+            joined, per = tensors.join(per)
             joined = {k: _tensor(v) for k, v in joined.items()}
             per = arrays["extras"]["multimodal_train_inputs"] = [
                 None if d is None else {k: _tensor(v) if isinstance(v, np.ndarray) else v for k, v in d.items()}
@@ -340,25 +340,6 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     if isinstance(a, tensors.BFloat16Bits):
         return torch.from_numpy(a.view(np.int16).view(np.ndarray)).view(torch.bfloat16)
     return torch.from_numpy(a.view(np.ndarray) if type(a) is not np.ndarray else a)
-
-
-_SMALL = 1 << 20  # below this many bytes a join is np.concatenate (torch's per-call cost outweighs its threads)
-
-
-def _threaded_copy(arrays: list) -> np.ndarray:
-    """The arrays (one dtype, C-contiguous rows) joined along dim 0 into a new array by
-    torch.cat over their bytes: torch copies on its intra-op threads, as slime's own torch.cat
-    in get_batch does, where np.concatenate copies on one."""
-    first = arrays[0]
-    shape = (sum(len(a) for a in arrays),) + first.shape[1:]
-    out = np.empty(shape, first.dtype)
-    if out.nbytes < _SMALL:
-        return np.concatenate(arrays, axis=0, out=out)
-    flat = [np.ascontiguousarray(a).view(np.ndarray).reshape(-1).view(np.uint8) for a in arrays]
-    with warnings.catch_warnings():  # a row decoded from a Parquet buffer is read-only; the copy only reads it
-        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
-        torch.cat([torch.from_numpy(f) for f in flat], out=torch.from_numpy(out.reshape(-1).view(np.uint8)))
-    return out
 
 
 def _joined(per: list, joined: dict) -> dict:

@@ -10,8 +10,6 @@ import pytest
 import torch
 
 from rollout_cli.exporting.slime_pt import export_slime_pt
-from rollout_cli.core import tensors
-from rollout_cli.loader import batch as batch_mod
 from rollout_cli.loader import open_dataset
 from rollout_cli.run.convert import convert
 
@@ -86,11 +84,8 @@ def test_each_sample_comes_back_exactly_through_to_slime_train_data(run):
         assert b.extras["multimodal_train_input_id"] == [ref[step][p].get("multimodal_train_input_id") for p in pos]
 
 
-@pytest.mark.parametrize("threaded", [False, True])
 @pytest.mark.parametrize("world_size, max_tokens", [(1, 10_000), (2, 30), (3, 16)])
-def test_micro_batches_join_as_slimes_get_batch(run, world_size, max_tokens, threaded, monkeypatch):
-    if threaded:  # every join through torch's copy, not only those of a megabyte or more
-        monkeypatch.setattr(batch_mod, "_SMALL", 0)
+def test_micro_batches_join_as_slimes_get_batch(run, world_size, max_tokens):
     root, ref = run
     ds = open_dataset(str(root / "out"))
     seen = 0
@@ -114,25 +109,6 @@ def test_micro_batches_join_as_slimes_get_batch(run, world_size, max_tokens, thr
             assert all(torch.equal(moved.multimodal_train_inputs[k], got[k]) for k in got)
             seen += b.num_samples
     assert seen == 16
-
-
-@pytest.mark.parametrize("small", [0, 1 << 20])
-def test_the_threaded_copy_is_np_concatenate(small, monkeypatch):
-    monkeypatch.setattr(batch_mod, "_SMALL", small)
-    rng = np.random.default_rng(0)
-    cases = [
-        [rng.integers(0, 1 << 16, (n, 7), dtype=np.uint16).view(tensors.BFloat16Bits) for n in (3, 0, 5)],
-        [rng.standard_normal((n, 2, 3)).astype(np.float16) for n in (1, 4)],
-        [rng.integers(-9, 9, (n, 3)) for n in (2, 2, 1)],
-        [rng.random(n) < 0.5 for n in (5, 3)],
-    ]
-    for arrays in cases:
-        ro = [a.copy() for a in arrays]
-        for a in ro:
-            a.flags.writeable = False  # rows decoded from a Parquet buffer are read-only
-        got = batch_mod._threaded_copy(ro)
-        want = np.concatenate([a.view(np.ndarray) for a in arrays], axis=0)
-        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got.view(np.ndarray), want)
 
 
 def test_numpy_backend_gives_arrays_with_bfloat16_widened(run):
