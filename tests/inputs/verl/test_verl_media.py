@@ -82,9 +82,11 @@ def test_multi_modal_data_images_come_back_exactly_without_a_flag(tmp_path):
 
 
 def test_raw_prompt_images_are_used_without_multi_modal_data(tmp_path):
-    ims = [_image("RGB", (6, 2), 5), _image("L", (3, 5), 6)]
+    ims = [_image("RGB", (6, 2), 5), _image("L", (3, 5), 6), _image("P", (4, 4), 7)]
     path = tmp_path / "on_disk.png"
     ims[1].save(path)
+    encoded = io.BytesIO()
+    ims[2].save(encoded, "PNG")
 
     def msgs(items):
         return [{"role": "user", "content": [*items, {"type": "text", "text": "What is shown?"}]}]
@@ -92,14 +94,17 @@ def test_raw_prompt_images_are_used_without_multi_modal_data(tmp_path):
     raw = [msgs([{"type": "image", "image": ims[0]}, {"type": "image", "image": str(path)}]),
            msgs([]),
            [{"role": "user", "content": "plain text"}],
-           msgs([{"type": "image", "image": ims[0]}])]
+           msgs([{"type": "image", "image": ims[0]}, {"type": "image", "bytes": encoded.getvalue(), "path": None},
+                 {"type": "video", "video": ["f1.jpg", "f2.jpg"]}])]
     write_verl(tmp_path / "dump", 1, _batch(4), {"raw_prompt": raw}, gbs=2, n=N, prompt_length=P, response_length=R)
     r = _convert(tmp_path / "dump", tmp_path / "out")
     assert r.exit_code == 0, r.output
+    notes = json.loads(r.stdout)["notes"]
+    assert any("1 image(s) or video(s) of multimodal_inputs not kept" in n for n in notes), notes
     got = _images_by_row(tmp_path / "out")
     assert got[1] is None and got[2] is None
-    assert len(got[0]) == 2 and len(got[3]) == 1
-    for a, b in zip([ims[0], ims[1], ims[0]], got[0] + got[3]):
+    assert len(got[0]) == 2 and len(got[3]) == 2
+    for a, b in zip([ims[0], ims[1], ims[0], ims[2]], got[0] + got[3]):
         _same(a, b)
 
 
