@@ -2,7 +2,8 @@
 """A vision-language run's figures: convert throughput against `cp` of the same `.pt` files,
 convert's peak RSS against one step's tensor bytes, the output's size against the raw tensor
 bytes, and the loader's delivery of a micro-batch's pixel values against a plain memcpy of the
-same bytes.
+same bytes (from resident memory, and from the output's IPC files freshly mapped, as the loader
+reads them, into memory never touched before, as a new batch's is).
 
     python bench/vlm.py --steps 16 --samples 256 --patches 1000 --save bench/results/vlm.json
 
@@ -69,35 +70,102 @@ def _write_twice(run: str, a: str, b: str) -> int:
     return 0
 
 
+def _copies(out: str, sizes: list[int]) -> dict:
+    """Seconds to copy `sizes` bytes (each micro-batch's pixel bytes) into new arrays, one
+    memcpy each (np.copyto, as the loader's join copies), best of three each, from:
+    `anonymous`, resident anonymous memory, each copy freed at once, so the allocator hands the
+    next the same warm pages (a plain memcpy); `mapped_cold`, the output's IPC files freshly
+    mapped as the loader maps them (their pages in the page cache, the mapping's page tables
+    empty), each copy freed at once; `mapped_new`, the same but every copy kept to the end, so
+    each lands in memory never touched before, as the loader's join does while its consumer
+    holds the batches before (the kernel maps and zeroes such pages on first touch)."""
+    import glob
+    import mmap
+
+    import numpy as np
+
+    files = sorted(glob.glob(os.path.join(out, "mmap", "**", "*.arrow"), recursive=True))
+    total = sum(sizes)
+
+    def run(srcs: list, hold: bool) -> float:
+        at, i, held = 0, 0, []
+        t0 = time.perf_counter()
+        for n in sizes:
+            while at + n > len(srcs[i]):  # the next file
+                at, i = 0, (i + 1) % len(srcs)
+            dst = np.empty(n, np.uint8)
+            np.copyto(dst, srcs[i][at:at + n])
+            if hold:
+                held.append(dst)
+            del dst
+            at += n
+        dt = time.perf_counter() - t0
+        del held
+        return dt
+
+    best = {"anonymous": float("inf"), "mapped_cold": float("inf"), "mapped_new": float("inf")}
+    anon = np.ones(total, np.uint8)
+    for _ in range(3):
+        best["anonymous"] = min(best["anonymous"], run([anon], False))
+        for name, hold in (("mapped_cold", False), ("mapped_new", True)):
+            maps = []
+            for f in files:
+                with open(f, "rb") as fh:
+                    maps.append(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY))
+            views = [np.frombuffer(m, np.uint8) for m in maps]
+            best[name] = min(best[name], run(views, hold))
+            del views
+            for m in maps:
+                m.close()
+    return best
+
+
 def _loader(out: str, world_size: int, max_tokens: int) -> dict:
     """Seconds to take every micro-batch's pixel values out of the loader (the join slime's
-    get_batch makes), and to memcpy the same bytes, best of three."""
-    import numpy as np
-    import torch
-
+    get_batch makes), of which in the join itself (core/tensors.join: one np.concatenate a key),
+    and to copy the same bytes (_copies), best of three."""
+    from rollout_cli.core import tensors
     from rollout_cli.loader import open_dataset
 
+    join = tensors.join
+    in_join = [0.0]
+
+    def timed_join(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return join(*a, **k)
+        finally:
+            in_join[0] += time.perf_counter() - t0
+
     ds = open_dataset(out)
-    best_load, best_copy, nbytes = float("inf"), float("inf"), 0
-    for _ in range(3):
-        t0 = time.perf_counter()
-        total = 0
-        sizes = []
-        for rank in range(world_size):
-            for b in ds.iter_batches(rank, world_size=world_size, max_tokens=max_tokens):
-                pv = b.multimodal_train_inputs.get("pixel_values")
-                if pv is not None:
-                    total += pv.numel() * pv.element_size()
-                    sizes.append(pv.numel() * pv.element_size())
-        best_load = min(best_load, time.perf_counter() - t0)
-        nbytes = total
-        src = [np.ones(n, np.uint8) for n in sizes]
-        t0 = time.perf_counter()
-        for s in src:
-            torch.from_numpy(s).clone()
-        best_copy = min(best_copy, time.perf_counter() - t0)
-    return {"pixel_bytes": nbytes, "loader_s": round(best_load, 3), "memcpy_s": round(best_copy, 3),
-            "ratio_vs_memcpy": round(best_copy / best_load, 3) if best_load else None}
+    best_load, best_join, nbytes, sizes = float("inf"), float("inf"), 0, []
+    tensors.join = timed_join
+    try:
+        for _ in range(3):
+            in_join[0] = 0.0
+            t0 = time.perf_counter()
+            sizes = []
+            for rank in range(world_size):
+                for b in ds.iter_batches(rank, world_size=world_size, max_tokens=max_tokens):
+                    pv = b.multimodal_train_inputs.get("pixel_values")
+                    if pv is not None:
+                        sizes.append(pv.numel() * pv.element_size())
+            best_load = min(best_load, time.perf_counter() - t0)
+            best_join = min(best_join, in_join[0])
+    finally:
+        tensors.join = join
+    nbytes = sum(sizes)
+    copy = _copies(out, sizes)
+
+    def ratio(base: float) -> float | None:
+        return round(base / best_load, 3) if best_load else None
+
+    return {"pixel_bytes": nbytes, "micro_batches": len(sizes),
+            "loader_s": round(best_load, 3), "join_s": round(best_join, 3),
+            "memcpy_s": round(copy["anonymous"], 3), "memcpy_mapped_cold_s": round(copy["mapped_cold"], 3),
+            "memcpy_mapped_new_s": round(copy["mapped_new"], 3),
+            "ratio_vs_memcpy": ratio(copy["anonymous"]), "ratio_vs_memcpy_mapped_cold": ratio(copy["mapped_cold"]),
+            "ratio_vs_memcpy_mapped_new": ratio(copy["mapped_new"])}
 
 
 def main(argv=None) -> int:

@@ -27,6 +27,16 @@ output (verl/experimental/agent_loop/agent_loop.py:700-830, 1026-1118):
   has one; verl@6c923f3b724a). The tensors are pickled as torch pickles a lone tensor (a storage
   in torch.save's legacy form, inputs/pickled/legacy.py). Each becomes the sample's
   `multimodal_train_inputs`, kept as slime's are.
+- non-tensor `multi_modal_data` (the raw media): an object array, one dict per row,
+  `{"image": [PIL images], "video": [...]}` as verl's RLHFDataset built it (verl@6c923f3b724a
+  verl/utils/dataset/rl_dataset.py:238-267; the agent loop's own spelling is `images`/`videos`).
+  It reaches the dump with the rest of the input batch's non-tensor columns
+  (`AgentLoopWorker._postprocess`: `non_tensor_batch.update(input_non_tensor_batch)` without
+  reward-loop workers; verl-project/verl@1dda039b9c63 agent_loop.py:1073-1074). Its images become
+  the sample's `multimodal_inputs["images"]`, its other media `multimodal_inputs["videos"]` (counted,
+  not stored). Without it, the images of non-tensor `raw_prompt` (the chat messages, always in the
+  output: agent_loop.py:700; `{"type": "image", "image": PIL image | path | {"bytes", ...}}`
+  content items, rl_dataset.py:299-385 `_build_messages`, verl@1dda039b9c63) are used the same way.
 
 verl records no stop reason in the batch: a response that fills the R width is `truncated` (what
 verl's own clip-ratio metric counts), any other `completed`.
@@ -43,6 +53,9 @@ STATUS = "completed"
 TRUNCATED = "truncated"
 REQUIRED = ("prompts", "responses", "attention_mask", "response_mask")
 MM_KEY = "multi_modal_inputs"
+MEDIA_KEY = "multi_modal_data"
+PROMPT_KEY = "raw_prompt"
+_IMAGE_KEYS = ("image", "images")  # RLHFDataset's spelling (vLLM's), the agent loop's
 
 
 def _blocks(mask: np.ndarray, trailing: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -93,6 +106,47 @@ def _versions(non_tensor: dict, i: int) -> list[str] | None:
     return [str(a)] if a == b else [str(a), str(b)]
 
 
+def _media(entry: Any, i: int) -> dict | None:
+    """A row's `multi_modal_data` as slime's `multimodal_inputs`: its images under `images`, every
+    other medium (video, audio) under `videos`, which the images column counts as not kept."""
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise Bad(MEDIA_KEY, f"expected a dict of media lists (image, video) or None, got {_kind(entry)}", i)
+    images, others = [], []
+    for key, v in entry.items():
+        if v is None:
+            continue
+        items = list(v) if isinstance(v, (list, tuple, np.ndarray)) else [v]
+        (images if key in _IMAGE_KEYS else others).extend(items)
+    return {"images": images, "videos": others} if images or others else None
+
+
+def _prompt_media(messages: Any) -> dict | None:
+    """The images (and other media) of a row's `raw_prompt` messages' content items, in order;
+    None where the messages hold none. Anything not shaped as chat messages holds none: the
+    messages are not otherwise read."""
+    if isinstance(messages, np.ndarray):
+        messages = messages.tolist()
+    if not isinstance(messages, list):
+        return None
+    images, others = [], []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        if not isinstance(content, list):
+            continue
+        for item in content:
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind == "image":
+                v = item.get("image")
+                if v is None:  # no decoded image: the dataset's encoded file or its path
+                    v = item.get("image_url") or {k: item[k] for k in ("bytes", "path") if k in item} or None
+                images.append(v)
+            elif kind in ("video", "audio"):
+                others.append(item)
+    return {"images": images, "videos": others} if images or others else None
+
+
 class Plan(NamedTuple):
     """The checked batch in whole-batch arrays: row i's tokens are the trailing p[i] of its
     prompt then the leading r[i] of its response; `bad` maps a row that cannot be mapped to its
@@ -109,6 +163,7 @@ class Plan(NamedTuple):
     bad: dict
     versions: list
     mm: Any = None  # the rows' multimodal_train_inputs (dict or None each), or None: no such key
+    media: Any = None  # the rows' multimodal_inputs (dict or None each), or None: no raw media
 
 
 def plan(tensors: Any, non_tensor: Any, n: int | None) -> Plan:
@@ -152,6 +207,14 @@ def plan(tensors: Any, non_tensor: Any, n: int | None) -> Plan:
     if mm is not None and (not isinstance(mm, np.ndarray) or mm.ndim != 1 or len(mm) != rows):
         raise Bad(MM_KEY, f"expected an object array of one dict (or None) per row ({rows}), got "
                           f"{getattr(mm, 'shape', _kind(mm))}")
+    data = non_tensor.get(MEDIA_KEY)
+    if data is not None and (not isinstance(data, np.ndarray) or data.ndim != 1 or len(data) != rows):
+        raise Bad(MEDIA_KEY, f"expected an object array of one dict (or None) per row ({rows}), got "
+                             f"{getattr(data, 'shape', _kind(data))}")
+    raw = non_tensor.get(PROMPT_KEY) if data is None else None
+    if raw is not None and (not isinstance(raw, np.ndarray) or len(raw) != rows):
+        raw = None  # not the messages of each row: no media read from it
+    media: list | None = [None] * rows if data is not None or raw is not None else None
     lp, scores = optional.get("rollout_log_probs"), optional.get("rm_scores")
     p, prompt_ok = _blocks(am[:, :pw], trailing=True)
     r, resp_ok = _blocks(am[:, pw:], trailing=False)
@@ -172,10 +235,17 @@ def plan(tensors: Any, non_tensor: Any, n: int | None) -> Plan:
                 versions[i] = _versions(non_tensor, i)
                 if mm is not None and mm[i] is not None and not isinstance(mm[i], dict):
                     raise Bad(MM_KEY, f"expected a dict of tensors or None, got {_kind(mm[i])}", i)
+                if data is not None:
+                    media[i] = _media(data[i], i)
+                elif raw is not None:
+                    media[i] = _prompt_media(raw[i])
             except Bad as e:
                 bad[i] = e
+    if media is not None and all(m is None for m in media):
+        media = None
     reward = None if scores is None else scores.sum(axis=1, dtype=np.float64)
-    return Plan(prompts, responses, rmask, lp, reward, group, p, r, bad, versions, None if mm is None else mm.tolist())
+    return Plan(prompts, responses, rmask, lp, reward, group, p, r, bad, versions, None if mm is None else mm.tolist(),
+                media)
 
 
 def columns(pl: Plan, a: int, b: int) -> dict:
@@ -210,6 +280,8 @@ def columns(pl: Plan, a: int, b: int) -> dict:
         out["weight_versions"] = versions
     if pl.mm is not None:
         out["multimodal_train_inputs"] = col(pl.mm[a:b])
+    if pl.media is not None:
+        out["multimodal_inputs"] = col(pl.media[a:b])
     return out
 
 
@@ -237,5 +309,7 @@ def samples(tensors: Any, non_tensor: Any, n: int | None) -> list:
             s["weight_versions"] = pl.versions[i]
         if pl.mm is not None:
             s["multimodal_train_inputs"] = pl.mm[i]
+        if pl.media is not None and pl.media[i] is not None:
+            s["multimodal_inputs"] = pl.media[i]
         out.append(s)
     return out
