@@ -39,9 +39,9 @@ import run_convert  # noqa: E402
 import run_whole  # noqa: E402
 
 # switch name on the command line -> its environment variable (rollout_cli/core/tuning.py)
-# (the early fork server and workers forked from the executable went under the budget,
-# 2026-12-06; the loader's step cache is measured by bench/loader.py --switches)
-SWITCHES: dict[str, str] = {"direct-io": "ROLLOUT_CLI_DIRECT_IO"}
+# (the early fork server went under the budget, 2026-12-06; the loader's step cache is
+# measured by bench/loader.py --switches)
+SWITCHES: dict[str, str] = {"direct-io": "ROLLOUT_CLI_DIRECT_IO", "fork-workers": "ROLLOUT_CLI_FORK_WORKERS"}
 # switches judged on convert + the trainer's first load
 WITH_LOAD: set[str] = {"direct-io"}
 # what a fast path must buy to stay (issue's budget): 5% of the whole run

@@ -14,9 +14,11 @@ def main() -> None:
     if sys.argv[1:2] == ["convert"]:
         import os
 
+        from .run.engines.local import claim_process
         from .run.engines.worker_setup import worker_environment
 
         os.environ.update(worker_environment())  # this executable's own environment, before pyarrow loads
+        claim_process()
     from .cli.app import main as cli_main
 
     cli_main()

@@ -16,11 +16,16 @@ metric (medians of >= 5 alternating runs; docs/design.md):
   JSONL 4.58 with it against 4.93 without (7.0%), Parquet 3.93 against 4.23 (7.1%); the
   conversion alone 13% and 16% of its CPU-s (on this kind of VM a page-cache write lands in
   cold pages, docs/performance.md).
+- `ROLLOUT_CLI_FORK_WORKERS` (default on): the `rollout-cli` executable forks its pool's
+  workers from itself once it has imported the stages, while it runs one thread
+  (run/engines/local.fork_ready), instead of starting multiprocessing's fork server, whose
+  workers each import them again. Metric: CPU-s of the conversion (`bench/machinery.py
+  --switches fork-workers --reps 6`, quiet machine, 2026-12-06, `O_DIRECT` on): 16 steps JSONL
+  2.90 against 3.21 (9.6%), Parquet 2.02 against 2.23 (9.3%); the wall 8.3% and 7.5%. At 64
+  steps, where the saved imports weigh less: 4.2% and 5.4%.
 
 Gone under the budget: the early fork server (Parquet 1.1% of the CPU-s, JSONL 8.1%, the wall
-worse on both; `bench/results/machinery-direct-io-early-pool.json`), the executable's workers
-forked from itself (CPU-s of the 16- and 64-step runs: JSONL 1.1% and 2.2%, Parquet -0.6% and
-4.0%, the wall at most 3.2%; `bench/results/machinery-fork-workers-{16,64}.json`), the loader's gather arena (186
+worse on both; `bench/results/machinery-direct-io-early-pool.json`), the loader's gather arena (186
 against 185 CPU-ms on the epoch above) and, earlier, a held step's values cast into one buffer
 per column and Arrow null masks read by hand.
 """
@@ -30,8 +35,9 @@ import os
 
 STEP_CACHE = "ROLLOUT_CLI_STEP_CACHE"
 DIRECT_IO = "ROLLOUT_CLI_DIRECT_IO"
+FORK_WORKERS = "ROLLOUT_CLI_FORK_WORKERS"
 
-SWITCHES = {STEP_CACHE: True, DIRECT_IO: True}
+SWITCHES = {STEP_CACHE: True, DIRECT_IO: True, FORK_WORKERS: True}
 
 
 def enabled(name: str) -> bool:
@@ -51,3 +57,7 @@ def step_cache() -> bool:
 
 def direct_io() -> bool:
     return enabled(DIRECT_IO)
+
+
+def fork_workers() -> bool:
+    return enabled(FORK_WORKERS)

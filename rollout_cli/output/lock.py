@@ -35,6 +35,7 @@ import stat
 import threading
 import time
 import uuid
+import weakref
 
 from ..core import storage
 from ..core.errors import OutputBusyError
@@ -107,6 +108,26 @@ def busy_error(target: str, holder: dict | None, waited: float | None) -> Output
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+_HELD: "weakref.WeakSet[LocalLock]" = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    """A forked child (the executable's pool workers) closes its copies of the held locks'
+    descriptors: the lock then ends with its holder, not with the last child to exit."""
+    for held in list(_HELD):
+        for fd in (held.fd, held.dir_fd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        held.fd = held.dir_fd = -1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class LocalLock:
@@ -211,6 +232,7 @@ class LocalLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, data, 0)
         self.fd = fd
+        _HELD.add(self)
 
     def check(self) -> None:
         """Before a commit: the lock file is still the one this process wrote (an flock cannot

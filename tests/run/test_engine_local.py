@@ -264,3 +264,81 @@ def test_workers_keep_freed_arrow_pages_for_the_next_step():
     assert first >= (64 << 20) // 4096 // 2  # the first buffer is new memory
     assert second < first // 10  # the second reuses the first's pages: no fault per page
     assert conf == os.environ.get("JE_ARROW_MALLOC_CONF", worker_setup.JEMALLOC_CONF)
+
+
+_FORK_PROBE = r"""
+import json, os, sys, threading
+from rollout_cli.run.engines import local
+from rollout_cli.run.engines.worker_setup import worker_environment
+from rollout_cli.run.preload import WORKER_MODULES
+
+def probe():
+    return os.getppid(), all(m in sys.modules for m in WORKER_MODULES)
+
+def main():
+    os.environ.update(worker_environment())
+    got = {"library": local.fork_ready()}
+    local.claim_process()
+    if sys.argv[1] == "thread":
+        stop = threading.Event()
+        threading.Thread(target=stop.wait, daemon=True).start()
+    engine = local.PoolEngine(2, WORKER_MODULES)
+    parent, loaded = engine.result(engine.submit(probe))
+    engine.shutdown()
+    got.update(method=engine.method, forked_from_here=parent == os.getpid(), loaded=loaded)
+    print(json.dumps(got))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("threads", ["one", "thread"])
+def test_the_executable_forks_its_workers_only_while_it_runs_one_thread(tmp_path, threads):
+    """The executable's pool forks it (its workers inherit the imported stages) only while it
+    runs a single thread; a library caller's process is never forked."""
+    import json
+    import subprocess
+
+    script = tmp_path / "probe.py"
+    script.write_text(_FORK_PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "JE_ARROW_MALLOC_CONF"}
+    out = subprocess.run([sys.executable, str(script), threads], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["library"] is False and got["loaded"] is True
+    if threads == "one" and sys.platform.startswith("linux"):
+        assert got["method"] == "fork" and got["forked_from_here"] is True
+    else:
+        assert got["method"] != "fork" and got["forked_from_here"] is False
+
+
+def test_a_forked_child_closes_its_copies_of_the_held_lock(tmp_path):
+    """A worker forked while the writer lock is held keeps no descriptor of it: the lock ends
+    with its holder (a killed converter's output is free for --resume at once)."""
+    import fcntl
+
+    from rollout_cli.output.lock import LocalLock
+
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = LocalLock(str(out / ".lock"), "convert", folder=str(out))
+    assert lock.try_acquire() is None
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(r)
+        os.write(w, b"%d %d" % (lock.fd, lock.dir_fd))
+        os._exit(0)
+    os.close(w)
+    assert os.read(r, 64) == b"-1 -1"
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert lock.fd >= 0 and lock.dir_fd >= 0  # the holder still holds it
+    lock.release()
+    fd = os.open(str(out), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the holder released it
+    finally:
+        os.close(fd)

@@ -1,15 +1,19 @@
 """Local engines: inline (one process) and a process pool over the machine's cores. They run
 whatever functions they are given; the caller names the modules the pool's workers import.
 
-The pool uses only public multiprocessing API and changes nothing in the calling process: no
-start method is set, no environment variable, import hook or `__main__` is touched. Its
+The pool uses only public multiprocessing API and changes nothing in a library caller's process:
+no start method is set, no environment variable, import hook or `__main__` is touched. Its
 workers are processes of their own, and only they take rollout-cli's process settings
-(worker_setup.py)."""
+(worker_setup.py). In the `rollout-cli` executable's own process (`claim_process`), and only
+while it runs no other thread, the workers are forked from it once it has imported the stages
+(`fork_ready`)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib
 import multiprocessing as mp
 import os
+import sys
 from typing import Any, Callable, Sequence
 
 from .worker_setup import worker_init
@@ -44,6 +48,33 @@ class InlineEngine:
         pass
 
 
+_OWN_PROCESS = False
+
+
+def claim_process() -> None:
+    """Say that this process is the `rollout-cli` executable's: its pools may fork it."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
+
+
+def _single_threaded() -> bool:
+    try:
+        return len(os.listdir("/proc/self/task")) == 1  # native threads too, not only Python's
+    except OSError:
+        return False
+
+
+def fork_ready() -> bool:
+    """Whether a pool may fork this process: it is the executable's (claim_process) and runs
+    one thread, on a platform with fork, and the switch is on (core/tuning.FORK_WORKERS, with
+    its figure). Its workers then inherit the imported stages instead of a fork server's and
+    each worker's own imports (each ~0.25 CPU-s)."""
+    from ...core.tuning import fork_workers
+
+    # Linux only: elsewhere fork is unsafe with system libraries (macOS) or absent (Windows)
+    return _OWN_PROCESS and fork_workers() and sys.platform.startswith("linux") and _single_threaded()
+
+
 def start_method() -> str:
     """How pool workers start: from multiprocessing's fork server where the platform has one
     (a worker is forked from that small server process, never from the caller, which may be
@@ -59,10 +90,18 @@ class PoolEngine:
 
     def __init__(self, workers: int, preload: Sequence[str] = (), method: str | None = None):
         self.workers = workers
+        if method is None and fork_ready():
+            for name in preload:
+                importlib.import_module(name)
+            method = "fork" if _single_threaded() else None  # an import may have started a thread
         self.method = method or start_method()
         self.pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(self.method),
                                            initializer=worker_init,
                                            initargs=(os.getpid(), tuple(preload), dict(os.environ)))
+        if self.method == "fork":
+            # the executor forks all its workers at its first task: give it one now, before
+            # this process starts any thread of its own (the inputs' fingerprints)
+            self.pool.submit(int)
 
     def slots(self) -> int:
         return self.workers

@@ -34,7 +34,9 @@ def arrow_has_jemalloc() -> bool:
 # is 0), so each step's decode and encode buffers were faulted in afresh, zeroed by the kernel;
 # kept, the next step reuses them (16-step run, 2 workers, median of 3: Parquet 3.17 against
 # 3.42 CPU-s, JSONL 4.30 against 4.53). A worker's memory stays at its own peak, a few steps.
-JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+# With nothing to purge, jemalloc's background thread has no work: off, so that importing
+# pyarrow starts no thread and the executable can fork its workers (local.fork_ready).
+JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1,background_thread:false"
 
 
 # numpy's OpenBLAS starts a thread per extra core when numpy is imported, and each spins for
