@@ -12,6 +12,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 
+# the hooks every text dump (prompt/completion text, read through --tokenizer) shares,
+# from inputs/textdump.py
+TEXT_DUMP_HOOKS = dict(
+    step_field="rollout_cli.inputs.textdump:peek_step",
+    content_groups=True,
+    cut_off="rollout_cli.inputs.textdump:cut_off",
+    whole="rollout_cli.inputs.textdump:whole",
+)
+
+
 def _resolve(ref: str) -> Callable:
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(module), name)

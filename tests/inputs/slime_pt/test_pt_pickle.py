@@ -358,18 +358,23 @@ def test_bytearray_and_complex_values_are_refused(tmp_path):
         assert ei.value.global_name == globl
 
 
-def test_big_endian_archive(tmp_path):
-    base = torch.arange(6, dtype=torch.int32)
-    src = save({"i": base.reshape(2, 3), "w": base[1::2]}, tmp_path / "le.pt")
-    dst = tmp_path / "be.pt"
+def _big_endian(src, dst, item: str):
+    """`src`'s archive rewritten as a big-endian machine saves it: its storages' `item`-typed
+    values byte-swapped, its byteorder record `big`."""
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
         for info in zin.infolist():
             data = zin.read(info)
             if info.filename.endswith("/byteorder"):
                 data = b"big"
             elif "/data/" in info.filename:
-                data = np.frombuffer(data, "<i4").astype(">i4").tobytes()
+                data = np.frombuffer(data, "<" + item).astype(">" + item).tobytes()
             zout.writestr(info.filename, data)
+    return dst
+
+
+def test_big_endian_archive(tmp_path):
+    base = torch.arange(6, dtype=torch.int32)
+    dst = _big_endian(save({"i": base.reshape(2, 3), "w": base[1::2]}, tmp_path / "le.pt"), tmp_path / "be.pt", "i4")
     out = load_pt(dst)
     np.testing.assert_array_equal(out["i"], np.arange(6).reshape(2, 3))
     np.testing.assert_array_equal(out["w"], [1, 3, 5])
@@ -753,16 +758,7 @@ def test_bfloat16_bits_of_a_big_endian_archive(tmp_path):
     from rollout_cli.inputs.pickled import load_torch
 
     t = torch.tensor([1.0, -2.5, 3.140625], dtype=torch.bfloat16)
-    src = save({"x": t}, tmp_path / "le.pt")
-    dst = tmp_path / "be.pt"
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
-        for info in zin.infolist():
-            data = zin.read(info)
-            if info.filename.endswith("/byteorder"):
-                data = b"big"
-            elif "/data/" in info.filename:
-                data = np.frombuffer(data, "<u2").astype(">u2").tobytes()
-            zout.writestr(info.filename, data)
+    dst = _big_endian(save({"x": t}, tmp_path / "le.pt"), tmp_path / "be.pt", "u2")
     np.testing.assert_array_equal(load_torch(dst, as_stored=True)["x"], t.view(torch.int16).numpy().view(np.uint16))
     np.testing.assert_array_equal(load_torch(dst)["x"], t.float().numpy())
 
