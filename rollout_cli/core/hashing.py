@@ -24,6 +24,11 @@ INPUT_KEYS = ("xxh3_128", "blake3")  # manifest keys naming an input's fingerpri
 _BLOCK = 1 << 20  # stays in the core's cache: 75 MB hashed in 27 ms of CPU, against 32 ms with 8 MiB
 
 
+def fingerprint(size: int, mtime_ns: int, digest: str, algorithm: str = INPUT_ALGORITHM) -> dict:
+    """An input file's fingerprint as a manifest records it: size, mtime and digest."""
+    return {"size": size, "mtime_ns": mtime_ns, algorithm: digest}
+
+
 def new(algorithm: str = ALGORITHM):
     """A streaming hasher with .update(bytes) and .hexdigest()."""
     if algorithm == "blake3":

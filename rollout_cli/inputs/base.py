@@ -67,6 +67,9 @@ class ReadInfo:
     train_dump: bool = False  # slime's train-side .pt dump: no rollout samples
     lines: int = 0  # lines consumed (JSONL)
     notes: list[str] = field(default_factory=list)  # what the reader left out or made of the file, said by convert
+    # the file's fingerprint (core.hashing.fingerprint) taken from the bytes read, when asked
+    # (ReadRequest.fingerprint) and the file did not change while it was read
+    fingerprint: dict | None = None
 
 
 @dataclass
@@ -82,3 +85,4 @@ class ReadRequest:
     max_line_bytes: int | None = None  # inputs/limits.py's, set for the read (None: as they are)
     max_storage_bytes: int | None = None
     tokenizer: str | None = None  # --tokenizer: what a text dump's reader tokenizes with
+    fingerprint: bool = False  # fingerprint the file as it is read whole (Format.fingerprint_on_read)

@@ -99,10 +99,17 @@ class Format:
     # messages. Its files read only through --tokenizer (discovery refuses them without one,
     # exit 3), into rows marked not token-exact (the output's `token_exact` column)
     text_dump: str | None = None
+    # fingerprint_on_read(inp) -> bool: the reader, reading this input whole, can take its
+    # fingerprint from the bytes it reads (ReadRequest.fingerprint; a local file it reads from
+    # the first byte to the last): the converting process then does not read it again for it
+    fingerprint_on_read: str | None = None
 
     # ---------------------------------------------------------------- the hooks, called
     def read(self, inp, request, info) -> Iterator:
         return _resolve(self.reader)(inp, request, info)
+
+    def fingerprints_on_read(self, inp) -> bool:
+        return self.fingerprint_on_read is not None and bool(_resolve(self.fingerprint_on_read)(inp))
 
     def split(self, inp, parts: int) -> list[tuple[int, int | None]]:
         if self.splitter is None or parts <= 1:

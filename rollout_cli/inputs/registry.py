@@ -86,11 +86,18 @@ class Reading:
 def read_input(inp, *, trust_pickle: bool = False, start: int = 0, end: int | None = None,
                chunk_records: int | None = None, keep_text: bool = True, threads: int = 1,
                max_line_bytes: int | None = None, max_storage_bytes: int | None = None,
-               tokenizer: str | None = None) -> Reading:
+               tokenizer: str | None = None, fingerprint: bool = False) -> Reading:
     """Read an InputFile (or one part of it, as split_input planned) through its format's reader;
-    the size limits (inputs/limits.py) as given, else as they are."""
+    the size limits (inputs/limits.py) as given, else as they are. `fingerprint`: the input is
+    read whole and `fingerprinted_on_read`; its fingerprint is then in the reading's info."""
     return Reading(inp, ReadRequest(start, end, trust_pickle, keep_text, chunk_records, threads,
-                                    max_line_bytes, max_storage_bytes, tokenizer))
+                                    max_line_bytes, max_storage_bytes, tokenizer, fingerprint))
+
+
+def fingerprinted_on_read(inp) -> bool:
+    """Whether the input's reader can take its fingerprint from the bytes it reads when it reads
+    it whole (Format.fingerprint_on_read), so that it need not be read a second time for it."""
+    return format_of(inp.format).fingerprints_on_read(inp)
 
 
 def split_input(inp, parts: int) -> list[tuple[int, int | None]]:

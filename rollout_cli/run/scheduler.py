@@ -13,6 +13,7 @@ from collections import deque
 from ..core import storage
 from ..core.errors import InvalidInputError, Location, Problem, StepProblems
 from ..core.options import ConvertOptions
+from ..inputs.registry import fingerprinted_on_read
 from ..inputs.units import Unit
 from ..output import manifest as manifest_mod
 from ..pipeline.staleness import STALE_RULE
@@ -63,22 +64,43 @@ def _step_words(split: str, step: int | None) -> str:
 
 
 class Fingerprints:
-    """The inputs' fingerprints (XXH3-128), taken while the workers parse: on a thread of this
-    process with a local engine, as tasks with a remote one (inputs are then hashed where the
-    work runs). With a local engine they are started before the first task: the thread hashes
-    while this process waits for the pool's fork server to finish its imports, instead of
-    taking a core's share from a parsing worker later (hashing and file reads release the GIL)."""
+    """The inputs' fingerprints (XXH3-128), taken while the workers parse: by the reader of a
+    step read whole where its format can (registry.fingerprinted_on_read: the file is not read a
+    second time), else on a thread of this process with a local engine, as tasks with a remote
+    one (inputs are then hashed where the work runs). The thread starts with the first tasks
+    (hashing and file reads release the GIL)."""
 
     def __init__(self, known: dict[str, dict], units: list[Unit]):
         self.known = known
         self.todo = list(dict.fromkeys(u.input.path for u in units if u.input.path != "-" and u.input.path not in known))
+        self.on_read: set[str] = set()  # inputs whose readers take their fingerprints
         self._here: dict[str, cf.Future] = {}
         self._thread: cf.ThreadPoolExecutor | None = None
 
+    def read_on(self, paths: set[str]) -> None:
+        """These inputs are fingerprinted by their readers (`taken` hands each over)."""
+        self.on_read = {p for p in paths if p not in self.known}
+        self.todo = [p for p in self.todo if p not in self.on_read]
+
     def start_here(self) -> None:
-        if self.todo:
+        for path in self.todo:
+            self._hash_here(path)
+
+    def _hash_here(self, path: str) -> None:
+        if self._thread is None:
             self._thread = cf.ThreadPoolExecutor(1, thread_name_prefix="rollout-cli-fingerprint")
-            self._here = {path: self._thread.submit(manifest_mod.file_fingerprint, path) for path in self.todo}
+        self._here[path] = self._thread.submit(manifest_mod.file_fingerprint, path)
+
+    def taken(self, path: str, fingerprint: dict | None) -> None:
+        """What a step's reader took of its input: its fingerprint, or None (it changed while it
+        was read, or the step ended before its end was read: taken here instead)."""
+        if path not in self.on_read:
+            return
+        self.on_read.discard(path)
+        if fingerprint is not None:
+            self.known[path] = fingerprint
+        else:
+            self._hash_here(path)
 
     def collect(self, path: str) -> None:
         """Wait for one input's fingerprint taken here (if it is being taken)."""
@@ -86,6 +108,8 @@ class Fingerprints:
             self.known[path] = self._here.pop(path).result()
 
     def collect_all(self) -> None:
+        for path in list(self.on_read):  # a reader's that never came back
+            self.taken(path, None)
         for path in list(self._here):
             self.collect(path)
 
@@ -124,6 +148,9 @@ class Scheduler:
         """Every step's result; under --on-error fail, InvalidInputError with the invalid samples
         of the whole run (the steps without any are still read, to find those of the next ones)."""
         if not self.remote:
+            for t in self.tasks:
+                t.fingerprint = self._whole(t) and t.input.path not in fingerprints.known and fingerprinted_on_read(t.input)
+            fingerprints.read_on({t.input.path for t in self.tasks if t.fingerprint})
             fingerprints.start_here()
         try:
             queue = deque(sorted(self.tasks, key=self._size, reverse=True) if self.step_tasks else self.tasks)
@@ -231,9 +258,11 @@ class Scheduler:
         if self.progress:
             self.progress(self.units[u].input.display, self.done_units, len(self.units))
         if isinstance(value, str):  # nothing to convert: a note says why
+            fingerprints.taken(self.units[u].input.path, None)
             self.notes.append(value)
             return
         self.finished[u] = value
+        fingerprints.taken(value.input.path, value.fingerprint)
         fingerprints.collect(value.input.path)
         if self.on_done:
             self.on_done(value)

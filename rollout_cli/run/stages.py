@@ -76,7 +76,8 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
     try:
         reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end, tokenizer=opts.tokenizer,
                              keep_text=opts.keep_text, threads=task.threads,
-                             max_line_bytes=opts.max_line_bytes, max_storage_bytes=opts.max_storage_bytes)
+                             max_line_bytes=opts.max_line_bytes, max_storage_bytes=opts.max_storage_bytes,
+                             fingerprint=task.fingerprint)
         for raw in reading:
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
                                  step=record_step(task.input),
@@ -102,6 +103,7 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
     res.step_from_payload = reading.info.step
     res.train_dump = reading.info.train_dump
     res.notes = reading.info.notes
+    res.fingerprint = reading.info.fingerprint
     return res
 
 
@@ -314,6 +316,7 @@ def finish_unit(unit: Unit, parts: list[PartResult], opts: ConvertOptions, stagi
         schedule=schedule_info,
         notes=[n for r in parts for n in r.notes] + sf.notes,
         not_token_exact=0 if token_exact else len(written),
+        fingerprint=parts[0].fingerprint if len(parts) == 1 else None,
     )
 
 

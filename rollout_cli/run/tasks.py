@@ -18,6 +18,7 @@ class PartTask:
     end: int | None
     stage_path: str
     threads: int = 1  # cores the part may use (a step read whole while cores are spare)
+    fingerprint: bool = False  # the reader fingerprints the input as it reads it whole (registry.fingerprinted_on_read)
 
 
 @dataclass
@@ -42,6 +43,7 @@ class PartResult:
     stopped: bool = False  # hit the problem budget
     start: int = 0  # the byte offset it starts at: parts are put in this order
     notes: list[str] = field(default_factory=list)  # the reader's notes (inputs/base.ReadInfo.notes)
+    fingerprint: dict | None = None  # the input's, taken as it was read (PartTask.fingerprint)
 
 
 @dataclass
@@ -64,3 +66,4 @@ class UnitResult:
     schedule: dict | None = None  # --schedule slime: the step's optimizer steps and dropped rollouts
     notes: list[str] = field(default_factory=list)  # what the step's rules did worth saying (convert's notes)
     not_token_exact: int = 0  # rows written whose tokens a text dump's tokenizing gave (not the ids sampled)
+    fingerprint: dict | None = None  # the input's, taken as it was read (PartTask.fingerprint)

@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import xxhash
 from typer.testing import CliRunner
 
 from conftest import SAMPLE_DATA, copts, make_sample, shard_bytes, tree_digest, write_jsonl, write_pt
@@ -147,17 +148,29 @@ def test_every_input_still_being_written_commits_an_output_of_pending_steps(tmp_
 
 
 def _grow_after_fingerprint(monkeypatch, target: Path, data: bytes):
-    """The trainer appends to `target` while the run reads it: right after its fingerprint is taken."""
+    """The trainer appends to `target` while the run reads it: right after its fingerprint is
+    taken (by its reader, as it reads a step whole, or by the converting process)."""
+    def grow(path):
+        if Path(path) == target:
+            with open(target, "ab") as f:
+                f.write(data)
+
     real = manifest_mod.file_fingerprint
 
     def fingerprint(path, *a, **kw):
         fp = real(path, *a, **kw)
-        if Path(path) == target:
-            with open(target, "ab") as f:
-                f.write(data)
+        grow(path)
+        return fp
+
+    real_read = jsonl_mod._Fingerprinting.fingerprint
+
+    def read_fingerprint(self):
+        fp = real_read(self)
+        grow(self.raw.name)
         return fp
 
     monkeypatch.setattr(manifest_mod, "file_fingerprint", fingerprint)
+    monkeypatch.setattr(jsonl_mod._Fingerprinting, "fingerprint", read_fingerprint)
 
 
 def test_an_input_that_grows_while_read_is_refused(run, tmp_path, monkeypatch):
@@ -303,6 +316,7 @@ def test_a_step_read_before_its_input_grew_is_not_reused_after_a_crash(tmp_path,
         raise KeyboardInterrupt
 
     monkeypatch.setattr(jsonl_mod, "read_jsonl", read_jsonl)
+    monkeypatch.setattr(jsonl_mod, "hashes_whole", lambda inp: False)  # fingerprinted by this process
     monkeypatch.setattr(manifest_mod, "file_fingerprint", fingerprint)
     monkeypatch.setattr(live.LiveWatch, "settle", die)
     out = tmp_path / "out"
@@ -310,6 +324,40 @@ def test_a_step_read_before_its_input_grew_is_not_reused_after_a_crash(tmp_path,
         convert([str(run)], str(out), copts())
     done = json.loads(next((out / ".staging" / "run" / "done").iterdir()).read_bytes())
     assert done["result"]["samples"] == 15 and done["fingerprint"] is None
+    monkeypatch.undo()
+    res = convert([str(run)], str(out), copts(resume=True))
+    assert [s["samples"] for s in res["steps"]] == [16]
+
+
+def test_a_step_whose_reader_fingerprinted_it_is_not_reused_once_its_input_grew(tmp_path, monkeypatch):
+    """The reader of a step read whole fingerprints the bytes it read; the input grows after,
+    and the run dies before the commit: --resume sees the staged step's fingerprint is not the
+    grown input's and reads it again."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(SAMPLE_DATA / "jsonl" / "rollout_data" / "2.jsonl", run / "2.jsonl")
+    target = run / "2.jsonl"
+    before = target.read_bytes()
+    line = before.splitlines(keepends=True)[0]
+    real_read = jsonl_mod.read_jsonl
+
+    def read_jsonl(*a, **kw):
+        yield from real_read(*a, **kw)
+        with open(target, "ab") as f:
+            f.write(line)
+
+    def die(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jsonl_mod, "read_jsonl", read_jsonl)
+    monkeypatch.setattr(live.LiveWatch, "settle", die)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        convert([str(run)], str(out), copts())
+    done = json.loads(next((out / ".staging" / "run" / "done").iterdir()).read_bytes())
+    assert done["result"]["samples"] == 15
+    assert done["fingerprint"]["size"] == len(before)  # the bytes the step was read from
+    assert done["fingerprint"]["xxh3_128"] == xxhash.xxh3_128(before).hexdigest()
     monkeypatch.undo()
     res = convert([str(run)], str(out), copts(resume=True))
     assert [s["samples"] for s in res["steps"]] == [16]

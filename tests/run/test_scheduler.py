@@ -40,3 +40,38 @@ def test_a_step_of_one_part_is_one_task_and_a_step_cut_in_parts_is_staged(steps,
     assert [sched._whole(t) for t in tasks] == [parts == 1] * len(tasks)
     assert sched.step_tasks == (steps >= 2)
     assert [sched._size(t) for t in tasks] == [f.stat().st_size for f in files for _ in range(parts)]
+
+
+@pytest.mark.parametrize("reader_gives", [True, False])
+def test_a_step_read_whole_is_fingerprinted_by_its_reader(tmp_path, monkeypatch, reader_gives):
+    """Plain JSONL steps read whole are fingerprinted as they are read: this process does not
+    read them again, unless the reader could not (then it hashes the file itself); the
+    manifest records the same fingerprints either way."""
+    import json
+    import shutil
+
+    from rollout_cli.inputs.jsonl import reader as jsonl_reader
+    from rollout_cli.output import manifest as manifest_mod
+    from rollout_cli.run.convert import convert
+
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLE_DATA / "jsonl" / "rollout_data", run)
+    hashed_here = []
+    real = manifest_mod.file_fingerprint
+
+    def here(path, *a, **kw):
+        hashed_here.append(path)
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(manifest_mod, "file_fingerprint", here)
+    if not reader_gives:
+        monkeypatch.setattr(jsonl_reader._Fingerprinting, "fingerprint", lambda self: None)
+    convert([str(run)], str(tmp_path / "out"), copts())
+    monkeypatch.undo()
+    inputs = json.loads((tmp_path / "out" / "manifest.json").read_text())["inputs"]
+    paths = sorted(str(p) for p in run.iterdir())
+    assert sorted(hashed_here) == ([] if reader_gives else paths)
+    assert len(inputs) == len(paths)
+    for rec in inputs:
+        want = real(rec["path"])
+        assert (rec["size"], rec["xxh3_128"]) == (want["size"], want["xxh3_128"])

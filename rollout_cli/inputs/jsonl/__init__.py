@@ -11,5 +11,6 @@ FORMAT = Format(
     step_field="rollout_cli.inputs.jsonl.reader:peek_step_value",
     preload=("rollout_cli.inputs.jsonl.reader", "rollout_cli.inputs.jsonl.simd"),
     cut_off="rollout_cli.inputs.completeness:line_cut",
+    fingerprint_on_read="rollout_cli.inputs.jsonl.reader:hashes_whole",
     version_lag="rollout_cli.inputs.slime_pt.versions:versions_behind",  # slime's weight_versions
 )

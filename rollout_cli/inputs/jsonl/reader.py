@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import errno
+import functools
 import gzip
+import os
 import zlib
 import sys
 from typing import BinaryIO, Iterator
 
 import orjson
 
-from ...core import storage
+from ...core import hashing, storage
 from ...core.errors import InvalidInputError, Location, Problem
 from ..base import RawChunk, line_json_error
 
@@ -134,6 +136,7 @@ def read_jsonl(
     parser=None,
     shape=None,
     chunk_bytes: int = CHUNK_BYTES,
+    fingerprint: dict | None = None,
 ) -> Iterator[RawChunk]:
     """Parse `path` (or its newline-aligned byte range [start, end)) into columnar chunks
     (inputs/columns.py).
@@ -144,10 +147,15 @@ def read_jsonl(
     (`parser`) and `shape`, which maps each chunk of parsed records onto slime's sample fields
     (a RawChunk in row form in, a RawChunk out) in place of inputs/columns.py's `columnar`,
     and may let a chunk hold more JSON (`chunk_bytes`) when its records keep little of it.
+    `fingerprint`: a dict that gets the file's fingerprint (core.hashing.fingerprint) from the
+    bytes read, once the whole file is (hashes_whole, read from start to end) and unless it
+    changed meanwhile.
     """
     display = display or path
     try:
         stream = open_binary(path)
+        if fingerprint is not None and not start and end is None and _plain_local(path):
+            stream = _Fingerprinting(stream)
     except OSError as e:
         raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
     from ..columns import columnar  # numpy: not for the converting process, which only splits files
@@ -204,6 +212,8 @@ def read_jsonl(
             yield finish(RawChunk(display, "line", numbers, records, problems))
         if stats is not None:
             stats["lines"] = line_no - first_line + 1
+        if isinstance(stream, _Fingerprinting):
+            fingerprint.update(stream.fingerprint() or {})
     except (OSError, EOFError, ValueError, zlib.error, _ZstdError) as e:
         # gzip/zstd raise these for corrupt or truncated streams; a storage fault is no input
         # error (the Ray engine retries it)
@@ -219,22 +229,46 @@ def peek_first_record(path: str) -> dict | None:
     """The first parseable JSON object of a JSONL file, or None (used to find a `step` field)."""
     if path == "-":
         return None
+    if storage.is_uri(path):
+        line = _first_line(path)
+    else:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        line = _first_line_of(path, st.st_size, st.st_mtime_ns, st.st_ino)
+    if line is None:
+        return None
+    from .lenient import loads
+
+    try:
+        rec = loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+@functools.lru_cache(maxsize=64)
+def _first_line_of(path: str, size: int, mtime_ns: int, ino: int) -> bytes | None:
+    """_first_line of a local file as it is (its size, mtime and inode): every format's
+    detector asks for it, and a step's head is read once."""
+    return _first_line(path)
+
+
+def _first_line(path: str) -> bytes | None:
+    """The first line that is not blank within the first MiB (the whole MiB when it holds no
+    newline), or None."""
     try:
         with open_binary(path) as f:
             head = f.read(1 << 20)
     except (OSError, EOFError, ValueError, zlib.error, _ZstdError):
         return None
-    for line in head.split(b"\n")[:-1] or [head]:
-        if line.strip():
-            from .lenient import loads
-
-            try:
-                rec = loads(line)
-            except orjson.JSONDecodeError:
-                return None
-            return rec if isinstance(rec, dict) else None
-    return None
-
+    pos = 0
+    while (nl := head.find(b"\n", pos)) >= 0:
+        if head[pos:nl].strip():
+            return bytes(head[pos:nl])
+        pos = nl + 1
+    return bytes(head) if pos == 0 and head.strip() else None
 
 
 def peek_step_value(path: str) -> object | None:
@@ -281,8 +315,51 @@ def read(inp, request, info) -> Iterator[RawChunk]:
     """The registry's entry: a JSONL file or its byte range [request.start, request.end)."""
     stats: dict = {}
     extra = {} if request.chunk_records is None else {"chunk_records": request.chunk_records}
-    yield from read_jsonl(inp.path, inp.display, start=request.start, end=request.end, stats=stats, **extra)
+    fingerprint: dict | None = {} if request.fingerprint else None
+    yield from read_jsonl(inp.path, inp.display, start=request.start, end=request.end, stats=stats,
+                          fingerprint=fingerprint, **extra)
     info.lines = stats.get("lines", 0)
+    info.fingerprint = fingerprint or None
+
+
+def hashes_whole(inp) -> bool:
+    """Whether read_jsonl can fingerprint this input from the bytes it reads (a local file, not
+    compressed: the bytes read are the file's)."""
+    return _plain_local(inp.path)
+
+
+def _plain_local(path: str) -> bool:
+    return path != "-" and not storage.is_uri(path) and not path.endswith((".gz", ".zst"))
+
+
+class _Fingerprinting:
+    """A local file read into caller buffers, hashing the bytes it hands out (the input's
+    fingerprint, core.hashing): a step read whole is then not read a second time for it."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.before = os.fstat(raw.fileno())
+        self.hasher = hashing.new(hashing.INPUT_ALGORITHM)
+        self.nbytes = 0
+
+    def readinto(self, b) -> int:
+        n = self.raw.readinto(b)
+        if n:
+            self.hasher.update(memoryview(b)[:n])
+            self.nbytes += n
+        return n
+
+    def fingerprint(self) -> dict | None:
+        """The file's fingerprint, or None when it changed while it was read (the converting
+        process then takes it itself)."""
+        now = os.fstat(self.raw.fileno())
+        st = self.before
+        if (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns) or self.nbytes != st.st_size:
+            return None
+        return hashing.fingerprint(st.st_size, st.st_mtime_ns, self.hasher.hexdigest())
+
+    def close(self) -> None:
+        self.raw.close()
 
 
 def split(inp, parts: int) -> list[tuple[int, int | None]]:

@@ -12,4 +12,5 @@ FORMAT = Format(
     content_groups=True,
     train_reader="rollout_cli.inputs.nemo_rl.reader:read_train",
     cut_off="rollout_cli.inputs.completeness:line_cut",
+    fingerprint_on_read="rollout_cli.inputs.jsonl.reader:hashes_whole",
 )

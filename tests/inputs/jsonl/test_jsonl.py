@@ -220,3 +220,44 @@ def test_only_a_line_orjson_refuses_reaches_the_nan_fallback(tmp_path, monkeypat
     path = _write(tmp_path, [orjson.dumps(_sample(i)) for i in range(3)] + [b'{"tokens": [1, NaN]}'])
     numbers, records, problems, _ = _read(path)
     assert seen == [b'{"tokens": [1, NaN]}'] and numbers == [1, 2, 3, 4] and not problems
+
+
+# --- the fingerprint a whole read takes ----------------------------------------------------
+
+
+def test_a_whole_read_fingerprints_the_bytes_it_read(tmp_path, monkeypatch):
+    """Read whole in blocks smaller than its lines, a file's fingerprint is the converting
+    process's own (manifest.file_fingerprint) and its lines are read as they are without one."""
+    from rollout_cli.output import manifest
+
+    monkeypatch.setattr(jsonl, "BLOCK_BYTES", 97)
+    path = _write(tmp_path, [orjson.dumps(_sample(i)) for i in range(9)])
+    fp: dict = {}
+    with_fp = _read(path, fingerprint=fp)
+    assert fp == manifest.file_fingerprint(path)
+    assert with_fp[:3] == _read(path)[:3]
+
+
+def test_no_fingerprint_from_a_part_or_a_compressed_file(tmp_path):
+    import gzip
+
+    lines = [orjson.dumps(_sample(i)) for i in range(4)]
+    path = _write(tmp_path, lines)
+    part: dict = {}
+    _read(path, start=0, end=len(lines[0]) + 1, fingerprint=part)  # the first line only
+    gz = tmp_path / "step_2.jsonl.gz"
+    gz.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
+    packed: dict = {}
+    assert len(_read(str(gz), fingerprint=packed)[1]) == 4
+    assert part == {} and packed == {}
+
+
+def test_no_fingerprint_from_a_file_that_changed_while_it_was_read(tmp_path):
+    path = _write(tmp_path, [orjson.dumps(_sample(i)) for i in range(4)])
+    fp: dict = {}
+    chunks = jsonl.read_jsonl(path, "step_1.jsonl", chunk_records=1, fingerprint=fp)
+    next(chunks)
+    with open(path, "ab") as f:  # the trainer appends a line meanwhile
+        f.write(orjson.dumps(_sample(4)) + b"\n")
+    rest = list(chunks)
+    assert rest and fp == {}
