@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from contextlib import contextmanager
 from functools import lru_cache, wraps
 
@@ -339,6 +340,31 @@ DIRECT_ALIGN = 4096
 # what a file system that does not do O_DIRECT answers at open
 _DIRECT_REFUSED = (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP)
 WRITE_CHUNK_BYTES = 2 << 20
+# The chunk buffers of closed writers, kept for the next ones: a fresh buffer is 512 pages the
+# kernel faults in and zeroes, and each step writes two files side by side (its shard and IPC
+# copy). 16-step whole run, 8 alternating runs, 2026-12-06: JSONL 3.18 -> 2.99 CPU-s, 1.90 ->
+# 1.77 s; Parquet 2.30 -> 2.20 CPU-s, 1.45 -> 1.40 s (bench/results/machinery-spare-buffers.json).
+_SPARE_BUFFERS: list = []
+_SPARE_LOCK = threading.Lock()
+_SPARE_KEEP = 2
+
+
+def _chunk_buffer():
+    with _SPARE_LOCK:
+        if _SPARE_BUFFERS:
+            return _SPARE_BUFFERS.pop()
+    return pages.anonymous(WRITE_CHUNK_BYTES)
+
+
+def _spare(buf) -> None:
+    with _SPARE_LOCK:
+        if len(_SPARE_BUFFERS) < _SPARE_KEEP:
+            _SPARE_BUFFERS.append(buf)
+            return
+    try:
+        buf.close()
+    except BufferError:  # a failed write's traceback still holds a view: freed with it
+        pass
 
 
 class LocalWriter:
@@ -373,7 +399,7 @@ class LocalWriter:
                     raise
         if self._fd < 0:
             self._fd = os.open(path, flags, 0o666)
-        self._buf = pages.anonymous(WRITE_CHUNK_BYTES)  # page-aligned, reused for every chunk
+        self._buf = _chunk_buffer()  # page-aligned, reused for every chunk
         self._view = memoryview(self._buf)
         self._fill = 0  # bytes gathered in the buffer
         self._offset = 0  # bytes written to the file
@@ -440,10 +466,7 @@ class LocalWriter:
         finally:
             os.close(self._fd)
             self._view.release()
-            try:
-                self._buf.close()
-            except BufferError:  # a failed write's traceback still holds a view: freed with it
-                pass
+            _spare(self._buf)
 
 
 def write_durable(path: str, data: bytes) -> None:

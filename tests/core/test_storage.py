@@ -251,6 +251,19 @@ def test_local_writer_reports_a_full_disk(tmp_path, monkeypatch):
     assert w.closed
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_writer_takes_the_chunk_buffer_a_closed_one_left_and_none_of_its_bytes(tmp_path, direct):
+    first = storage.LocalWriter(str(tmp_path / "a"), direct=direct)
+    first.write(b"x" * (3 * _CHUNK + 5))
+    first.close()
+    second = storage.LocalWriter(str(tmp_path / "b"), direct=direct)
+    assert second._buf is first._buf  # warm: no page of it faulted in again
+    second.write(b"yz")
+    second.close()
+    assert (tmp_path / "b").read_bytes() == b"yz"
+    assert (tmp_path / "a").read_bytes() == b"x" * (3 * _CHUNK + 5)
+
+
 # --- inputs the storage cannot serve -------------------------------------------------------
 
 

@@ -266,6 +266,59 @@ def test_workers_keep_freed_arrow_pages_for_the_next_step():
     assert conf == os.environ.get("JE_ARROW_MALLOC_CONF", worker_setup.JEMALLOC_CONF)
 
 
+def _numpy_refaults(nbytes: int) -> tuple[int, int]:
+    """(pages faulted in by a first numpy buffer of `nbytes`, by a second one after the first
+    was freed)."""
+    import resource
+
+    import numpy as np
+
+    out = []
+    for _ in range(2):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        a = np.empty(nbytes, np.uint8)
+        a[::4096] = 1  # touch every page
+        out.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        del a
+    return out[0], out[1]
+
+
+def test_workers_keep_freed_c_heap_pages_for_the_next_step():
+    """40 MiB: above the largest threshold the C library's own defaults adapt to, where each
+    such buffer is a mapping of its own, faulted in afresh."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the C library's malloc settings are Linux's (glibc's mallopt)")
+    engine = PoolEngine(1, preload=WORKER_MODULES)
+    try:
+        first, second = engine.result(engine.submit(_numpy_refaults, 40 << 20))
+    finally:
+        engine.shutdown()
+    assert first > 100  # new memory (numpy asks for huge pages: fewer faults than pages)
+    assert second < first // 10  # the C library's defaults fault it all in again
+
+
+@pytest.mark.parametrize("tuned", [None, "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"])
+def test_the_malloc_settings_leave_an_environment_that_tunes_malloc_alone(monkeypatch, tuned):
+    from rollout_cli.core import libc as libc_mod
+
+    calls = []
+
+    class Lib:
+        def mallopt(self, param, value):
+            calls.append((param, value))
+            return 1
+
+    monkeypatch.setattr(libc_mod, "libc", lambda: Lib())
+    for name in worker_setup._MALLOC_TUNED:
+        monkeypatch.delenv(name, raising=False)
+    if tuned:
+        monkeypatch.setenv(tuned, "1")
+    worker_setup.keep_freed_memory()
+    want = [(worker_setup._M_MMAP_THRESHOLD, worker_setup.MMAP_THRESHOLD),
+            (worker_setup._M_TRIM_THRESHOLD, worker_setup.TRIM_THRESHOLD)]
+    assert calls == ([] if tuned else want)
+
+
 _FORK_PROBE = r"""
 import json, os, sys, threading
 from rollout_cli.run.engines import local
