@@ -335,10 +335,12 @@ def main():
     if sys.argv[1] == "thread":
         stop = threading.Event()
         threading.Thread(target=stop.wait, daemon=True).start()
+    import gc
     engine = local.PoolEngine(2, WORKER_MODULES)
     parent, loaded = engine.result(engine.submit(probe))
     engine.shutdown()
-    got.update(method=engine.method, forked_from_here=parent == os.getpid(), loaded=loaded)
+    got.update(method=engine.method, forked_from_here=parent == os.getpid(), loaded=loaded,
+               frozen=gc.get_freeze_count() > 0)
     print(json.dumps(got))
 
 
@@ -363,8 +365,10 @@ def test_the_executable_forks_its_workers_only_while_it_runs_one_thread(tmp_path
     assert got["library"] is False and got["loaded"] is True
     if threads == "one" and sys.platform.startswith("linux"):
         assert got["method"] == "fork" and got["forked_from_here"] is True
+        assert got["frozen"] is True  # its objects out of the collector's view before the fork
     else:
         assert got["method"] != "fork" and got["forked_from_here"] is False
+        assert got["frozen"] is False
 
 
 def test_a_forked_child_closes_its_copies_of_the_held_lock(tmp_path):
@@ -395,3 +399,15 @@ def test_a_forked_child_closes_its_copies_of_the_held_lock(tmp_path):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the holder released it
     finally:
         os.close(fd)
+
+
+def test_a_library_callers_pool_leaves_its_collector_as_it_was():
+    import gc
+
+    before = gc.get_freeze_count()
+    engine = PoolEngine(1, preload=WORKER_MODULES)
+    try:
+        engine.result(engine.submit(os.getpid))
+    finally:
+        engine.shutdown()
+    assert gc.get_freeze_count() == before
