@@ -109,10 +109,10 @@ def _gone(pid: int) -> bool:
 
 def _allocator() -> None:
     """Arrow's buffers come from one jemalloc pool (worker_environment), which keeps freed
-    pages for the next batch. numpy's stay with the C library's malloc and its own
-    threshold: fixing that at 1 MiB (each large buffer a mapping of its own, returned when
-    freed) cost a worker that converts step after step 8% more CPU in page faults (16-step
-    JSONL run: 4.44 against 4.08 CPU-s, sys 0.99 against 0.69, median of 5)."""
+    pages for the next batch; numpy's from the C library's malloc, set by keep_freed_memory
+    (fixing its threshold at 1 MiB instead, each large buffer a mapping of its own returned
+    when freed, cost a worker that converts step after step 8% more CPU in page faults:
+    16-step JSONL run, 4.44 against 4.08 CPU-s, sys 0.99 against 0.69, median of 5)."""
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         return
     import pyarrow as pa
