@@ -248,7 +248,7 @@ def peek_first_record(path: str) -> dict | None:
     return rec if isinstance(rec, dict) else None
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=8)  # a file's detectors ask one after the other; at most 8 MiB kept
 def _first_line_of(path: str, size: int, mtime_ns: int, ino: int) -> bytes | None:
     """_first_line of a local file as it is (its size, mtime and inode): every format's
     detector asks for it, and a step's head is read once."""
