@@ -40,14 +40,15 @@ def new(algorithm: str = ALGORITHM):
     raise ValueError(f"unknown checksum algorithm {algorithm!r}")
 
 
-def file_digest(path: str, algorithm: str = ALGORITHM) -> str:
+def file_digest(path: str, algorithm: str = ALGORITHM, *, mapped: bool = True) -> str:
     """The hex digest of a file's bytes. A regular file is hashed through a memory map (no copy
     out of the page cache: a 726 MB log in 0.05 CPU-s with XXH3 against 0.10 read in blocks,
-    0.13 against 0.21 with BLAKE3); anything else is read in blocks into one buffer, reused so
-    that no read faults in fresh pages (a fingerprint runs beside the conversion, on the cores
-    it uses)."""
+    0.13 against 0.21 with BLAKE3) unless `mapped` is False; anything else is read in blocks
+    into one buffer, reused so that no read faults in fresh pages (a fingerprint runs beside
+    the conversion, on the cores it uses). An input that its writer may still cut short (a
+    live run) is read, not mapped: a mapped page cut off the file kills the process (SIGBUS)."""
     h = new(algorithm)
-    if algorithm in ("blake3", "xxh3_128"):
+    if mapped and algorithm in ("blake3", "xxh3_128"):
         try:
             st = os.stat(path)
         except OSError:

@@ -33,7 +33,8 @@ def file_fingerprint(path: str, algorithm: str = hashing.INPUT_ALGORITHM) -> dic
         info = storage.file_info(path)
         return {"size": info.size, "mtime_ns": info.mtime_ns or 0, "fingerprint": SIZE_MTIME}
     st = os.stat(path)
-    return hashing.fingerprint(st.st_size, st.st_mtime_ns, hashing.file_digest(path, algorithm), algorithm)
+    # read, not mapped: a trainer may cut the file short while it is hashed
+    return hashing.fingerprint(st.st_size, st.st_mtime_ns, hashing.file_digest(path, algorithm, mapped=False), algorithm)
 
 
 def fingerprint_algorithm(recorded: dict | None) -> str:

@@ -58,3 +58,47 @@ def test_structure_problems_are_verifys(sample_out, tmp_path, name):
     assert got, name
     want = [f["detail"] for f in verify_output(str(out), quick=True)["failures"] if f["invariant"] == "manifest_structure"]
     assert got[:20] == want, name
+
+
+_CUT_WHILE_HASHED = r"""
+import os, sys
+from rollout_cli.core import hashing
+from rollout_cli.output import manifest
+
+path = sys.argv[1]
+with open(path, "wb") as f:
+    f.write(os.urandom(4 << 20))
+real = hashing.new
+
+
+class Cutting:
+    # the trainer rewrites the input while it is being hashed: cut after the first bytes seen
+    def __init__(self, h):
+        self.h, self.cut = h, False
+
+    def update(self, data):
+        if not self.cut:
+            self.cut = True
+            os.truncate(path, 4096)
+        self.h.update(data)
+
+    def hexdigest(self):
+        return self.h.hexdigest()
+
+
+hashing.new = lambda algorithm=hashing.ALGORITHM: Cutting(real(algorithm))
+print(manifest.file_fingerprint(path)["size"])
+"""
+
+
+def test_an_input_cut_short_while_it_is_fingerprinted_does_not_kill_the_process(tmp_path):
+    """A mapped page cut off the file would end the process with SIGBUS; an input is read."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "cut.py"
+    script.write_text(_CUT_WHILE_HASHED)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "input.jsonl")], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, (out.returncode, out.stderr)
+    assert out.stdout.split() == [str(4 << 20)]  # the size seen at the start: the run sees the change
