@@ -178,9 +178,10 @@ def audit_step(unit: Unit, first, reading, step: int, td: TrainDump, opts: Audit
     sa = StepAudit(step, inp.display, td.display, train_samples=len(td.samples), cap=opts.max_divergences)
     cmp = _Compare(sa, td, opts)
     asm = StepAssembler.of_input(inp, opts, columns=["raw_reward", "sample_index"])
+    images = image_rule(opts)
     for raw_chunk in chain([first] if first is not None else [], reading):
         nc = normalize_chunk(raw_chunk, asm.records, reward_key=opts.reward_key, keep_text=False, step=record_step(inp),
-                             rewards_recorded=format_of(inp.format).rewards_recorded, images=image_rule(opts))
+                             rewards_recorded=format_of(inp.format).rewards_recorded, images=images)
         base = asm.records
 
         def where(p: int, nc=nc, base=base) -> Location:

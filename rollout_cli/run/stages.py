@@ -72,6 +72,7 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
     res = PartResult(task.unit, task.part, 0, 0, task.input.display, "line", [], [], [], [], [], [], None)
     start, end = task.start, task.end
     res.start = start
+    images = image_rule(opts)
     sink = rows if rows is not None else _Staged(task.stage_path)
     try:
         reading = read_input(task.input, trust_pickle=opts.trust_pickle, start=start, end=end, tokenizer=opts.tokenizer,
@@ -82,7 +83,7 @@ def parse_part(task: PartTask, opts: ConvertOptions, problem_budget: int | None,
             nc = normalize_chunk(raw, res.records, reward_key=opts.reward_key, keep_text=opts.keep_text,
                                  step=record_step(task.input),
                                  rewards_recorded=format_of(task.input.format).rewards_recorded,
-                                 images=image_rule(opts))
+                                 images=images)
             res.records += len(raw)
             res.kind = nc.kind
             res.numbers.extend(nc.numbers)

@@ -5,7 +5,7 @@ adds, a BOS token for most), a response on its own without added special tokens.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import UsageError
@@ -51,6 +51,7 @@ class Tokenizer:
     file: str
     digest: str  # blake3 of tokenizer.json (recorded in the manifest)
     tok: Any
+    _image_token: tuple | None = field(default=None, init=False, repr=False, compare=False)  # (id or None,)
 
     @property
     def folder(self) -> str:
@@ -100,7 +101,12 @@ class Tokenizer:
         """The id of the processor's image placeholder token among the tokenizer's added tokens:
         the one tokenizer_config.json names (`image_token`, top level or in
         `extra_special_tokens`, as transformers saves a processor's), else the first of
-        IMAGE_PLACEHOLDERS the tokenizer adds; None when it adds none."""
+        IMAGE_PLACEHOLDERS the tokenizer adds; None when it adds none. Looked up once."""
+        if self._image_token is None:
+            self._image_token = (self._find_image_token(),)
+        return self._image_token[0]
+
+    def _find_image_token(self) -> int | None:
         cfg = self.config()
         extra = cfg.get("extra_special_tokens")
         named = cfg.get("image_token") or (extra.get("image_token") if isinstance(extra, dict) else None)
