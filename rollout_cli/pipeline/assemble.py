@@ -14,6 +14,7 @@ import pyarrow as pa
 from ..core import tensors
 from ..core.errors import Location, Problem
 from ..inputs.registry import format_of
+from ..text.tokenizer import image_rule
 from .records import dense_groups, id_inputs, locator, summary_only
 from .staleness import oldest_versions
 from .step import StepFields, compute_step
@@ -156,8 +157,7 @@ class StepAssembler:
     def _mixed_multimodal(self, pre: pa.Table, step: int) -> str | None:
         """The note on a step where some valid samples carry multimodal inputs and others lack
         them, when the image placeholder rule is off (--image-token-id checks them)."""
-        rule = getattr(self.opts, "image_rule", None)
-        if rule is None or rule() is not None:
+        if getattr(self.opts, "image_rule", None) is None or image_rule(self.opts) is not None:
             return None
         with_mm, total = self.mm_rows
         if not total and MM in pre.column_names:  # rows staged elsewhere (convert): counted here

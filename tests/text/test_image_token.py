@@ -55,3 +55,23 @@ def test_convert_and_inspect_check_placeholders_with_the_tokenizer_s_token(tmp_p
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
     r = CliRunner().invoke(app, ["convert", str(tmp_path / "in"), str(tmp_path / "out"), "--tokenizer", str(SAMPLE_DATA / "tokenizer")])
     assert r.exit_code == 0, r.output  # a tokenizer without a placeholder token: the rule does not apply
+
+
+def test_no_note_that_the_rule_is_off_when_the_tokenizer_gives_it(tmp_path):
+    """A step whose samples carry multimodal inputs only in part: the note that
+    --image-token-id would check them is for a run without the rule, not one whose
+    --tokenizer gives it."""
+    img = _tokenizer(tmp_path / "tok", ["<|image_pad|>"])["<|image_pad|>"]
+    (tmp_path / "in" / "rollout_data").mkdir(parents=True)
+    samples = [{"tokens": [1, 2] + [img] * 4 + [3, 4, 5, 6], "response_length": 4, "reward": 1.0, "status": "completed",
+                "index": 0, "group_index": 0, "multimodal_train_inputs": {
+                    "pixel_values": torch.zeros(16, 12, dtype=torch.bfloat16), "image_grid_thw": torch.tensor([[1, 4, 4]])}},
+               {"tokens": [1, 2, 3, 4, 5, 6], "response_length": 4, "reward": 0.0, "status": "completed",
+                "index": 1, "group_index": 1}]
+    torch.save({"rollout_id": 1, "samples": samples}, str(tmp_path / "in" / "rollout_data" / "1.pt"))
+    notes = {}
+    for name, extra in (("plain", []), ("tok", ["--tokenizer", str(tmp_path / "tok")])):
+        r = CliRunner().invoke(app, ["convert", str(tmp_path / "in"), str(tmp_path / f"out-{name}"), "--json", *extra])
+        assert r.exit_code == 0, r.output
+        notes[name] = [n for n in json.loads(r.output)["notes"] if "--image-token-id checks" in n]
+    assert len(notes["plain"]) == 1 and notes["tok"] == []
