@@ -136,25 +136,24 @@ def read_jsonl(
     parser=None,
     shape=None,
     chunk_bytes: int = CHUNK_BYTES,
-    fingerprint: dict | None = None,
+    fingerprint: bool = False,
 ) -> Iterator[RawChunk]:
     """Parse `path` (or its newline-aligned byte range [start, end)) into columnar chunks
     (inputs/columns.py).
 
     Blank lines are skipped; a line that is not a JSON object holds its place with its
     problem, so the caller can count and report it. `stats["lines"]` gets the number of
-    lines consumed. A framework's reader passes its own simd.SampleParser
-    (`parser`) and `shape`, which maps each chunk of parsed records onto slime's sample fields
+    lines consumed and, with `fingerprint`, `stats["fingerprint"]` the file's fingerprint
+    (core.hashing.fingerprint) from the bytes read, once the whole file is (hashes_whole, read
+    from start to end) and unless it changed meanwhile (else None). A framework's reader passes
+    its own simd.SampleParser (`parser`) and `shape`, which maps each chunk of parsed records onto slime's sample fields
     (a RawChunk in row form in, a RawChunk out) in place of inputs/columns.py's `columnar`,
     and may let a chunk hold more JSON (`chunk_bytes`) when its records keep little of it.
-    `fingerprint`: a dict that gets the file's fingerprint (core.hashing.fingerprint) from the
-    bytes read, once the whole file is (hashes_whole, read from start to end) and unless it
-    changed meanwhile.
     """
     display = display or path
     try:
         stream = open_binary(path)
-        if fingerprint is not None and not start and end is None and _plain_local(path):
+        if fingerprint and not start and end is None and _plain_local(path):
             stream = _Fingerprinting(stream)
     except OSError as e:
         raise storage.input_error(display, e, f"{display}: cannot open: {e.strerror or e}") from None
@@ -212,8 +211,8 @@ def read_jsonl(
             yield finish(RawChunk(display, "line", numbers, records, problems))
         if stats is not None:
             stats["lines"] = line_no - first_line + 1
-        if isinstance(stream, _Fingerprinting):
-            fingerprint.update(stream.fingerprint() or {})
+        if stats is not None and isinstance(stream, _Fingerprinting):
+            stats["fingerprint"] = stream.fingerprint()
     except (OSError, EOFError, ValueError, zlib.error, _ZstdError) as e:
         # gzip/zstd raise these for corrupt or truncated streams; a storage fault is no input
         # error (the Ray engine retries it)
@@ -315,11 +314,10 @@ def read(inp, request, info) -> Iterator[RawChunk]:
     """The registry's entry: a JSONL file or its byte range [request.start, request.end)."""
     stats: dict = {}
     extra = {} if request.chunk_records is None else {"chunk_records": request.chunk_records}
-    fingerprint: dict | None = {} if request.fingerprint else None
     yield from read_jsonl(inp.path, inp.display, start=request.start, end=request.end, stats=stats,
-                          fingerprint=fingerprint, **extra)
+                          fingerprint=request.fingerprint, **extra)
     info.lines = stats.get("lines", 0)
-    info.fingerprint = fingerprint or None
+    info.fingerprint = stats.get("fingerprint")
 
 
 def hashes_whole(inp) -> bool:

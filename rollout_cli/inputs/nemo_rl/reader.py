@@ -16,13 +16,12 @@ def read(inp, request, info) -> Iterator:
 
     stats: dict = {}
     extra = {} if request.chunk_records is None else {"chunk_records": request.chunk_records}
-    fingerprint: dict | None = {} if request.fingerprint else None
     # a record keeps its unpadded rows only (a fraction of its line): chunks may span more JSON
     yield from read_jsonl(inp.path, inp.display, start=request.start, end=request.end, stats=stats,
                           parser=parser(), shape=shape_chunk,
-                          chunk_bytes=CHUNK_BYTES * 8, fingerprint=fingerprint, **extra)
+                          chunk_bytes=CHUNK_BYTES * 8, fingerprint=request.fingerprint, **extra)
     info.lines = stats.get("lines", 0)
-    info.fingerprint = fingerprint or None
+    info.fingerprint = stats.get("fingerprint")
 
 
 def split(inp, parts: int) -> list[tuple[int, int | None]]:

@@ -232,9 +232,9 @@ def test_a_whole_read_fingerprints_the_bytes_it_read(tmp_path, monkeypatch):
 
     monkeypatch.setattr(jsonl, "BLOCK_BYTES", 97)
     path = _write(tmp_path, [orjson.dumps(_sample(i)) for i in range(9)])
-    fp: dict = {}
-    with_fp = _read(path, fingerprint=fp)
-    assert fp == manifest.file_fingerprint(path)
+    stats: dict = {}
+    with_fp = _read(path, fingerprint=True, stats=stats)
+    assert stats["fingerprint"] == manifest.file_fingerprint(path)
     assert with_fp[:3] == _read(path)[:3]
 
 
@@ -244,20 +244,20 @@ def test_no_fingerprint_from_a_part_or_a_compressed_file(tmp_path):
     lines = [orjson.dumps(_sample(i)) for i in range(4)]
     path = _write(tmp_path, lines)
     part: dict = {}
-    _read(path, start=0, end=len(lines[0]) + 1, fingerprint=part)  # the first line only
+    _read(path, start=0, end=len(lines[0]) + 1, fingerprint=True, stats=part)  # the first line only
     gz = tmp_path / "step_2.jsonl.gz"
     gz.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
     packed: dict = {}
-    assert len(_read(str(gz), fingerprint=packed)[1]) == 4
-    assert part == {} and packed == {}
+    assert len(_read(str(gz), fingerprint=True, stats=packed)[1]) == 4
+    assert part.get("fingerprint") is None and packed.get("fingerprint") is None
 
 
 def test_no_fingerprint_from_a_file_that_changed_while_it_was_read(tmp_path):
     path = _write(tmp_path, [orjson.dumps(_sample(i)) for i in range(4)])
-    fp: dict = {}
-    chunks = jsonl.read_jsonl(path, "step_1.jsonl", chunk_records=1, fingerprint=fp)
+    stats: dict = {}
+    chunks = jsonl.read_jsonl(path, "step_1.jsonl", chunk_records=1, fingerprint=True, stats=stats)
     next(chunks)
     with open(path, "ab") as f:  # the trainer appends a line meanwhile
         f.write(orjson.dumps(_sample(4)) + b"\n")
     rest = list(chunks)
-    assert rest and fp == {}
+    assert rest and stats.get("fingerprint") is None
