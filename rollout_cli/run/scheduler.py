@@ -263,6 +263,7 @@ class Scheduler:
             return
         self.finished[u] = value
         fingerprints.taken(value.input.path, value.fingerprint)
+        value.fingerprint = None  # the run's table holds it now (recorded once, beside the result)
         fingerprints.collect(value.input.path)
         if self.on_done:
             self.on_done(value)
