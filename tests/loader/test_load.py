@@ -248,6 +248,14 @@ def _vm_flags(path: str) -> list[set[str]]:
     return out
 
 
+def _first_shard(out):
+    """(dataset, its first step, that step's first IPC copy, the batch loaded from it)."""
+    ds = open_dataset(out)
+    step = ds.steps[0]
+    _, ipc = ds.paths(step, 0)
+    return ds, step, ipc, ds.load(step, 0)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
 @pytest.mark.parametrize("direct", ["1", "0"])
 def test_the_mapped_file_is_read_in_huge_pages_where_shards_skip_the_cache(sample_out, monkeypatch, direct):
@@ -256,10 +264,7 @@ def test_the_mapped_file_is_read_in_huge_pages_where_shards_skip_the_cache(sampl
     # loads map in few faults; through the page cache, no advice
     monkeypatch.setenv("ROLLOUT_CLI_DIRECT_IO", direct)
     monkeypatch.setenv("ROLLOUT_CLI_STEP_CACHE", "0")  # a fresh mapping under this setting
-    ds = open_dataset(sample_out)
-    step = ds.steps[0]
-    _, ipc = ds.paths(step, 0)
-    b = ds.load(step, 0)
+    ds, step, ipc, b = _first_shard(sample_out)
     flags = _vm_flags(ipc)
     assert flags, "the IPC file is not memory-mapped"
     assert all(("hg" in f) == (direct == "1") for f in flags), flags
@@ -355,10 +360,7 @@ def test_empty_shard(tmp_path):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps")
 def test_tokens_are_a_view_of_the_mapped_file(sample_out):
-    ds = open_dataset(sample_out)
-    step = ds.steps[0]
-    _, ipc = ds.paths(step, 0)
-    b = ds.load(step, 0)
+    ds, step, ipc, b = _first_shard(sample_out)
     ranges = _mapped_ranges(ipc)
     assert ranges, "the IPC file is not memory-mapped"
 

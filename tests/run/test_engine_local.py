@@ -230,11 +230,12 @@ def test_a_spawn_only_run_converts_the_same_bytes(tmp_path, monkeypatch):
     assert inline and spawned == inline
 
 
-def _refaults_after_free(nbytes: int) -> tuple[int, int]:
-    """(pages faulted in by a first buffer of `nbytes` from Arrow's default pool, by a second
-    one after the first was freed)."""
+def _refaults_after_free(nbytes: int, allocator: str = "arrow") -> tuple[int, int]:
+    """(pages faulted in by a first buffer of `nbytes` from Arrow's default pool, or numpy's
+    (the C library's malloc), by a second one after the first was freed)."""
     import resource
 
+    import numpy as np
     import pyarrow as pa
 
     def faulted() -> int:
@@ -243,7 +244,7 @@ def _refaults_after_free(nbytes: int) -> tuple[int, int]:
     out = []
     for _ in range(2):
         before = faulted()
-        buf = pa.allocate_buffer(nbytes)
+        buf = pa.allocate_buffer(nbytes) if allocator == "arrow" else np.empty(nbytes, np.uint8)
         memoryview(buf).cast("B")[::4096] = b"\1" * len(range(0, nbytes, 4096))  # touch every page
         out.append(faulted() - before)
         del buf
@@ -266,23 +267,6 @@ def test_workers_keep_freed_arrow_pages_for_the_next_step():
     assert conf == os.environ.get("JE_ARROW_MALLOC_CONF", worker_setup.JEMALLOC_CONF)
 
 
-def _numpy_refaults(nbytes: int) -> tuple[int, int]:
-    """(pages faulted in by a first numpy buffer of `nbytes`, by a second one after the first
-    was freed)."""
-    import resource
-
-    import numpy as np
-
-    out = []
-    for _ in range(2):
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        a = np.empty(nbytes, np.uint8)
-        a[::4096] = 1  # touch every page
-        out.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-        del a
-    return out[0], out[1]
-
-
 def test_workers_keep_freed_c_heap_pages_for_the_next_step():
     """40 MiB: above the largest threshold the C library's own defaults adapt to, where each
     such buffer is a mapping of its own, faulted in afresh."""
@@ -290,7 +274,7 @@ def test_workers_keep_freed_c_heap_pages_for_the_next_step():
         pytest.skip("the C library's malloc settings are Linux's (glibc's mallopt)")
     engine = PoolEngine(1, preload=WORKER_MODULES)
     try:
-        first, second = engine.result(engine.submit(_numpy_refaults, 40 << 20))
+        first, second = engine.result(engine.submit(_refaults_after_free, 40 << 20, "numpy"))
     finally:
         engine.shutdown()
     assert first > 100  # new memory (numpy asks for huge pages: fewer faults than pages)
