@@ -24,11 +24,22 @@ def null_mask(a: pa.Array) -> np.ndarray:
     """Per item: null, from the validity bitmap."""
     if not a.null_count:
         return np.zeros(len(a), bool)
-    return a.is_null().to_numpy(zero_copy_only=False)
+    if a.null_count == len(a):
+        return np.ones(len(a), bool)
+    validity = a.buffers()[0]
+    if validity is None or pa.types.is_null(a.type) or pa.types.is_union(a.type) or pa.types.is_dictionary(a.type):
+        return a.is_null().to_numpy(zero_copy_only=False)
+    # the validity bitmap (Arrow's format: bit i of the array's offset + i, least significant first)
+    bits = np.unpackbits(np.frombuffer(validity, np.uint8), count=a.offset + len(a), bitorder="little")
+    return bits[a.offset:] == 0
 
 
 def list_lengths(a: pa.Array, null: int = 0) -> np.ndarray:
     """Each list's length (int64) from a list or large-list array's offsets; `null` for a null list."""
+    if not a.null_count:
+        return np.diff(a.offsets.to_numpy()).astype(np.int64, copy=False)
+    if a.null_count == len(a):
+        return np.full(len(a), null, np.int64)
     import pyarrow.compute as pc
 
     return pc.list_value_length(a).fill_null(null).to_numpy(zero_copy_only=False).astype(np.int64)

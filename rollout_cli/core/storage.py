@@ -453,12 +453,17 @@ class LocalWriter:
         self.closed = True
         try:
             if self._fill:
-                size = self._offset + self._fill
-                if self.direct:  # a direct write is whole blocks: pad, then cut the file back
-                    padded = -(-self._fill // DIRECT_ALIGN) * DIRECT_ALIGN
-                    self._view[self._fill:padded] = bytes(padded - self._fill)
-                    self._write_out(self._view[:padded])
-                    os.ftruncate(self._fd, size)
+                if self.direct:
+                    # the whole blocks direct, the last part block through the page cache: padded
+                    # to a block and cut back instead, each file's truncation read its last block
+                    # back from the device to zero its tail (16-step whole run, 12 alternating
+                    # runs: JSONL 1.558 -> 1.541 s, 2.617 -> 2.595 CPU-s)
+                    whole = self._fill - self._fill % DIRECT_ALIGN
+                    if whole:
+                        self._write_out(self._view[:whole])
+                    if whole < self._fill:
+                        self._stop_direct()
+                        self._write_out(self._view[whole:self._fill])
                 else:
                     self._write_out(self._view[:self._fill])
                 self._fill = 0

@@ -18,7 +18,7 @@ from ..output import manifest as manifest_mod
 from ..output import commit as output
 from . import resume
 from .engines import make_engine
-from .preload import WORKER_MODULES
+from .preload import worker_modules
 from ..core.errors import UsageError, output_error
 from ..inputs.units import claim_step, plan_units
 from ..core.options import ConvertOptions
@@ -155,7 +155,8 @@ def _run(units: list[Unit], opts: ConvertOptions, staging_root: str, fingerprint
         if storage.is_uri(staging_root):  # parsed rows stay on this machine: only shards are uploaded
             parts_root = tempfile.mkdtemp(prefix="rollout-cli-parts-")
         tasks = _plan_parts(units, workers, parts_root)
-        engine = make_engine("local", min(workers, max(len(tasks), len(units))), preload=WORKER_MODULES,
+        engine = make_engine("local", min(workers, max(len(tasks), len(units))),
+                             preload=worker_modules(sorted({u.input.format for u in units})),
                              inline=True if workers <= 1 else None)
     budget = fail_budget(opts.on_error, opts.max_errors)
     scheduler = Scheduler(engine, units, tasks, opts, budget, staging_root, notes, progress,

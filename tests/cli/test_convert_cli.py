@@ -257,7 +257,7 @@ def test_stdin_without_step_is_usage_error(tmp_path):
 
 
 def _convert_command():
-    return typer.main.get_command(app).commands["convert"]
+    return typer.main.get_command(app).get_command(None, "convert")
 
 
 def _help_blocks(text: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ def option_names(args: list[str]) -> list[str]:
     ctx = GROUP.make_context("rollout-cli", [], resilient_parsing=True)
     cmd = GROUP
     if args:
-        cmd = GROUP.commands[args[0]]
+        cmd = GROUP.get_command(None, args[0])
         ctx = cmd.make_context(args[0], [], parent=ctx, resilient_parsing=True)
     names = []
     for p in cmd.get_params(ctx):
@@ -94,7 +94,7 @@ SHARED_INPUTS = ("steps", "step", "trust_pickle", "input_format", "prime_rl_subs
 
 
 def _params(name: str) -> dict[str, TyperOption]:
-    return {p.name: p for p in GROUP.commands[name].params if isinstance(p, TyperOption)}
+    return {p.name: p for p in GROUP.get_command(None, name).params if isinstance(p, TyperOption)}
 
 
 def _declared(p: TyperOption) -> tuple:

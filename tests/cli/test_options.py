@@ -35,7 +35,7 @@ def run(*args: str):
 
 
 def _params(name: str) -> dict[str, TyperOption]:
-    return {p.name: p for p in GROUP.commands[name].params if isinstance(p, TyperOption)}
+    return {p.name: p for p in GROUP.get_command(None, name).params if isinstance(p, TyperOption)}
 
 
 def _help_rows(name: str) -> dict[str, str]:

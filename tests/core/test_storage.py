@@ -186,15 +186,31 @@ def test_local_writer_on_tmpfs(monkeypatch):
     try:
         data = np.random.default_rng(5).integers(0, 256, 2 * _CHUNK + 4097, dtype=np.uint8).tobytes()
         w = storage.LocalWriter(os.path.join(d, "f.bin"), direct=True)
-        assert w.direct == _direct_accepted(d)
+        direct = w.direct
+        assert direct == _direct_accepted(d)
         w.write(data[:5])
         w.write(data[5:])
         w.close()
         with open(os.path.join(d, "f.bin"), "rb") as f:
             assert f.read() == data
-        assert handed == ([] if w.direct else [_CHUNK, _CHUNK, 4097])
+        # direct: whole blocks to the device, the 1-byte tail through the page cache
+        assert handed == ([1] if direct else [_CHUNK, _CHUNK, 4097])
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("tail", [0, 1, 4095])
+def test_a_direct_writer_never_pads_nor_cuts_its_file(tmp_path, monkeypatch, tail):
+    """The last part block goes through the page cache: the file is never longer than its
+    bytes, and never truncated (a truncation reads the last block back from the device)."""
+    monkeypatch.setattr(storage.os, "ftruncate", lambda *a: pytest.fail("truncated"))
+    data = np.random.default_rng(tail).integers(0, 256, _CHUNK + 8192 + tail, dtype=np.uint8).tobytes()
+    path = str(tmp_path / "f.bin")
+    w = storage.LocalWriter(path, direct=True)
+    w.write(data)
+    w.close()
+    with open(path, "rb") as f:
+        assert f.read() == data
 
 
 @pytest.mark.parametrize("refusal", [errno.EINVAL, errno.EOPNOTSUPP])

@@ -70,6 +70,24 @@ def test_pool_workers_live_across_tasks_and_deliver_errors():
         engine.shutdown()
 
 
+def _slow_write(path: str) -> None:
+    import time
+
+    time.sleep(0.5)
+    with open(path, "w") as f:
+        f.write("done")
+
+
+def test_pool_shutdown_waits_for_a_running_task(tmp_path):
+    """A task still running when the pool stops (a run that failed) ends before shutdown
+    returns: nothing goes on writing once the caller cleans up."""
+    engine = PoolEngine(1)
+    path = str(tmp_path / "late")
+    engine.submit(_slow_write, path)
+    engine.shutdown()
+    assert open(path).read() == "done"
+
+
 def test_inline_engine_runs_in_this_process():
     engine = InlineEngine()
     assert engine.result(engine.submit(_pid)) == os.getpid()

@@ -229,13 +229,23 @@ def peek_first_record(path: str) -> dict | None:
     if path == "-":
         return None
     if storage.is_uri(path):
-        line = _first_line(path)
-    else:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        line = _first_line_of(path, st.st_size, st.st_mtime_ns, st.st_ino)
+        return _record_of(_first_line(path))
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    rec = _first_record_of(path, st.st_size, st.st_mtime_ns, st.st_ino)
+    return dict(rec) if rec is not None else None  # the cached one stays as parsed
+
+
+@functools.lru_cache(maxsize=2)  # a file's detectors ask one after the other
+def _first_record_of(path: str, size: int, mtime_ns: int, ino: int) -> dict | None:
+    """peek_first_record of a local file as it is (its size, mtime and inode): every format's
+    detector asks for it, and a step's head is read and parsed once."""
+    return _record_of(_first_line(path))
+
+
+def _record_of(line: bytes | None) -> dict | None:
     if line is None:
         return None
     from .lenient import loads
@@ -247,27 +257,29 @@ def peek_first_record(path: str) -> dict | None:
     return rec if isinstance(rec, dict) else None
 
 
-@functools.lru_cache(maxsize=8)  # a file's detectors ask one after the other; at most 8 MiB kept
-def _first_line_of(path: str, size: int, mtime_ns: int, ino: int) -> bytes | None:
-    """_first_line of a local file as it is (its size, mtime and inode): every format's
-    detector asks for it, and a step's head is read once."""
-    return _first_line(path)
-
-
 def _first_line(path: str) -> bytes | None:
     """The first line that is not blank within the first MiB (the whole MiB when it holds no
-    newline), or None."""
+    newline), or None. Read 64 KiB at a time: a line is rarely longer."""
     try:
         with open_binary(path) as f:
-            head = f.read(1 << 20)
+            head = b""
+            pos = 0
+            while len(head) < _HEAD_BYTES:
+                more = f.read(min(_HEAD_STEP, _HEAD_BYTES - len(head)))
+                if not more:
+                    break
+                head += more
+                while (nl := head.find(b"\n", pos)) >= 0:
+                    if head[pos:nl].strip():
+                        return bytes(head[pos:nl])
+                    pos = nl + 1
     except (OSError, EOFError, ValueError, zlib.error, _ZstdError):
         return None
-    pos = 0
-    while (nl := head.find(b"\n", pos)) >= 0:
-        if head[pos:nl].strip():
-            return bytes(head[pos:nl])
-        pos = nl + 1
     return bytes(head) if pos == 0 and head.strip() else None
+
+
+_HEAD_BYTES = 1 << 20
+_HEAD_STEP = 64 << 10
 
 
 def peek_step_value(path: str) -> object | None:

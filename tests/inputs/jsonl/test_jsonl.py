@@ -261,3 +261,33 @@ def test_no_fingerprint_from_a_file_that_changed_while_it_was_read(tmp_path):
         f.write(orjson.dumps(_sample(4)) + b"\n")
     rest = list(chunks)
     assert rest and stats.get("fingerprint") is None
+
+
+def test_the_first_record_past_blank_lines_and_a_64k_read(tmp_path):
+    long = _sample(0, tokens=list(range(40_000)))  # a first line of ~230 KB: several reads
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b"\n  \n" + orjson.dumps(long) + b"\n" + orjson.dumps(_sample(1)) + b"\n")
+    assert jsonl.peek_first_record(str(p)) == long
+    q = tmp_path / "b.jsonl"
+    q.write_bytes(orjson.dumps(_sample(2)))  # no newline at all
+    assert jsonl.peek_first_record(str(q))["index"] == 2
+    r = tmp_path / "c.jsonl"
+    r.write_bytes(b"[1, 2]\n" + orjson.dumps(_sample(3)) + b"\n")
+    assert jsonl.peek_first_record(str(r)) is None  # the first line decides
+
+
+def test_a_files_first_record_is_parsed_once_and_handed_out_as_a_copy(tmp_path, monkeypatch):
+    from rollout_cli.inputs.jsonl import lenient
+
+    parsed = []
+    real = lenient.loads
+    monkeypatch.setattr(lenient, "loads", lambda line: parsed.append(1) or real(line))
+    p = tmp_path / "step_7.jsonl"
+    p.write_bytes(orjson.dumps(_sample(0, step=7)) + b"\n")
+    first = jsonl.peek_first_record(str(p))
+    first["step"] = 99  # a caller's change stays its own
+    for _ in range(3):
+        assert jsonl.peek_first_record(str(p))["step"] == 7
+    assert len(parsed) == 1
+    p.write_bytes(orjson.dumps(_sample(0, step=8)) + b"\n\n")  # rewritten: read again
+    assert jsonl.peek_first_record(str(p))["step"] == 8
