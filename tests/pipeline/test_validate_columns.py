@@ -430,3 +430,99 @@ def test_weight_versions_and_unrecorded_rewards_stay_on_columns(tmp_path, monkey
     assert nc.valid == [True] * 4
     assert t.column("weight_versions").to_pylist() == [["4"], ["3", "4"], None, None]
     assert t.column("_reward_value").null_count == 4 and t.column("raw_reward").null_count == 4
+
+
+# --- a JSON reader's Python values on columns (validate_columns._typed) --------------------
+
+_ODD = st.sampled_from([True, False, 2**63, -(2**63) - 1, 2**70, 1.5, -1, "3", "", [1], {"a": 1}, float("nan"),
+                        float("inf"), 2**60 + 1])
+
+
+def _value(draw, good, odd: bool):
+    return draw(st.one_of(good, st.none(), _ODD) if odd else st.one_of(good, st.none()))
+
+
+@st.composite
+def _json_records(draw):
+    """Records as a JSON reader hands them on (numeric lists as arrays, the rest as parsed),
+    most of them plain, some with a value of another type in one field."""
+    import numpy as np
+
+    n = draw(st.integers(1, 6))
+    odd = draw(st.booleans())
+    recs = []
+    for i in range(n):
+        rl = draw(st.integers(0, 3))
+        rec = {"tokens": np.full(rl + 1, 5, np.int64), "loss_mask": np.ones(rl, np.int64),
+               "response_length": _value(draw, st.just(rl), odd),
+               "status": _value(draw, st.sampled_from(["completed", "truncated", "aborted"]), odd),
+               "reward": _value(draw, st.one_of(st.floats(-3, 3), st.integers(-3, 3)), odd)}
+        for k, good in (("index", st.integers(0, 9)), ("group_index", st.integers(0, 3)),
+                        ("rollout_id", st.integers(-(2**63), 2**63 - 1)), ("step", st.just(3)),
+                        ("remove_sample", st.booleans()), ("source", st.sampled_from(["", "web"])),
+                        ("train_metadata", st.none()), ("weight_versions", st.lists(st.sampled_from(["1", "2"]), max_size=2)),
+                        ("prompt", st.sampled_from(["", "q"]))):
+            if draw(st.booleans()):
+                rec[k] = _value(draw, good, odd)
+        if draw(st.booleans()):
+            md = {}
+            for k, good in (("raw_reward", st.floats(-2, 2)), ("round_number", st.integers(0, 4)),
+                            ("source_name", st.sampled_from(["", "math"])), ("turns", st.integers(0, 3))):
+                if draw(st.booleans()):
+                    md[k] = _value(draw, good, odd)
+            rec["metadata"] = md if not odd or draw(st.booleans()) else _value(draw, st.just(md), odd)
+        recs.append(rec)
+    recorded = draw(st.booleans())
+    return RawChunk("1.jsonl", "line", list(range(1, n + 1)), recs, {}), draw(st.booleans()), \
+        draw(st.sampled_from([None, 3])), recorded
+
+
+@settings(max_examples=500, **SETTINGS)
+@given(_json_records())
+def test_a_json_readers_values_on_columns_match_the_row_rules(drawn):
+    from unittest import mock
+
+    from rollout_cli.inputs.columns import columnar
+
+    chunk, keep_text, step, recorded = drawn
+    chunk = columnar(chunk)
+    got = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step, rewards_recorded=recorded)
+    with mock.patch.object(columns, "_typed", lambda *a: None):
+        want = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step,
+                                         rewards_recorded=recorded)
+    assert _summary(got) == _summary(want)
+    schema = pre_schema(keep_text)
+    assert pa.Table.from_batches(got.batches, schema=schema).equals(pa.Table.from_batches(want.batches, schema=schema))
+
+
+def test_plain_json_values_skip_the_row_rules(monkeypatch):
+    import numpy as np
+
+    from rollout_cli.inputs.columns import columnar
+
+    recs = [{"index": i, "group_index": i // 2, "rollout_id": None if i % 3 else i, "tokens": np.arange(3),
+             "response_length": 2, "reward": [0, 0.5, 1][i % 3], "loss_mask": np.ones(2, np.int64),
+             "status": "completed", "weight_versions": ["7"] if i else [],
+             "metadata": {"raw_reward": 1 if i == 1 else None, "source_name": "math", "extra": [1, "x"]}} for i in range(6)]
+    monkeypatch.setattr(columns, "_scalars_by_rows", lambda *a: (_ for _ in ()).throw(AssertionError("row rules ran")))
+    nc = normalize_chunk(columnar(RawChunk("1.jsonl", "line", list(range(1, 7)), recs, {})), 0, reward_key=None,
+                         keep_text=False)
+    t = pa.Table.from_batches(nc.batches)
+    assert nc.valid == [True] * 6 and nc.explicit_id == [0, None, None, 3, None, None]
+    assert t.column("raw_reward").to_pylist() == [0.0, 1.0, 1.0, 0.0, 0.5, 1.0]
+    assert t.column("source_name").to_pylist() == ["math"] * 6
+    assert t.column("weight_versions").to_pylist() == [None] + [["7"]] * 5
+
+
+def test_a_response_length_past_int64_is_a_problem_not_a_crash():
+    import numpy as np
+
+    from rollout_cli.inputs.columns import columnar
+
+    recs = [{"index": i, "tokens": np.arange(3), "response_length": [2**63, 2][i], "reward": 0.0,
+             "status": "completed"} for i in range(2)]
+    nc = normalize_chunk(columnar(RawChunk("1.jsonl", "line", [1, 2], recs, {})), 0, reward_key=None, keep_text=False)
+    assert nc.valid == [False, True]
+    (i, p), = nc.problems
+    assert (i, p.field, p.rule) == (0, "response_length", "response_length.range")
+    assert p.message == "expected 0 <= response_length <= len(tokens) = 3, got 9223372036854775808"
