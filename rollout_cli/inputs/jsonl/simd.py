@@ -17,14 +17,6 @@ _DTYPES = {"i": np.int64, "d": np.float64}
 _ESCAPED_BRACKET = b"\\u005"  # the start of "\u005b"/"\u005B", a '[' written as an escape
 
 
-def _unbox(v):
-    if isinstance(v, simdjson.Object):
-        return v.as_dict()
-    if isinstance(v, simdjson.Array):
-        return v.as_list()
-    return v
-
-
 def _lists(v) -> tuple[int, int]:
     """(lists, '[' characters in strings and keys) in a plain value."""
     if isinstance(v, str):
@@ -85,36 +77,40 @@ class SampleParser:
         if not isinstance(doc, simdjson.Object):
             return None
         keys = list(doc.keys())
-        if len(set(keys)) != len(keys) or any("\0" in k for k in keys):
+        joined = "".join(keys)
+        if len(set(keys)) != len(keys) or "\0" in joined:
             return None  # a key twice (orjson keeps the last value), or one lookups cannot take
         rec = {}
         v = None
-        lists = chars = 0  # lists met, and '[' characters met in strings and keys
+        lists = 0  # lists met
+        chars = joined.count("[")  # '[' characters met in keys and strings
         numeric, wrapped = self._lists, self._wrapped
         for k in keys:
             v = doc[k]
             kind = numeric.get(k)
-            if kind is not None and k in wrapped:
-                inner = v[0] if isinstance(v, simdjson.Array) and len(v) == 1 else None
-                if isinstance(inner, simdjson.Array):
-                    rec[k] = np.frombuffer(inner.as_buffer(of_type=kind), dtype=_DTYPES[kind])
-                    del inner
-                    lists += 2
-                    chars += k.count("[")
+            if kind is not None:
+                if k in wrapped:
+                    inner = v[0] if isinstance(v, simdjson.Array) and len(v) == 1 else None
+                    if isinstance(inner, simdjson.Array):
+                        rec[k] = np.frombuffer(inner.as_buffer(of_type=kind), dtype=_DTYPES[kind])
+                        del inner
+                        lists += 2
+                        continue
+                    del inner  # not the wrapped shape: kept as parsed, for the reader to word
+                elif isinstance(v, simdjson.Array):
+                    # as_buffer flattens nested lists: the bracket count below rules them out
+                    rec[k] = np.frombuffer(v.as_buffer(of_type=kind), dtype=_DTYPES[kind])
+                    lists += 1
                     continue
-                del inner
-                kind = None  # not the wrapped shape: kept as parsed, for the reader to word
-            if kind is not None and isinstance(v, simdjson.Array):
-                # as_buffer flattens nested lists: the bracket count below rules them out
-                rec[k] = np.frombuffer(v.as_buffer(of_type=kind), dtype=_DTYPES[kind])
-                lists += 1
-            else:
-                rec[k] = v = _unbox(v)
-                if not isinstance(v, (int, float)) and v is not None:
-                    a, b = _lists(v)
-                    lists += a
-                    chars += b
-            chars += k.count("[")
+            if isinstance(v, simdjson.Object):
+                v = v.as_dict()
+            elif isinstance(v, simdjson.Array):
+                v = v.as_list()
+            rec[k] = v
+            if v is not None and not isinstance(v, (int, float)):
+                a, b = _lists(v)
+                lists += a
+                chars += b
         del doc, v  # no simdjson proxy may outlive the call: the parser is reused
         # every '[' in the line opens a list or is a character of a string; when the count is
         # that of the lists and characters met, the numeric lists held no nested list. A '['
