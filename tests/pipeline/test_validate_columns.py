@@ -493,6 +493,15 @@ def test_a_json_readers_values_on_columns_match_the_row_rules(drawn):
     assert _summary(got) == _summary(want)
     schema = pre_schema(keep_text)
     assert pa.Table.from_batches(got.batches, schema=schema).equals(pa.Table.from_batches(want.batches, schema=schema))
+    assert _ipc_bytes(got.batches, schema) == _ipc_bytes(want.batches, schema)  # the Arrow copy's bytes too
+
+
+def _ipc_bytes(batches, schema) -> bytes:
+    """The rows as the output's Arrow IPC copy writes them (output/write.write_ipc)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, schema) as w:
+        w.write_table(pa.Table.from_batches(batches, schema=schema).combine_chunks())
+    return sink.getvalue().to_pybytes()
 
 
 def test_plain_json_values_skip_the_row_rules(monkeypatch):

@@ -181,11 +181,30 @@ def _texts(col, n: int) -> list | None:
     return col.to_pylist()
 
 
-def _versions(col, n: int) -> pa.Array | None:
+def _floats(x: np.ndarray, python: bool) -> pa.Array:
+    """float64, null where NaN; from Python values, 0 under a null as the row rules' arrays
+    have it (see _null_media)."""
+    nan = np.isnan(x)
+    return pa.array(np.where(nan, 0.0, x) if python and nan.any() else x, pa.float64(), mask=nan)
+
+
+def _null_media(n: int, python: bool) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The multimodal entries, their id and the images of rows that have none. From Python
+    values they are built as the row rules build them (_scalars_of_rows): `pa.nulls` gives a
+    nested type's empty children offsets buffers as long as the rows, which an Arrow IPC copy
+    of a one-chunk step writes out: the copy's bytes would depend on the path taken."""
+    none = pa.nulls(n, pa.string())
+    if python:
+        return tensors.entries_array([None] * n), none, pa.array([None] * n, tensors.IMAGES_TYPE)
+    return pa.nulls(n, tensors.MM_TYPE), none, pa.nulls(n, tensors.IMAGES_TYPE)
+
+
+def _versions(col, n: int, python: bool = False) -> pa.Array | None:
     """A weight_versions column as the pre-schema's list<string>, null where a row's list is
-    empty (rows.check_weight_versions); None when it is not a list of strings."""
+    empty (rows.check_weight_versions); None when it is not a list of strings. `python`: built
+    from Python values (see _null_media)."""
     if col is None or pa.types.is_null(col.type):
-        return pa.nulls(n, batch.WEIGHT_VERSIONS)
+        return pa.array([None] * n, batch.WEIGHT_VERSIONS) if python else pa.nulls(n, batch.WEIGHT_VERSIONS)
     t = col.type
     if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not (
             pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)):
@@ -220,7 +239,8 @@ def _scalars_on_columns(chunk: RawChunk, cols: dict, n: int, reward_key: str | N
     None otherwise: the rows then go through the rules one by one, which word any problem."""
     if chunk.problems or chunk.rows or reward_key is not None or n == 0:
         return None
-    if any(isinstance(c, list) for c in cols.values()):
+    python = any(isinstance(c, list) for c in cols.values())  # a JSON or .pt reader's values
+    if python:
         cols = _typed(cols, n)
         if cols is None:
             return None
@@ -277,7 +297,7 @@ def _scalars_on_columns(chunk: RawChunk, cols: dict, n: int, reward_key: str | N
     if rn is None or names is None:
         return None
     src = _texts(cols.get("source"), n)
-    versions = _versions(cols.get("weight_versions"), n)
+    versions = _versions(cols.get("weight_versions"), n, python)
     if src is None or versions is None:
         return None
     source = [s if s else (sn if sn else UNKNOWN_SOURCE) for s, sn in zip(src, names)]
@@ -293,10 +313,10 @@ def _scalars_on_columns(chunk: RawChunk, cols: dict, n: int, reward_key: str | N
     none = pa.nulls(n, pa.string())
     fields = _Scalars(
         pa.array(idx[0], pa.int64(), mask=idx[1]), pa.array(grp[0], pa.int64(), mask=grp[1]),
-        pa.array(reward, pa.float64(), mask=np.isnan(reward)), pa.array(raw, pa.float64(), mask=np.isnan(raw)),
+        _floats(reward, python), _floats(raw, python),
         pa.array(status, pa.string()), pa.array(np.array([s == "truncated" for s in status], bool), pa.bool_()),
         pa.array(rn[0], pa.int64(), mask=rn[1]), pa.array(source, pa.string()), none,
-        pa.nulls(n, tensors.MM_TYPE), none, pa.nulls(n, tensors.IMAGES_TYPE), pa.array(np.zeros(n, np.int32)),
+        *_null_media(n, python), pa.array(np.zeros(n, np.int32)),
         versions, text,
     )
     return fields, rl[0], removed, explicit, groups
