@@ -68,11 +68,17 @@ def list_array(arrays: list, dtype=None) -> tuple[pa.Array, np.ndarray, np.ndarr
         values = values.view(np.uint8)
     elif values.dtype.kind in "iu" and values.dtype != np.int64:
         values = values.astype(np.int64)
-    mask = None if len(present) == n else pa.array(np.fromiter((a is None for a in arrays), dtype=bool, count=n))
+    # from buffers: from_arrays with a mask would import pyarrow.compute (see core.arrays)
+    validity, nulls = None, n - len(present)
+    if nulls:
+        validity = pa.py_buffer(np.packbits(np.fromiter((a is not None for a in arrays), bool, n), bitorder="little"))
+    child = pa.array(values)
     if offsets[-1] < 2**31:
         offsets = offsets.astype(np.int32)
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask), offsets, values
-    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask), offsets, values
+        typ = pa.list_(child.type)
+    else:
+        typ = pa.large_list(child.type)
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets)], nulls, children=[child]), offsets, values
 
 
 def spans(arr: np.ndarray, start: np.ndarray, length: np.ndarray, dtype, valid: np.ndarray | None = None) -> pa.Array:

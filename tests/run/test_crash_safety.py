@@ -528,7 +528,8 @@ def test_sigkill_at_random_moments_on_an_object_store(big, s3, tmp_path):
         p.stdout.close(), p.stderr.close()
         got = _s3_snapshot(s3, out)
         if "manifest.json" in got:
-            assert verify_output(f"s3://{out}")["ok"], f"killed at {at:.2f}s"
+            checked = verify_output(f"s3://{out}")
+            assert checked["ok"], f"killed at {at:.2f}s: {checked}"
             assert got == ref or (overwrite and got == old), f"killed at {at:.2f}s: neither the old nor the new dataset"
         else:
             assert not overwrite, f"killed at {at:.2f}s: the old dataset is gone"

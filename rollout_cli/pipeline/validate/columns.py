@@ -209,11 +209,11 @@ def _versions(col, n: int, python: bool = False) -> pa.Array | None:
     if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not (
             pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)):
         return None
-    if col.null_count and col.flatten().null_count:  # a null entry in a list: the row rule words it
-        return None
-    col = col.cast(batch.WEIGHT_VERSIONS)
-    if col.flatten().null_count:
-        return None
+    off = numpy_of(col.offsets)
+    if col.values.slice(int(off[0]), int(off[-1] - off[0])).null_count:
+        return None  # a null entry in a list (or under a null list): the row rule words it
+    if col.type != batch.WEIGHT_VERSIONS:
+        col = col.cast(batch.WEIGHT_VERSIONS)
     lengths = np.diff(numpy_of(col.offsets))
     empty = (lengths == 0) & ~null_mask(col)
     if not empty.any():
