@@ -11,7 +11,6 @@ import functools
 import importlib
 from typing import Annotated
 
-import click
 import typer
 
 from .common import JsonUsageErrors
@@ -30,7 +29,7 @@ COMMANDS = {
 
 
 @functools.lru_cache(maxsize=None)
-def command(name: str) -> click.Command:
+def command(name: str):
     """The click command of `name` (a key of COMMANDS), built from its function by typer."""
     module, function = COMMANDS[name]
     one = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -45,7 +44,7 @@ class RootGroup(JsonUsageErrors, FittedGroup):
     def list_commands(self, ctx) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx, cmd_name: str):
         return command(cmd_name) if cmd_name in COMMANDS else None
 
 
