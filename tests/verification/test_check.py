@@ -188,3 +188,26 @@ def test_verify_of_a_missing_or_unconverted_uri(s3):
     assert r.exit_code == ExitCode.USAGE and "no such directory" in r.output
     r = CliRunner().invoke(app, ["verify", "s3://bkt/dumps/jsonl"])  # objects, but no manifest
     assert r.exit_code == ExitCode.INTEGRITY and "manifest.json" in r.output and "missing" in r.output
+
+
+@pytest.mark.parametrize("card", ["stale", "missing"])
+def test_a_commit_cut_off_before_its_card_still_verifies_on_an_object_store(s3, s3_out, card):
+    """The manifest is the commit: a card the commit did not get to write (the previous one,
+    or none yet) is a note on an object store; the same in a local output is a failure."""
+    from rollout_cli.core import storage
+
+    uri = _copy_out(s3, f"verify-card-{card}")
+    if card == "stale":
+        storage.write_bytes(f"{uri}/README.md", b"---\nconfigs: []\n---\nthe previous commit's card\n")
+    else:
+        storage.delete_file(f"{uri}/README.md")
+    result = verify_output(uri)
+    assert result["ok"], result["failures"]
+    assert any(n.startswith("README.md: not this manifest's dataset card") for n in result["notes"])
+    readme = Path(s3_out[1]) / "README.md"
+    kept = readme.read_bytes()
+    readme.write_bytes(b"changed")
+    try:
+        assert [f["file"] for f in verify_output(str(readme.parent))["failures"]] == ["README.md"]
+    finally:
+        readme.write_bytes(kept)
