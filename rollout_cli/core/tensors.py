@@ -227,13 +227,18 @@ def decode_row(entries: pa.StructArray | None) -> dict | None:
 def decode_column(col: pa.Array | pa.ChunkedArray) -> list[dict | None]:
     """Every row of a multimodal_train_inputs column as decode_row's dicts; a column of JSON text
     (schema versions before the typed one) as its parsed dicts."""
+    from .arrays import null_mask
+
     chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
     out: list = []
     for ch in chunks:
-        if pa.types.is_string(ch.type) or pa.types.is_large_string(ch.type) or pa.types.is_null(ch.type):
+        if ch.null_count == len(ch):  # a text-only step's: nothing to decode
+            out.extend([None] * len(ch))
+            continue
+        if pa.types.is_string(ch.type) or pa.types.is_large_string(ch.type):
             out.extend(None if s is None else orjson.loads(s) for s in ch.to_pylist())
             continue
-        valid = ch.is_valid().to_pylist() if ch.null_count else [True] * len(ch)
+        valid = (~null_mask(ch)).tolist()
         offs = ch.offsets.to_pylist()
         values = ch.values
         for i in range(len(ch)):
