@@ -387,16 +387,23 @@ def _summary(nc):
 @settings(max_examples=400, **SETTINGS)
 @given(_scalar_chunk())
 def test_per_row_fields_on_columns_match_the_row_rules(drawn):
+    _same_both_ways(*drawn, "_scalars_on_columns")
+
+
+def _same_both_ways(chunk, keep_text, step, recorded, off: str, same_bytes: bool = False) -> None:
+    """normalize_columns of `chunk` gives the same rows and problems with columns' `off`
+    disabled (the row rules then decide), and with `same_bytes` the same Arrow copy too."""
     from unittest import mock
 
-    chunk, keep_text, step, recorded = drawn
     got = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step, rewards_recorded=recorded)
-    with mock.patch.object(columns, "_scalars_on_columns", lambda *a: None):
+    with mock.patch.object(columns, off, lambda *a: None):
         want = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step,
                                          rewards_recorded=recorded)
     assert _summary(got) == _summary(want)
     schema = pre_schema(keep_text)
     assert pa.Table.from_batches(got.batches, schema=schema).equals(pa.Table.from_batches(want.batches, schema=schema))
+    if same_bytes:  # the Arrow copy's bytes too
+        assert _ipc_bytes(got.batches, schema) == _ipc_bytes(want.batches, schema)
 
 
 def test_plain_parquet_columns_skip_the_row_rules(tmp_path, monkeypatch):
@@ -480,20 +487,10 @@ def _json_records(draw):
 @settings(max_examples=500, **SETTINGS)
 @given(_json_records())
 def test_a_json_readers_values_on_columns_match_the_row_rules(drawn):
-    from unittest import mock
-
     from rollout_cli.inputs.columns import columnar
 
     chunk, keep_text, step, recorded = drawn
-    chunk = columnar(chunk)
-    got = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step, rewards_recorded=recorded)
-    with mock.patch.object(columns, "_typed", lambda *a: None):
-        want = columns.normalize_columns(chunk, 7, reward_key=None, keep_text=keep_text, step=step,
-                                         rewards_recorded=recorded)
-    assert _summary(got) == _summary(want)
-    schema = pre_schema(keep_text)
-    assert pa.Table.from_batches(got.batches, schema=schema).equals(pa.Table.from_batches(want.batches, schema=schema))
-    assert _ipc_bytes(got.batches, schema) == _ipc_bytes(want.batches, schema)  # the Arrow copy's bytes too
+    _same_both_ways(columnar(chunk), keep_text, step, recorded, "_typed", same_bytes=True)
 
 
 def _ipc_bytes(batches, schema) -> bytes:
