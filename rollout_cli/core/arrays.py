@@ -33,6 +33,19 @@ def null_mask(a: pa.Array) -> np.ndarray:
     return bits[a.offset:] == 0
 
 
+def lists_of(offsets: np.ndarray, child: pa.Array, nulls: np.ndarray | None = None, typ=None) -> pa.Array:
+    """A list array over `child` from its offsets (int32; int64 makes a large list) and the null
+    rows' mask, built from the buffers: ListArray.from_arrays with a mask would import
+    pyarrow.compute. `typ`: the list type, when it names more than the child's (a field)."""
+    validity, null_count = None, 0
+    if nulls is not None and nulls.any():
+        validity, null_count = pa.py_buffer(np.packbits(~nulls, bitorder="little")), int(nulls.sum())
+    if typ is None:
+        typ = pa.large_list(child.type) if offsets.dtype == np.int64 else pa.list_(child.type)
+    return pa.Array.from_buffers(typ, len(offsets) - 1, [validity, pa.py_buffer(offsets)], null_count,
+                                 children=[child])
+
+
 def list_lengths(a: pa.Array, null: int = 0) -> np.ndarray:
     """Each list's length (int64) from a list or large-list array's offsets; `null` for a null list."""
     lengths = np.diff(a.offsets.to_numpy()).astype(np.int64)

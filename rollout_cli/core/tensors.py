@@ -11,6 +11,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from .arrays import lists_of, null_mask
+
 __all__ = ["ENTRY", "MM_TYPE", "DTYPES", "BFloat16Bits", "WidenedBFloat16", "encode", "entries_array",
            "decode_row", "decode_column", "widen_bf16", "row_nbytes"]
 
@@ -161,12 +163,7 @@ def entries_array(rows: list[list[dict] | None]) -> pa.Array:
         pa.array([e["json"] for e in flat], pa.string()),
     ]
     values = pa.StructArray.from_arrays(fields, fields=list(ENTRY))
-    nulls = np.fromiter((r is None for r in rows), bool, len(rows))
-    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() else None
-    # from buffers: ListArray.from_arrays with a mask imports pyarrow.compute, 25 ms in each
-    # worker of a run that has no other use for it
-    return pa.Array.from_buffers(MM_TYPE, len(rows), [validity, pa.py_buffer(offsets)], int(nulls.sum()),
-                                 children=[values])
+    return lists_of(offsets, values, np.fromiter((r is None for r in rows), bool, len(rows)), MM_TYPE)
 
 
 def row_nbytes(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -227,8 +224,6 @@ def decode_row(entries: pa.StructArray | None) -> dict | None:
 def decode_column(col: pa.Array | pa.ChunkedArray) -> list[dict | None]:
     """Every row of a multimodal_train_inputs column as decode_row's dicts; a column of JSON text
     (schema versions before the typed one) as its parsed dicts."""
-    from .arrays import null_mask
-
     chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
     out: list = []
     for ch in chunks:

@@ -26,10 +26,12 @@ metric (medians of >= 5 alternating runs; docs/design.md):
 
 Not taken, under the budget: each full O_DIRECT chunk written on a thread of the writer's own
 while the encoder fills another (wall 0.5% and 2.6% lower, CPU 2.7% and 1.7% higher;
-`bench/results/machinery-write-behind.json`). Gone under the budget: the early fork server (Parquet 1.1% of the CPU-s, JSONL 8.1%, the wall
-worse on both; `bench/results/machinery-direct-io-early-pool.json`), the loader's gather arena (186
-against 185 CPU-ms on the epoch above) and, earlier, a held step's values cast into one buffer
-per column and Arrow null masks read by hand.
+`bench/results/machinery-write-behind.json`). Gone under the budget: the early fork server
+(Parquet 1.1% of the CPU-s, JSONL 8.1%, the wall worse on both;
+`bench/results/machinery-direct-io-early-pool.json`), the loader's gather arena (186 against
+185 CPU-ms on the epoch above) and, earlier, a held step's values cast into one buffer per
+column. (Null masks and list lengths are read from Arrow's layout again, core/arrays.py: not a
+second path, the only one, since nothing else in a plain conversion imports pyarrow.compute.)
 """
 from __future__ import annotations
 

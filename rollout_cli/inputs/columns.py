@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 # list field -> the numpy kinds its arrays may have (anything else: the record's own checks)
+from ..core.arrays import lists_of
 from ..core.sample_fields import LIST_KINDS
 from .base import SAMPLE_FIELDS, KEPT_TEXT_FIELDS, RawChunk
 
@@ -68,17 +69,10 @@ def list_array(arrays: list, dtype=None) -> tuple[pa.Array, np.ndarray, np.ndarr
         values = values.view(np.uint8)
     elif values.dtype.kind in "iu" and values.dtype != np.int64:
         values = values.astype(np.int64)
-    # from buffers: from_arrays with a mask would import pyarrow.compute (see core.arrays)
-    validity, nulls = None, n - len(present)
-    if nulls:
-        validity = pa.py_buffer(np.packbits(np.fromiter((a is not None for a in arrays), bool, n), bitorder="little"))
-    child = pa.array(values)
+    nulls = None if len(present) == n else np.fromiter((a is None for a in arrays), bool, n)
     if offsets[-1] < 2**31:
         offsets = offsets.astype(np.int32)
-        typ = pa.list_(child.type)
-    else:
-        typ = pa.large_list(child.type)
-    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets)], nulls, children=[child]), offsets, values
+    return lists_of(offsets, pa.array(values), nulls), offsets, values
 
 
 def spans(arr: np.ndarray, start: np.ndarray, length: np.ndarray, dtype, valid: np.ndarray | None = None) -> pa.Array:

@@ -7,9 +7,8 @@ from typing import Iterable
 
 from ..inputs.registry import FORMATS
 
-_STAGES = (
-    "rollout_cli.run.convert",
-    "rollout_cli.run.stages",
+_STAGES = ("rollout_cli.run.convert", "rollout_cli.run.stages")
+_AFTER_READERS = (
     "rollout_cli.pipeline.validate.columns",
     "concurrent.futures.thread",
     # pa.array imports it at its first numpy argument (to rule out a masked array): 12 ms
@@ -20,7 +19,7 @@ _STAGES = (
 def worker_modules(formats: Iterable[str] | None = None) -> tuple[str, ...]:
     """The stages, and the readers of `formats` (names of FORMATS; default every format's)."""
     names = FORMATS if formats is None else dict.fromkeys(formats)
-    return _STAGES[:2] + tuple(m for name in names for m in FORMATS[name].preload) + _STAGES[2:]
+    return (*_STAGES, *(m for name in names for m in FORMATS[name].preload), *_AFTER_READERS)
 
 
 WORKER_MODULES = worker_modules()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ...core.arrays import list_lengths, null_mask, numpy_dtype
+from ...core.arrays import list_lengths, lists_of, null_mask, numpy_dtype
 from .rows import EXPERTS, LOG_PROBS, TOKEN_RANGE, TOP_P
 
 # the lists checked on their buffers; a chunk where one of them is not an Arrow list of
@@ -258,12 +258,7 @@ def experts_ok(col, n: int, ntok: np.ndarray) -> tuple[np.ndarray, Lists | None,
 
 
 def list_array(offsets: np.ndarray, values: np.ndarray, typ, nulls: np.ndarray | None = None) -> pa.Array:
-    # from buffers: ListArray.from_arrays with a mask would import pyarrow.compute (see core.arrays)
-    validity, null_count = None, 0
-    if nulls is not None and nulls.any():
-        validity, null_count = pa.py_buffer(np.packbits(~nulls, bitorder="little")), int(nulls.sum())
-    return pa.Array.from_buffers(pa.list_(typ), len(offsets) - 1, [validity, pa.py_buffer(offsets.astype(np.int32))],
-                                 null_count, children=[pa.array(values, typ)])
+    return lists_of(offsets.astype(np.int32), pa.array(values, typ), nulls)
 
 
 def null_lists(m: int, typ) -> pa.Array:
