@@ -14,7 +14,8 @@ from rep to rep (old, new | new, old | ...), each run replacing the output of th
 (the removal inside the wall time), with the held-out command: `rollout-cli convert RUN OUT
 --n-samples-per-prompt 8 --overwrite -q`. Then, on each side's own output, alternating too:
 `rollout-cli verify OUT`, and a loader epoch (a fresh process: `rollout_cli.open_dataset(OUT)`,
-every shard of every step loaded and its tokens copied into one buffer). `--with-polars` adds
+every shard of every step loaded and its tokens copied into one buffer), each after the output's
+files are read once into the page cache, as the inputs are before each convert. `--with-polars` adds
 polars' per-file copy as a third tool of each convert round (its wall is the target's
 denominator); `--verify-floor` adds the floor under verify (BLAKE3 of every file of OUT and one
 Parquet decode of every shard, in one process).
@@ -126,6 +127,10 @@ def measure(cmd: list[str], prepare, a) -> dict:
     return {k: r[k] for k in ("wall_s", "cpu_s", "user_s", "sys_s", "foreign_cpu_s", "noisy")}
 
 
+def output_files(out: str) -> list[str]:
+    return sorted(os.path.join(root, n) for root, _, names in os.walk(out) for n in names)
+
+
 def median_of(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
@@ -180,8 +185,12 @@ def bench_format(a, fmt: str, sides: dict[str, str]) -> dict:
         per = names if job == "verify" else list(sides)
         res[job] = {n: [] for n in per}
         for rep, n in rounds(per, a.reps):
-            c = [sys.executable, "-c", VERIFY_FLOOR, outs[n[6:]]] if n.startswith("floor:") else make(n)
-            r = measure(c, lambda: None, a)
+            out = outs[n[6:]] if n.startswith("floor:") else outs[n]
+            c = [sys.executable, "-c", VERIFY_FLOOR, out] if n.startswith("floor:") else make(n)
+            # every reader starts from the page cache: the shards are written past it (O_DIRECT),
+            # so without this the first reader of an output read it from the disk and the others
+            # from memory, and the machine's reclaim of idle pages made that vary from run to run
+            r = measure(c, lambda: run_whole.warm(output_files(out)), a)
             res[job][n].append(r)
             print(f"  {job} rep {rep} {n:9s} {r['wall_s']:6.2f} s  cpu {r['cpu_s']:6.2f} s", file=sys.stderr, flush=True)
     return res

@@ -1,5 +1,6 @@
-"""bench/compare.py's pure parts: the sides alternate, and the summary's ratios are new over old
-(above 1: the working tree is slower), against polars and verify's floor where measured."""
+"""bench/compare.py's pure parts: the sides alternate, the summary's ratios are new over old
+(above 1: the working tree is slower), against polars and verify's floor where measured, and
+every file of an output is read before a reader is timed."""
 from __future__ import annotations
 
 import sys
@@ -35,3 +36,13 @@ def test_the_summary_gives_new_over_old_and_the_ratios_asked_for():
     assert conv["new/polars wall_s"] == pytest.approx(1.1 / 2.0) and conv["old/polars cpu_s"] == pytest.approx(4.4 / 5.0)
     assert ver["new/floor cpu_s"] == pytest.approx(0.9 / 0.75) and ver["old/floor wall_s"] == pytest.approx(2.0)
     assert "new/polars wall_s" not in ver
+
+
+def test_every_file_of_an_output_is_listed_for_warming(tmp_path):
+    (tmp_path / "data" / "step-000001").mkdir(parents=True)
+    (tmp_path / "mmap").mkdir()
+    for rel in ("manifest.json", "data/step-000001/shard-00000-of-00001.parquet", "mmap/empty.arrow"):
+        (tmp_path / rel).write_bytes(b"x")
+    got = compare.output_files(str(tmp_path))
+    assert got == sorted(str(tmp_path / rel) for rel in
+                         ("manifest.json", "data/step-000001/shard-00000-of-00001.parquet", "mmap/empty.arrow"))
