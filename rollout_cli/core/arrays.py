@@ -28,9 +28,13 @@ def null_mask(a: pa.Array) -> np.ndarray:
     validity = a.buffers()[0]
     if validity is None or pa.types.is_union(a.type):  # no bitmap of its own (union, run-end)
         return a.is_null().to_numpy(zero_copy_only=False)
-    # bit offset + i of the bitmap is item i, least significant bit first (Arrow's format)
-    bits = np.unpackbits(np.frombuffer(validity, np.uint8), count=a.offset + len(a), bitorder="little")
-    return bits[a.offset:] == 0
+    return ~bitmap(validity, a.offset, len(a))
+
+
+def bitmap(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    """Bits offset .. offset + n - 1 of an Arrow bitmap (validity, booleans) as bool; bit
+    offset + i is item i, least significant bit first (Arrow's format)."""
+    return np.unpackbits(np.frombuffer(buf, np.uint8), count=offset + n, bitorder="little")[offset:].astype(bool)
 
 
 def lists_of(offsets: np.ndarray, child: pa.Array, nulls: np.ndarray | None = None, typ=None) -> pa.Array:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ...core.arrays import list_lengths, lists_of, null_mask, numpy_dtype
+from ...core.arrays import bitmap, list_lengths, lists_of, null_mask, numpy_dtype
 from .rows import EXPERTS, LOG_PROBS, TOKEN_RANGE, TOP_P
 
 # the lists checked on their buffers; a chunk where one of them is not an Arrow list of
@@ -46,8 +46,7 @@ def numpy_of(a: pa.Array) -> np.ndarray:
     if pa.types.is_boolean(a.type):
         if buf is None:
             return np.zeros(n, dtype=bool)
-        bits = np.frombuffer(buf, dtype=np.uint8)
-        return np.unpackbits(bits, bitorder="little", count=off + n)[off:].astype(bool)
+        return bitmap(buf, off, n)
     dtype = numpy_dtype(a.type)
     if buf is None:
         return np.zeros(n, dtype=dtype)
