@@ -17,8 +17,7 @@ def check_card(out: str, m: dict, rep: Report) -> None:
     if card is None:
         return
     before = len(rep.failures)
-    check_bytes(card["path"], full_path(out, card["path"]), card, rep)
-    if storage.is_uri(out) and len(rep.failures) > before:
+    if not check_bytes(card["path"], full_path(out, card["path"]), card, rep) and storage.is_uri(out):
         found = "; ".join(f["detail"] for f in rep.failures[before:])
         del rep.failures[before:]
         rep.notes.append(f"{card['path']}: not this manifest's dataset card ({found}): a commit cut off between "
