@@ -22,7 +22,7 @@ from . import batch
 from .batch import ID_EXPLICIT, ID_MISSING, NormChunk, empty_norm, pre_schema, row_sums
 from .lists import (EXPERTS, ROW_LISTS, VECTOR_LISTS, Lists, experts_ok, filled, float32, gather, in_range, int_ok,
                     list_array, null_lists, numpy_of, read_lists, top_p_ok)
-from .rows import (INT64_MIN, MASK_RANGE, STATUS_SET, TOKEN_RANGE, UNKNOWN_SOURCE, Bad, build_batches,
+from .rows import (INT64_MAX, INT64_MIN, MASK_RANGE, STATUS_SET, TOKEN_RANGE, UNKNOWN_SOURCE, Bad, build_batches,
                    check_ids, check_json_fields, check_prelude, check_remove_sample, check_response_length,
                    check_rewards, check_status, check_weight_versions, normalize_rows, validate_into)
 
@@ -43,7 +43,6 @@ def _by_rows(chunk: RawChunk, py: dict, base_pos: int, reward_key, keep_text, st
     return normalize_rows(rows, base_pos, reward_key, keep_text, step, rewards_recorded)
 
 
-_INT64_MAX = 2**63 - 1
 # the record keys the per-row rules read besides the long lists; a chunk with another column
 # among them that is not of a type handled below is checked row by row
 _SCALAR_KEYS = ("rollout_id", "step", "index", "group_index", "response_length", "remove_sample", "status",
@@ -167,7 +166,7 @@ def _ints(col, n: int, lo: int, *, nullable: bool = True) -> tuple[np.ndarray, n
     if not isinstance(col, pa.Array) or not pa.types.is_integer(col.type) or (col.null_count and not nullable):
         return None
     vals = filled(col)
-    if len(vals) and not in_range(vals, lo, _INT64_MAX):
+    if len(vals) and not in_range(vals, lo, INT64_MAX):
         return None
     return vals.astype(np.int64, copy=False), null_mask(col)
 
@@ -341,7 +340,7 @@ def _scalars_by_rows(chunk: RawChunk, py: dict, out: NormChunk, n: int, reward_k
         try:
             ids = check_ids(rec)
             rl = check_response_length(rec)
-            if not INT64_MIN <= rl <= _INT64_MAX:  # no int64 holds it: the row's own checks word it
+            if not INT64_MIN <= rl <= INT64_MAX:  # no int64 holds it: the row's own checks word it
                 slow[i] = True
                 continue
             rm = check_remove_sample(rec)

@@ -36,7 +36,7 @@ STATUS_SET = frozenset(STATUSES)
 TOKEN_RANGE = (0, INT32_MAX)  # token ids, top-p ids and offsets, routed expert ids
 MASK_RANGE = (0, 1)  # loss-mask entries
 COUNTER_MAX = 2**63 - 1  # index, group_index, metadata.round_number: 0..COUNTER_MAX (slime's counters)
-INT64_MIN = -(2**63)  # rollout_id, step: 64-bit integers
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # rollout_id, step: 64-bit integers
 UNKNOWN_SOURCE = "unknown"  # source_name where neither `source` nor metadata.source_name names one
 LOG_PROBS = ("rollout_log_probs", "teacher_log_probs")
 TOP_P = ("rollout_top_p_token_ids", "rollout_top_p_token_offsets")
@@ -113,7 +113,7 @@ def _typed_list(v: list, lo: int, hi: int) -> np.ndarray | None:
             tmin, tmax = -(2**31), INT32_MAX
         else:
             a = np.frombuffer(array.array("q", v), dtype=np.int64)
-            tmin, tmax = -(2**63), 2**63 - 1
+            tmin, tmax = INT64_MIN, INT64_MAX
     except (TypeError, ValueError, OverflowError):
         return None
     # only the bounds the type does not already guarantee
