@@ -532,12 +532,16 @@ class LocalCopy:
     def __enter__(self) -> str:
         self.dir = tempfile.mkdtemp(prefix="rollout-cli-")
         local = os.path.join(self.dir, os.path.basename(self.uri.rstrip("/")) or "input")
-        with open_read(self.uri) as src, open(local, "wb") as dst:
-            while True:
-                block = src.read(8 << 20)
-                if not block:
-                    break
-                dst.write(block)
+        try:
+            with open_read(self.uri) as src, open(local, "wb") as dst:
+                while True:
+                    block = src.read(8 << 20)
+                    if not block:
+                        break
+                    dst.write(block)
+        except BaseException:  # __exit__ is not called when __enter__ raises
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         return local
 
     def __exit__(self, *exc) -> None:

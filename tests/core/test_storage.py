@@ -100,6 +100,24 @@ def test_missing_uri_is_a_usage_error(s3, tmp_path):
     assert _convert("s3://bkt/nothing-here", str(tmp_path / "o"))[0] == 2
 
 
+def test_a_local_copy_that_cannot_be_read_leaves_no_folder(s3, tmp_path, monkeypatch):
+    """A `.pt` or pickle on an object store is copied to a local file first; when the copy
+    fails, the scratch folder goes with it."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with pytest.raises(Exception):
+        with storage.LocalCopy("s3://bkt/nothing-here/rollout_0.pt"):
+            pass
+    assert list(scratch.iterdir()) == []
+    s3.create_dir("bkt/one")
+    with s3.open_output_stream("bkt/one/rollout_0.pt") as f:
+        f.write(b"x" * 10)
+    with storage.LocalCopy("s3://bkt/one/rollout_0.pt") as local:
+        assert open(local, "rb").read() == b"x" * 10
+    assert list(scratch.iterdir()) == []
+
+
 def test_ray_engine_reads_and_writes_s3(s3, tmp_path):
     """Ray tasks on any node reach inputs and OUT through the object store: no shared POSIX
     filesystem. Run in a subprocess so its own local Ray sees the endpoint."""
