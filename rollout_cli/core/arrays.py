@@ -34,7 +34,8 @@ def null_mask(a: pa.Array) -> np.ndarray:
 def bitmap(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
     """Bits offset .. offset + n - 1 of an Arrow bitmap (validity, booleans) as bool; bit
     offset + i is item i, least significant bit first (Arrow's format)."""
-    return np.unpackbits(np.frombuffer(buf, np.uint8), count=offset + n, bitorder="little")[offset:].astype(bool)
+    # unpackbits gives 0 and 1 bytes, which numpy's bool is: a view, not a copy
+    return np.unpackbits(np.frombuffer(buf, np.uint8), count=offset + n, bitorder="little")[offset:].view(bool)
 
 
 def lists_of(offsets: np.ndarray, child: pa.Array, nulls: np.ndarray | None = None, typ=None) -> pa.Array:
